@@ -1,0 +1,1 @@
+//! Wire types of the execbox runner protocol.

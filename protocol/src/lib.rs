@@ -1,0 +1,46 @@
+//! Wire types of the execbox runner protocol: messages, error codes, options, framing.
+//!
+//! A host and a runner talk over one bidirectional session. Every message is one JSON
+//! object with a `type` field; on stdio each is one line (NDJSON), on WebSocket one text frame.
+//!
+//! | direction | `type` | fields |
+//! |---|---|---|
+//! | host → runner | `execute` | `id`, `code`, `options?` ([`RuntimeOptions`]), `providers` ([`ProviderManifest`]`[]`) |
+//! | runner → host | `started` | `id` |
+//! | runner → host | `tool_call` | `callId`, `providerName`, `safeToolName`, `input?` |
+//! | host → runner | `tool_result` | `callId`, `ok`, `result?` when ok, `error` ([`ErrorBody`]) when not |
+//! | runner → host | `done` | `id`, `ok`, `durationMs`, `logs`, `result?` when ok, `error` when not |
+//! | host → runner | `cancel` | `id` |
+//!
+//! An omitted `input` or `result` means JavaScript `undefined`. Additive changes (a new
+//! optional field, a new message a peer may ignore) are compatible; renaming or retyping a
+//! field, a new error code, or a new required field is breaking.
+//!
+//! The core types: [`Message`] (one of the six, with [`Message::decode`] / [`Message::encode`]),
+//! [`ErrorCode`] (the fixed vocabulary), [`RuntimeOptions`] (limits with per-field defaults),
+//! and [`LineFramer`] (size-checked NDJSON framing). This crate does no I/O.
+//!
+//! ```
+//! use execbox_protocol::{Message, ErrorCode};
+//!
+//! let line = r#"{"type":"tool_result","callId":"c1","ok":false,"error":{"code":"tool_error","message":"boom"}}"#;
+//! let Message::ToolResult(result) = Message::decode(line).unwrap() else { unreachable!() };
+//! assert_eq!(result.outcome.unwrap_err().code, ErrorCode::ToolError);
+//! ```
+
+mod error;
+mod framing;
+mod manifest;
+mod message;
+mod options;
+mod safety;
+
+pub use error::{ErrorBody, ErrorCode};
+pub use framing::{
+    peek_envelope, Envelope, Frame, LineFramer, DEFAULT_MAX_MESSAGE_BYTES, PEEK_BYTES,
+};
+pub use manifest::{ProviderManifest, ToolManifest};
+pub use message::{Cancel, DecodeError, Done, Execute, Message, Started, ToolCall, ToolResult};
+pub use options::RuntimeOptions;
+pub use safety::{check_transport_safe, UnsafeValue, MAX_NESTING_DEPTH};
+pub use serde_json::value::RawValue;

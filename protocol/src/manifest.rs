@@ -1,0 +1,188 @@
+//! Provider manifests: the metadata that becomes guest-visible tool namespaces.
+
+use serde_json::{Map, Value};
+
+/// One provider as sent in `execute.providers`: metadata only, never a capability.
+///
+/// Wire shape: `{"name": string, "tools": {KEY: ToolManifest, ...}, "types"?: string}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderManifest {
+    /// The global namespace name the guest sees (`name.tool(...)`).
+    pub name: String,
+    /// The tools, in wire order.
+    pub tools: Vec<ToolManifest>,
+    /// TypeScript declarations for prompts; the runner does not read them.
+    pub types: Option<String>,
+}
+
+/// One entry of `ProviderManifest.tools`.
+///
+/// Wire shape: `{"safeName": string, "originalName"?: string, "description"?: string, ...}`;
+/// unknown fields are kept in `extra` and sent back unchanged (additive evolution).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolManifest {
+    /// The key of this tool in the `tools` object.
+    pub key: String,
+    /// The property name under the provider's namespace, and `tool_call.safeToolName`.
+    pub safe_name: String,
+    /// The tool's name before sanitisation, for humans.
+    pub original_name: Option<String>,
+    /// What the tool does, for humans and prompts.
+    pub description: Option<String>,
+    /// Fields this version does not know.
+    pub extra: Map<String, Value>,
+}
+
+impl ToolManifest {
+    /// A manifest entry whose key, safe name and original name are all `name`.
+    pub fn named(name: impl Into<String>) -> Self {
+        let name = name.into();
+        ToolManifest {
+            key: name.clone(),
+            safe_name: name.clone(),
+            original_name: Some(name),
+            description: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+impl ProviderManifest {
+    /// The wire form of this manifest.
+    pub fn to_value(&self) -> Value {
+        let mut tools = Map::new();
+        for tool in &self.tools {
+            let mut entry = Map::new();
+            entry.insert("safeName".into(), Value::String(tool.safe_name.clone()));
+            if let Some(original) = &tool.original_name {
+                entry.insert("originalName".into(), Value::String(original.clone()));
+            }
+            if let Some(description) = &tool.description {
+                entry.insert("description".into(), Value::String(description.clone()));
+            }
+            for (k, v) in &tool.extra {
+                entry.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            tools.insert(tool.key.clone(), Value::Object(entry));
+        }
+        let mut out = Map::new();
+        out.insert("name".into(), Value::String(self.name.clone()));
+        out.insert("tools".into(), Value::Object(tools));
+        if let Some(types) = &self.types {
+            out.insert("types".into(), Value::String(types.clone()));
+        }
+        Value::Object(out)
+    }
+
+    /// Reads a manifest from its wire form. `path` names the value in error messages
+    /// (e.g. `providers[0]`); the error is the path of the offending field and what is wrong.
+    pub fn from_value(value: &Value, path: &str) -> Result<Self, (String, String)> {
+        let obj = value
+            .as_object()
+            .ok_or_else(|| (path.to_string(), expected("an object", value)))?;
+        let name = match obj.get("name") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(Value::String(_)) => {
+                return Err((format!("{path}.name"), "must be a non-empty string".into()))
+            }
+            Some(other) => return Err((format!("{path}.name"), expected("a string", other))),
+            None => return Err((format!("{path}.name"), "is required".into())),
+        };
+        let types = match obj.get("types") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => return Err((format!("{path}.types"), expected("a string", other))),
+        };
+        let tools_value = obj
+            .get("tools")
+            .ok_or_else(|| (format!("{path}.tools"), "is required".to_string()))?;
+        let tools_obj = tools_value
+            .as_object()
+            .ok_or_else(|| (format!("{path}.tools"), expected("an object", tools_value)))?;
+        let mut tools = Vec::with_capacity(tools_obj.len());
+        for (key, entry) in tools_obj {
+            let tpath = format!("{path}.tools.{key}");
+            let entry_obj = entry
+                .as_object()
+                .ok_or_else(|| (tpath.clone(), expected("an object", entry)))?;
+            let safe_name = match entry_obj.get("safeName") {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                Some(Value::String(_)) => {
+                    return Err((
+                        format!("{tpath}.safeName"),
+                        "must be a non-empty string".into(),
+                    ))
+                }
+                Some(other) => {
+                    return Err((format!("{tpath}.safeName"), expected("a string", other)))
+                }
+                None => return Err((format!("{tpath}.safeName"), "is required".into())),
+            };
+            let optional_string = |field: &str| match entry_obj.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err((format!("{tpath}.{field}"), expected("a string", other))),
+            };
+            let original_name = optional_string("originalName")?;
+            let description = optional_string("description")?;
+            let extra = entry_obj
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "safeName" | "originalName" | "description"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            tools.push(ToolManifest {
+                key: key.clone(),
+                safe_name,
+                original_name,
+                description,
+                extra,
+            });
+        }
+        Ok(ProviderManifest { name, tools, types })
+    }
+}
+
+/// `"must be T, got K"` where K is the JSON kind of `value`.
+pub(crate) fn expected(what: &str, value: &Value) -> String {
+    format!("must be {what}, got {}", json_kind(value))
+}
+
+/// The JSON kind of a value, for error messages.
+pub(crate) fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn manifest_round_trips_and_keeps_unknown_fields() {
+        let wire = json!({
+            "name": "tools",
+            "tools": {"echo-it": {"safeName": "echo_it", "originalName": "echo-it",
+                                  "description": "Echo", "inputSchema": {"type": "object"}}},
+            "types": "declare namespace tools {}"
+        });
+        let m = ProviderManifest::from_value(&wire, "providers[0]").unwrap();
+        assert_eq!(m.tools[0].safe_name, "echo_it");
+        assert_eq!(m.tools[0].key, "echo-it");
+        assert_eq!(m.to_value(), wire);
+    }
+
+    #[test]
+    fn missing_safe_name_names_the_field() {
+        let wire = json!({"name": "t", "tools": {"a": {"originalName": "a"}}});
+        let (field, why) = ProviderManifest::from_value(&wire, "providers[2]").unwrap_err();
+        assert_eq!(field, "providers[2].tools.a.safeName");
+        assert_eq!(why, "is required");
+    }
+}

@@ -1,0 +1,643 @@
+//! The six protocol messages, their JSON encoding, and a decoder that names the bad field.
+//!
+//! Payloads the guest or a tool chose (`tool_call.input`, `tool_result.result`, `done.result`)
+//! are kept as raw JSON text ([`RawValue`]): they are never rebuilt as trees on the way
+//! through, so their nesting depth costs no stack and their text is forwarded byte for byte.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::error::{ErrorBody, ErrorCode};
+use crate::manifest::{expected, json_kind, ProviderManifest};
+use crate::options::RuntimeOptions;
+
+/// Host → runner: run `code` with these providers and limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Execute {
+    /// Identifies the execution; echoed by `started` and `done`.
+    pub id: String,
+    /// The guest program.
+    pub code: String,
+    /// Limits; missing fields took their defaults while decoding.
+    pub options: RuntimeOptions,
+    /// Metadata of the tool namespaces to install.
+    pub providers: Vec<ProviderManifest>,
+}
+
+/// Host → runner: abort the execution `id` (a `done` with `timeout` follows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancel {
+    /// The execution to abort.
+    pub id: String,
+}
+
+/// Runner → host: the execution was accepted; its clock started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// The accepted execution.
+    pub id: String,
+}
+
+/// Runner → host: the guest called a tool; answer with exactly one `tool_result`.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// Unique within the execution.
+    pub call_id: String,
+    /// The namespace the guest called through.
+    pub provider_name: String,
+    /// The tool's `safeName`.
+    pub safe_tool_name: String,
+    /// The first argument, as JSON; `None` when the guest passed nothing or `undefined`.
+    pub input: Option<Box<RawValue>>,
+}
+
+/// Host → runner: the outcome of one tool call.
+#[derive(Debug, Clone)]
+pub struct ToolResult {
+    /// The call being answered.
+    pub call_id: String,
+    /// `Ok(None)` is a successful `undefined` (no `result` field).
+    pub outcome: Result<Option<Box<RawValue>>, ErrorBody>,
+}
+
+/// Runner → host: the execution ended. Exactly one per accepted (or rejected) `execute`.
+#[derive(Debug, Clone)]
+pub struct Done {
+    /// The execution that ended.
+    pub id: String,
+    /// Wall time of the run in milliseconds.
+    pub duration_ms: u64,
+    /// Captured console lines, after truncation.
+    pub logs: Vec<String>,
+    /// `Ok(None)` is a successful `undefined` (no `result` field).
+    pub outcome: Result<Option<Box<RawValue>>, ErrorBody>,
+}
+
+/// Any protocol message, in either direction.
+#[derive(Debug, Clone)]
+pub enum Message {
+    /// `{"type":"execute"}`
+    Execute(Execute),
+    /// `{"type":"cancel"}`
+    Cancel(Cancel),
+    /// `{"type":"started"}`
+    Started(Started),
+    /// `{"type":"tool_call"}`
+    ToolCall(ToolCall),
+    /// `{"type":"tool_result"}`
+    ToolResult(ToolResult),
+    /// `{"type":"done"}`
+    Done(Done),
+}
+
+impl Message {
+    /// The wire `type` of this message.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Execute(_) => "execute",
+            Message::Cancel(_) => "cancel",
+            Message::Started(_) => "started",
+            Message::ToolCall(_) => "tool_call",
+            Message::ToolResult(_) => "tool_result",
+            Message::Done(_) => "done",
+        }
+    }
+
+    /// Encodes the message as one line of JSON, without the trailing newline.
+    pub fn encode(&self) -> String {
+        let wire = match self {
+            Message::Execute(m) => Wire {
+                kind: "execute",
+                id: Some(&m.id),
+                code: Some(&m.code),
+                options: Some(m.options),
+                providers: Some(m.providers.iter().map(ProviderManifest::to_value).collect()),
+                ..Wire::default()
+            },
+            Message::Cancel(m) => Wire {
+                kind: "cancel",
+                id: Some(&m.id),
+                ..Wire::default()
+            },
+            Message::Started(m) => Wire {
+                kind: "started",
+                id: Some(&m.id),
+                ..Wire::default()
+            },
+            Message::ToolCall(m) => Wire {
+                kind: "tool_call",
+                call_id: Some(&m.call_id),
+                provider_name: Some(&m.provider_name),
+                safe_tool_name: Some(&m.safe_tool_name),
+                input: m.input.as_deref(),
+                ..Wire::default()
+            },
+            Message::ToolResult(m) => Wire {
+                kind: "tool_result",
+                call_id: Some(&m.call_id),
+                ok: Some(m.outcome.is_ok()),
+                result: m.outcome.as_ref().ok().and_then(|r| r.as_deref()),
+                error: m.outcome.as_ref().err(),
+                ..Wire::default()
+            },
+            Message::Done(m) => Wire {
+                kind: "done",
+                id: Some(&m.id),
+                ok: Some(m.outcome.is_ok()),
+                duration_ms: Some(m.duration_ms),
+                logs: Some(&m.logs),
+                result: m.outcome.as_ref().ok().and_then(|r| r.as_deref()),
+                error: m.outcome.as_ref().err(),
+                ..Wire::default()
+            },
+        };
+        serde_json::to_string(&wire).expect("protocol messages always serialize")
+    }
+
+    /// Decodes one message from a line of JSON (without its newline).
+    ///
+    /// Decoding never recurses into guest- or tool-chosen payloads, so a deeply nested
+    /// `result` costs neither stack nor a parse tree.
+    pub fn decode(line: &str) -> Result<Message, DecodeError> {
+        let fields: HashMap<String, &RawValue> =
+            serde_json::from_str(line).map_err(|e| match serde_json::from_str::<Value>(line) {
+                Ok(v) => DecodeError::NotAnObject(json_kind(&v)),
+                Err(_) => DecodeError::NotJson(e.to_string()),
+            })?;
+        let fields = Fields { map: fields };
+        let kind = match fields.get("type") {
+            None => return Err(DecodeError::MissingType),
+            Some(raw) => match serde_json::from_str::<String>(raw.get()) {
+                Ok(kind) => kind,
+                Err(_) => return Err(DecodeError::MissingType),
+            },
+        };
+        match kind.as_str() {
+            "execute" => decode_execute(&fields).map(Message::Execute),
+            "cancel" => Ok(Message::Cancel(Cancel {
+                id: fields.string("cancel", "id")?,
+            })),
+            "started" => Ok(Message::Started(Started {
+                id: fields.string("started", "id")?,
+            })),
+            "tool_call" => decode_tool_call(&fields).map(Message::ToolCall),
+            "tool_result" => decode_tool_result(&fields).map(Message::ToolResult),
+            "done" => decode_done(&fields).map(Message::Done),
+            _ => Err(DecodeError::UnknownType(kind)),
+        }
+    }
+}
+
+/// Why a line is not a valid message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The line is not JSON at all.
+    NotJson(String),
+    /// The line is JSON but not an object; holds the kind it is.
+    NotAnObject(&'static str),
+    /// There is no string `type` field.
+    MissingType,
+    /// `type` names no protocol message.
+    UnknownType(String),
+    /// A known message with a missing or ill-typed field.
+    InvalidField {
+        /// The message's `type`.
+        kind: &'static str,
+        /// The message's `id`, when it has a readable one.
+        id: Option<String>,
+        /// The message's `callId`, when it has a readable one.
+        call_id: Option<String>,
+        /// Dotted path of the offending field, e.g. `options.timeoutMs`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::NotJson(e) => write!(f, "message is not valid JSON: {e}"),
+            DecodeError::NotAnObject(kind) => {
+                write!(f, "message must be a JSON object, got {kind}")
+            }
+            DecodeError::MissingType => f.write_str("message has no string \"type\" field"),
+            DecodeError::UnknownType(t) => write!(f, "unknown message type {t:?}"),
+            DecodeError::InvalidField {
+                kind,
+                field,
+                reason,
+                ..
+            } => write!(f, "invalid {kind} message: {field} {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// The top-level fields of a message, each still raw JSON.
+struct Fields<'a> {
+    map: HashMap<String, &'a RawValue>,
+}
+
+impl<'a> Fields<'a> {
+    fn get(&self, name: &str) -> Option<&'a RawValue> {
+        self.map.get(name).copied()
+    }
+
+    fn id(&self) -> Option<String> {
+        self.get("id")
+            .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+    }
+
+    fn call_id(&self) -> Option<String> {
+        self.get("callId")
+            .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+    }
+
+    fn invalid(
+        &self,
+        kind: &'static str,
+        field: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> DecodeError {
+        DecodeError::InvalidField {
+            kind,
+            id: self.id(),
+            call_id: self.call_id(),
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A small field parsed as a JSON tree (bounded by serde_json's recursion limit).
+    fn value(&self, kind: &'static str, name: &str) -> Result<Option<Value>, DecodeError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(raw) => serde_json::from_str::<Value>(raw.get())
+                .map(Some)
+                .map_err(|e| self.invalid(kind, name, format!("cannot be read: {e}"))),
+        }
+    }
+
+    fn string(&self, kind: &'static str, name: &str) -> Result<String, DecodeError> {
+        match self.value(kind, name)? {
+            Some(Value::String(s)) => Ok(s),
+            Some(other) => Err(self.invalid(kind, name, expected("a string", &other))),
+            None => Err(self.invalid(kind, name, "is required")),
+        }
+    }
+
+    fn boolean(&self, kind: &'static str, name: &str) -> Result<bool, DecodeError> {
+        match self.value(kind, name)? {
+            Some(Value::Bool(b)) => Ok(b),
+            Some(other) => Err(self.invalid(kind, name, expected("a boolean", &other))),
+            None => Err(self.invalid(kind, name, "is required")),
+        }
+    }
+
+    /// An optional payload kept as raw JSON.
+    fn raw(&self, name: &str) -> Option<Box<RawValue>> {
+        self.get(name).map(RawValue::to_owned)
+    }
+
+    fn error_body(&self, kind: &'static str) -> Result<ErrorBody, DecodeError> {
+        let value = self
+            .value(kind, "error")?
+            .ok_or_else(|| self.invalid(kind, "error", "is required when ok is false"))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| self.invalid(kind, "error", expected("an object", &value)))?;
+        let code = match obj.get("code") {
+            Some(Value::String(s)) => ErrorCode::parse(s).ok_or_else(|| {
+                self.invalid(
+                    kind,
+                    "error.code",
+                    format!("must be one of the seven error codes, got {s:?}"),
+                )
+            })?,
+            Some(other) => {
+                return Err(self.invalid(kind, "error.code", expected("a string", other)))
+            }
+            None => return Err(self.invalid(kind, "error.code", "is required")),
+        };
+        let message = match obj.get("message") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => {
+                return Err(self.invalid(kind, "error.message", expected("a string", other)))
+            }
+            None => return Err(self.invalid(kind, "error.message", "is required")),
+        };
+        Ok(ErrorBody { code, message })
+    }
+}
+
+fn decode_execute(f: &Fields<'_>) -> Result<Execute, DecodeError> {
+    const K: &str = "execute";
+    let id = f.string(K, "id")?;
+    let code = f.string(K, "code")?;
+    let mut options = RuntimeOptions::default();
+    match f.value(K, "options")? {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(obj)) => {
+            let slots: [&mut u64; 4] = [
+                &mut options.timeout_ms,
+                &mut options.memory_limit_bytes,
+                &mut options.max_log_lines,
+                &mut options.max_log_chars,
+            ];
+            for (name, slot) in RuntimeOptions::FIELDS.iter().zip(slots) {
+                match obj.get(*name) {
+                    None | Some(Value::Null) => {}
+                    Some(Value::Number(n)) => match n.as_f64() {
+                        Some(x) if x.is_finite() && x >= 0.0 => *slot = x as u64,
+                        _ => {
+                            return Err(f.invalid(
+                                K,
+                                format!("options.{name}"),
+                                format!("must be a non-negative number, got {n}"),
+                            ))
+                        }
+                    },
+                    Some(other) => {
+                        return Err(f.invalid(
+                            K,
+                            format!("options.{name}"),
+                            expected("a number", other),
+                        ))
+                    }
+                }
+            }
+        }
+        Some(other) => return Err(f.invalid(K, "options", expected("an object", &other))),
+    }
+    let providers = match f.value(K, "providers")? {
+        Some(Value::Array(items)) => {
+            let mut providers = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                let manifest = ProviderManifest::from_value(item, &format!("providers[{i}]"))
+                    .map_err(|(field, reason)| f.invalid(K, field, reason))?;
+                if providers
+                    .iter()
+                    .any(|p: &ProviderManifest| p.name == manifest.name)
+                {
+                    return Err(f.invalid(
+                        K,
+                        format!("providers[{i}].name"),
+                        format!("duplicates provider {:?}", manifest.name),
+                    ));
+                }
+                providers.push(manifest);
+            }
+            providers
+        }
+        Some(other) => return Err(f.invalid(K, "providers", expected("an array", &other))),
+        None => return Err(f.invalid(K, "providers", "is required")),
+    };
+    Ok(Execute {
+        id,
+        code,
+        options,
+        providers,
+    })
+}
+
+fn decode_tool_call(f: &Fields<'_>) -> Result<ToolCall, DecodeError> {
+    const K: &str = "tool_call";
+    Ok(ToolCall {
+        call_id: f.string(K, "callId")?,
+        provider_name: f.string(K, "providerName")?,
+        safe_tool_name: f.string(K, "safeToolName")?,
+        input: f.raw("input"),
+    })
+}
+
+fn decode_tool_result(f: &Fields<'_>) -> Result<ToolResult, DecodeError> {
+    const K: &str = "tool_result";
+    let call_id = f.string(K, "callId")?;
+    let outcome = if f.boolean(K, "ok")? {
+        Ok(f.raw("result"))
+    } else {
+        Err(f.error_body(K)?)
+    };
+    Ok(ToolResult { call_id, outcome })
+}
+
+fn decode_done(f: &Fields<'_>) -> Result<Done, DecodeError> {
+    const K: &str = "done";
+    let id = f.string(K, "id")?;
+    let duration_ms = match f.value(K, "durationMs")? {
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .filter(|x| *x >= 0.0)
+            .map(|x| x as u64)
+            .ok_or_else(|| {
+                f.invalid(
+                    K,
+                    "durationMs",
+                    format!("must be a non-negative number, got {n}"),
+                )
+            })?,
+        Some(other) => return Err(f.invalid(K, "durationMs", expected("a number", &other))),
+        None => return Err(f.invalid(K, "durationMs", "is required")),
+    };
+    let logs = match f.value(K, "logs")? {
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s),
+                other => Err(f.invalid(K, format!("logs[{i}]"), expected("a string", &other))),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => return Err(f.invalid(K, "logs", expected("an array", &other))),
+        None => return Err(f.invalid(K, "logs", "is required")),
+    };
+    let outcome = if f.boolean(K, "ok")? {
+        Ok(f.raw("result"))
+    } else {
+        Err(f.error_body(K)?)
+    };
+    Ok(Done {
+        id,
+        duration_ms,
+        logs,
+        outcome,
+    })
+}
+
+/// The union of every message's fields, for encoding in wire order.
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Wire<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provider_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    safe_tool_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    options: Option<RuntimeOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    providers: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logs: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a ErrorBody>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC_EXECUTE: &str = r#"{"type":"execute","id":"exec-1","code":"const value = await tools.echo({\"ok\":true}); value.ok","options":{"timeoutMs":1000,"memoryLimitBytes":67108864,"maxLogLines":100,"maxLogChars":64000},"providers":[{"name":"tools","tools":{"echo":{"safeName":"echo","originalName":"echo","description":"Echo input"}},"types":"declare namespace tools { ... }"}]}"#;
+
+    fn reencode(line: &str) -> Value {
+        let msg = Message::decode(line).unwrap();
+        serde_json::from_str(&msg.encode()).unwrap()
+    }
+
+    #[test]
+    fn spec_transcript_lines_round_trip() {
+        let lines = [
+            SPEC_EXECUTE,
+            r#"{"type":"started","id":"exec-1"}"#,
+            r#"{"type":"tool_call","callId":"call-1","providerName":"tools","safeToolName":"echo","input":{"ok":true}}"#,
+            r#"{"type":"tool_result","callId":"call-1","ok":true,"result":{"ok":true}}"#,
+            r#"{"type":"done","id":"exec-1","ok":true,"durationMs":3,"logs":[],"result":true}"#,
+            r#"{"type":"cancel","id":"exec-2"}"#,
+            r#"{"type":"done","id":"exec-2","ok":false,"durationMs":1005,"logs":[],"error":{"code":"timeout","message":"Execution timed out"}}"#,
+        ];
+        for line in lines {
+            let original: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(reencode(line), original, "{line}");
+        }
+    }
+
+    #[test]
+    fn missing_options_take_defaults_per_field() {
+        let line =
+            r#"{"type":"execute","id":"a","code":"1","options":{"timeoutMs":7},"providers":[]}"#;
+        let Message::Execute(e) = Message::decode(line).unwrap() else {
+            panic!()
+        };
+        assert_eq!(e.options.timeout_ms, 7);
+        assert_eq!(
+            e.options.memory_limit_bytes,
+            RuntimeOptions::DEFAULT_MEMORY_LIMIT_BYTES
+        );
+        let line = r#"{"type":"execute","id":"a","code":"1","providers":[]}"#;
+        let Message::Execute(e) = Message::decode(line).unwrap() else {
+            panic!()
+        };
+        assert_eq!(e.options, RuntimeOptions::default());
+    }
+
+    #[test]
+    fn invalid_execute_names_the_field_and_keeps_the_id() {
+        let cases = [
+            (
+                r#"{"type":"execute","code":"1","providers":[]}"#,
+                None,
+                "id",
+            ),
+            (
+                r#"{"type":"execute","id":"x","providers":[]}"#,
+                Some("x"),
+                "code",
+            ),
+            (
+                r#"{"type":"execute","id":"x","code":"1"}"#,
+                Some("x"),
+                "providers",
+            ),
+            (
+                r#"{"type":"execute","id":"x","code":1,"providers":[]}"#,
+                Some("x"),
+                "code",
+            ),
+            (
+                r#"{"type":"execute","id":"x","code":"1","options":{"timeoutMs":"5"},"providers":[]}"#,
+                Some("x"),
+                "options.timeoutMs",
+            ),
+            (
+                r#"{"type":"execute","id":"x","code":"1","providers":[{"name":"t","tools":{"a":{}}}]}"#,
+                Some("x"),
+                "providers[0].tools.a.safeName",
+            ),
+        ];
+        for (line, want_id, want_field) in cases {
+            match Message::decode(line) {
+                Err(DecodeError::InvalidField { id, field, .. }) => {
+                    assert_eq!(id.as_deref(), want_id, "{line}");
+                    assert_eq!(field, want_field, "{line}");
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn deep_payloads_decode_without_recursion() {
+        let depth = 100_000;
+        let result = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let line = format!(r#"{{"type":"tool_result","callId":"c","ok":true,"result":{result}}}"#);
+        let Message::ToolResult(r) = Message::decode(&line).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.outcome.unwrap().unwrap().get().len(), depth * 2);
+    }
+
+    #[test]
+    fn garbage_is_classified() {
+        assert!(matches!(
+            Message::decode("nope"),
+            Err(DecodeError::NotJson(_))
+        ));
+        assert!(matches!(
+            Message::decode("[1]"),
+            Err(DecodeError::NotAnObject("an array"))
+        ));
+        assert!(matches!(
+            Message::decode("{}"),
+            Err(DecodeError::MissingType)
+        ));
+        assert!(matches!(
+            Message::decode(r#"{"type":"hello"}"#),
+            Err(DecodeError::UnknownType(t)) if t == "hello"
+        ));
+    }
+
+    #[test]
+    fn undefined_result_has_no_result_field() {
+        let done = Message::Done(Done {
+            id: "a".into(),
+            duration_ms: 1,
+            logs: vec![],
+            outcome: Ok(None),
+        });
+        assert_eq!(
+            done.encode(),
+            r#"{"type":"done","id":"a","ok":true,"durationMs":1,"logs":[]}"#
+        );
+    }
+}

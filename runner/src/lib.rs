@@ -1,0 +1,1 @@
+//! execbox runner library.
