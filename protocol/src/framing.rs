@@ -61,7 +61,7 @@ impl LineFramer {
                 None => (bytes, &[][..], false),
             };
             bytes = rest;
-            if let Some((len, prefix)) = &mut self.skipping {
+            if let Some((len, _)) = &mut self.skipping {
                 *len += chunk.len();
                 if ends_line {
                     let (len, prefix) = self.skipping.take().expect("skipping");

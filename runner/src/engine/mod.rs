@@ -1,0 +1,525 @@
+//! The only module that touches rquickjs: sandboxes, the guest surface, and the drive loop.
+//!
+//! Everything the guest can see is registered in [`Sandbox::new`] (intrinsics, `console`)
+//! and [`Engine::run`] (provider namespaces), both through `bootstrap.js`. No engine handle
+//! leaves this module: the rest of the runner sees [`Finished`], plain Rust data.
+//!
+//! A [`Sandbox`] is one QuickJS runtime plus one context, used for exactly one execution and
+//! then dropped. The [`Engine`] keeps one spare sandbox ready, built while the session is
+//! idle, so an `execute` does not pay for creating one.
+
+mod alloc;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use execbox_protocol::{ErrorBody, ErrorCode, Execute, Message, RawValue, ToolCall, ToolResult};
+use rquickjs::context::EvalOptions;
+use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value};
+
+use crate::logs::LogBuffer;
+use crate::normalize::normalize;
+use alloc::{Budget, BudgetAllocator};
+
+/// Where the engine sends what it emits mid-execution (`tool_call`). Implemented by transports.
+pub trait Outbound: Send + Sync {
+    /// Sends one message. Failures are the transport's business (it will report the close).
+    fn send(&self, message: &Message);
+}
+
+/// What the engine waits for while the guest is suspended on tool calls.
+#[derive(Debug)]
+pub enum Event {
+    /// A `tool_result` arrived (for any callId; the engine checks it).
+    ToolResult(ToolResult),
+    /// The host cancelled this execution.
+    Cancel,
+    /// The transport closed or failed.
+    Closed,
+    /// The deadline passed with nothing else happening.
+    Deadline,
+}
+
+/// The end of an execution, as plain data.
+#[derive(Debug)]
+pub struct Finished {
+    /// Console lines after truncation.
+    pub logs: Vec<String>,
+    /// The result JSON (`None` for undefined) or the error.
+    pub outcome: Result<Option<Box<RawValue>>, ErrorBody>,
+    /// True when the transport closed: there is nobody to send `done` to.
+    pub aborted: bool,
+}
+
+/// Message of every `timeout` outcome, cancellation included.
+pub const TIMEOUT_MESSAGE: &str = "Execution timed out";
+/// Message of `memory_limit`.
+pub const MEMORY_MESSAGE: &str = "Execution exceeded its memory limit";
+/// Script name of guest code in stack traces.
+const GUEST_FILENAME: &str = "sandbox-user-code.js";
+/// Stack QuickJS may use for guest code; deeper recursion is a RangeError (runtime_error).
+/// The thread running the engine must have a comfortably larger stack (see `ENGINE_STACK_BYTES`).
+const MAX_GUEST_STACK_BYTES: usize = 4 * 1024 * 1024;
+/// Stack size for threads that run an [`Engine`].
+pub const ENGINE_STACK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Runs executions, one at a time, each in a fresh sandbox.
+pub struct Engine {
+    spare: Option<Sandbox>,
+    retired: Option<Sandbox>,
+    interrupt: Arc<AtomicBool>,
+}
+
+impl Engine {
+    /// An engine with no sandbox built yet. `interrupt` is the flag a transport sets to stop
+    /// the running guest at once (cancel, close); the interrupt handler reads it, so this
+    /// works even in a tight CPU loop. An engine is bound to the thread that creates it.
+    pub fn new(interrupt: Arc<AtomicBool>) -> Self {
+        Engine {
+            spare: None,
+            retired: None,
+            interrupt,
+        }
+    }
+
+    /// Idle-time work: frees the last execution's sandbox and builds the next one.
+    pub fn prepare(&mut self) {
+        self.retired = None;
+        if self.spare.is_none() {
+            match Sandbox::new(self.interrupt.clone()) {
+                Ok(sandbox) => self.spare = Some(sandbox),
+                Err(e) => tracing::error!("cannot prepare a sandbox: {e}"),
+            }
+        }
+    }
+
+    /// Runs one execution to its end. `started` is when `started` was sent (the clock of
+    /// `timeoutMs`); `wait` blocks until the next relevant event or the given deadline.
+    pub fn run(
+        &mut self,
+        exec: &Execute,
+        started: Instant,
+        out: Arc<dyn Outbound>,
+        wait: &mut dyn FnMut(Instant) -> Event,
+    ) -> Finished {
+        self.retired = None;
+        let sandbox = match self.spare.take() {
+            Some(s) => s,
+            None => match Sandbox::new(self.interrupt.clone()) {
+                Ok(s) => s,
+                Err(e) => {
+                    return Finished {
+                        logs: Vec::new(),
+                        outcome: Err(ErrorBody::new(
+                            ErrorCode::InternalError,
+                            format!("cannot create a sandbox: {e}"),
+                        )),
+                        aborted: false,
+                    }
+                }
+            },
+        };
+        let deadline = started + std::time::Duration::from_millis(exec.options.timeout_ms);
+        let finished = sandbox.execute(exec, deadline, out, wait);
+        self.retired = Some(sandbox);
+        finished
+    }
+}
+
+/// Per-execution state the native functions share with the engine.
+struct ExecState {
+    logs: LogBuffer,
+    next_call: u64,
+    pending: HashSet<String>,
+    out: Option<Arc<dyn Outbound>>,
+}
+
+/// The private functions `bootstrap.js` returns, kept in the runtime's userdata.
+struct Hooks<'js> {
+    install: Function<'js>,
+    settle: Function<'js>,
+    describe: Function<'js>,
+    start: Function<'js>,
+    poll: Function<'js>,
+}
+
+// SAFETY: `Hooks` holds only `'js`-bound handles; changing the lifetime changes nothing else.
+#[allow(unsafe_code)]
+unsafe impl<'js> JsLifetime<'js> for Hooks<'js> {
+    type Changed<'to> = Hooks<'to>;
+}
+
+/// One runtime and context, with the trusted surface installed. Fields drop in order:
+/// the context before the runtime.
+struct Sandbox {
+    context: Context,
+    runtime: Runtime,
+    budget: Rc<Budget>,
+    deadline: Rc<Cell<Option<Instant>>>,
+    interrupt: Arc<AtomicBool>,
+    state: Rc<RefCell<ExecState>>,
+}
+
+/// Why the guest was stopped from outside.
+enum Stop {
+    Cancelled,
+    Closed,
+    Memory,
+    Deadline,
+}
+
+impl Sandbox {
+    fn new(interrupt: Arc<AtomicBool>) -> rquickjs::Result<Sandbox> {
+        let budget = Budget::new();
+        let runtime = Runtime::new_with_alloc(BudgetAllocator {
+            budget: budget.clone(),
+        })?;
+        runtime.set_max_stack_size(MAX_GUEST_STACK_BYTES);
+        let deadline: Rc<Cell<Option<Instant>>> = Rc::new(Cell::new(None));
+        {
+            let interrupt = interrupt.clone();
+            let budget = budget.clone();
+            let deadline = deadline.clone();
+            // Only an armed sandbox (one running an execution) can be interrupted.
+            runtime.set_interrupt_handler(Some(Box::new(move || {
+                deadline.get().is_some_and(|d| {
+                    interrupt.load(Ordering::Relaxed) || budget.exceeded() || Instant::now() >= d
+                })
+            })));
+        }
+        let context = Context::full(&runtime)?;
+        let state = Rc::new(RefCell::new(ExecState {
+            logs: LogBuffer::default(),
+            next_call: 0,
+            pending: HashSet::new(),
+            out: None,
+        }));
+        context.with(|ctx| {
+            register_guest_surface(&ctx, &state).map_err(|e| {
+                if matches!(e, rquickjs::Error::Exception) {
+                    let thrown = ctx.catch();
+                    let text = thrown
+                        .as_object()
+                        .and_then(|o| o.get::<_, String>("message").ok())
+                        .unwrap_or_else(|| format!("{thrown:?}"));
+                    tracing::error!("bootstrap failed: {text}");
+                }
+                e
+            })
+        })?;
+        Ok(Sandbox {
+            context,
+            runtime,
+            budget,
+            deadline,
+            interrupt,
+            state,
+        })
+    }
+
+    fn stop_reason(&self) -> Option<Stop> {
+        if self.interrupt.load(Ordering::SeqCst) {
+            // The transport sets the flag for both; it tells which through the event.
+            return Some(Stop::Cancelled);
+        }
+        if self.budget.exceeded() {
+            return Some(Stop::Memory);
+        }
+        if self.deadline.get().is_some_and(|d| Instant::now() >= d) {
+            return Some(Stop::Deadline);
+        }
+        None
+    }
+
+    fn execute(
+        &self,
+        exec: &Execute,
+        deadline: Instant,
+        out: Arc<dyn Outbound>,
+        wait: &mut dyn FnMut(Instant) -> Event,
+    ) -> Finished {
+        {
+            let mut state = self.state.borrow_mut();
+            state.logs = LogBuffer::new(&exec.options);
+            state.next_call = 0;
+            state.pending.clear();
+            state.out = Some(out);
+        }
+        let limit = usize::try_from(exec.options.memory_limit_bytes).unwrap_or(usize::MAX);
+        self.budget.arm(limit);
+        self.deadline.set(Some(deadline));
+
+        let outcome = self.drive(exec, wait);
+
+        self.budget.lift();
+        self.deadline.set(None);
+        let mut state = self.state.borrow_mut();
+        state.out = None;
+        state.pending.clear();
+        let logs = std::mem::take(&mut state.logs).into_lines();
+        match outcome {
+            Ok(outcome) => Finished {
+                logs,
+                outcome,
+                aborted: false,
+            },
+            Err(Stop::Closed) => Finished {
+                logs,
+                outcome: Err(ErrorBody::new(ErrorCode::Timeout, TIMEOUT_MESSAGE)),
+                aborted: true,
+            },
+            Err(Stop::Memory) => Finished {
+                logs,
+                outcome: Err(ErrorBody::new(ErrorCode::MemoryLimit, MEMORY_MESSAGE)),
+                aborted: false,
+            },
+            Err(Stop::Cancelled | Stop::Deadline) => Finished {
+                logs,
+                outcome: Err(ErrorBody::new(ErrorCode::Timeout, TIMEOUT_MESSAGE)),
+                aborted: false,
+            },
+        }
+    }
+
+    /// Starts the guest and pumps jobs and host events until it settles or is stopped.
+    fn drive(
+        &self,
+        exec: &Execute,
+        wait: &mut dyn FnMut(Instant) -> Event,
+    ) -> Result<Result<Option<Box<RawValue>>, ErrorBody>, Stop> {
+        let started = self.context.with(|ctx| start_guest(&ctx, exec));
+        if let Some(stop) = self.stop_reason() {
+            return Err(stop);
+        }
+        if let Err(failure) = started {
+            return Ok(Err(failure));
+        }
+        loop {
+            loop {
+                match self.runtime.execute_pending_job() {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(_) => {
+                        if let Some(stop) = self.stop_reason() {
+                            return Err(stop);
+                        }
+                    }
+                }
+            }
+            if let Some(stop) = self.stop_reason() {
+                return Err(stop);
+            }
+            if let Some(outcome) = self.context.with(|ctx| poll_outcome(&ctx)) {
+                // Serialising the result may itself have run out of memory.
+                return match self.stop_reason() {
+                    Some(stop) => Err(stop),
+                    None => Ok(outcome),
+                };
+            }
+            let deadline = self.deadline.get().expect("armed while driving");
+            match wait(deadline) {
+                Event::ToolResult(result) => self.settle(result),
+                Event::Cancel => return Err(Stop::Cancelled),
+                Event::Closed => return Err(Stop::Closed),
+                Event::Deadline => return Err(Stop::Deadline),
+            }
+        }
+    }
+
+    fn settle(&self, result: ToolResult) {
+        if !self.state.borrow_mut().pending.remove(&result.call_id) {
+            tracing::warn!(call_id = %result.call_id, "ignoring tool_result for an unknown or settled callId");
+            return;
+        }
+        self.context.with(|ctx| {
+            let Some(hooks) = ctx.userdata::<Hooks>() else {
+                return;
+            };
+            let call_id = result.call_id.as_str();
+            let undefined = Value::new_undefined(ctx.clone());
+            let settled = match &result.outcome {
+                Ok(None) => hooks.settle.call::<_, Value>((call_id, true, undefined)),
+                Ok(Some(raw)) => match ctx.json_parse(raw.get()) {
+                    Ok(value) => hooks.settle.call::<_, Value>((call_id, true, value)),
+                    Err(_) => {
+                        let _ = ctx.catch();
+                        hooks.settle.call::<_, Value>((
+                            call_id,
+                            false,
+                            undefined,
+                            ErrorCode::SerializationError.as_str(),
+                            "Tool result could not be rebuilt in the sandbox",
+                        ))
+                    }
+                },
+                Err(body) => hooks.settle.call::<_, Value>((
+                    call_id,
+                    false,
+                    undefined,
+                    body.code.as_str(),
+                    body.message.as_str(),
+                )),
+            };
+            if settled.is_err() {
+                let _ = ctx.catch();
+            }
+        });
+    }
+}
+
+/// Registers everything the guest can see besides the ECMAScript intrinsics: `console`, via
+/// `bootstrap.js`. Provider namespaces are added per execution by the `install` hook.
+fn register_guest_surface(ctx: &Ctx<'_>, state: &Rc<RefCell<ExecState>>) -> rquickjs::Result<()> {
+    let log_state = state.clone();
+    let emit_log = Function::new(ctx.clone(), move |line: String| {
+        log_state.borrow_mut().logs.push(&line);
+    })?;
+    let call_state = state.clone();
+    let send_tool_call = Function::new(
+        ctx.clone(),
+        move |provider: String, tool: String, input: Option<String>| -> Option<String> {
+            let mut state = call_state.borrow_mut();
+            // No sink: the execution is being torn down, and nothing may be sent any more.
+            let out = state.out.clone()?;
+            let input = match input {
+                None => None,
+                Some(json) => Some(RawValue::from_string(json).ok()?),
+            };
+            state.next_call += 1;
+            let call_id = format!("call-{}", state.next_call);
+            state.pending.insert(call_id.clone());
+            drop(state);
+            out.send(&Message::ToolCall(ToolCall {
+                call_id: call_id.clone(),
+                provider_name: provider,
+                safe_tool_name: tool,
+                input,
+            }));
+            Some(call_id)
+        },
+    )?;
+    let mut options = EvalOptions::default();
+    options.strict = true;
+    options.filename = Some("execbox-bootstrap.js".into());
+    let factory: Function = ctx.eval_with_options(include_str!("bootstrap.js"), options)?;
+    let hooks: Object = factory.call((emit_log, send_tool_call, ctx.globals()))?;
+    let hooks = Hooks {
+        install: hooks.get("install")?,
+        settle: hooks.get("settle")?,
+        describe: hooks.get("describe")?,
+        start: hooks.get("start")?,
+        poll: hooks.get("poll")?,
+    };
+    ctx.store_userdata(hooks)
+        .map_err(|_| rquickjs::Error::Unknown)?;
+    Ok(())
+}
+
+/// Installs the providers, compiles the normalised program and calls it.
+/// An `Err` is a failure before the guest's promise exists (e.g. a syntax error).
+fn start_guest(ctx: &Ctx<'_>, exec: &Execute) -> Result<(), ErrorBody> {
+    let hooks = ctx
+        .userdata::<Hooks>()
+        .ok_or_else(|| ErrorBody::new(ErrorCode::InternalError, "sandbox hooks are missing"))?;
+    let install = || -> rquickjs::Result<()> {
+        let providers = Array::new(ctx.clone())?;
+        for (i, provider) in exec.providers.iter().enumerate() {
+            let tools = Array::new(ctx.clone())?;
+            for (j, tool) in provider.tools.iter().enumerate() {
+                tools.set(j, tool.safe_name.as_str())?;
+            }
+            let entry = Array::new(ctx.clone())?;
+            entry.set(0, provider.name.as_str())?;
+            entry.set(1, tools)?;
+            providers.set(i, entry)?;
+        }
+        hooks.install.call::<_, ()>((providers,))
+    };
+    install().map_err(|e| engine_failure(ctx, e, "installing the providers"))?;
+
+    let program = normalize(&exec.code);
+    let function = match compile(ctx, &program.primary) {
+        Ok(f) => f,
+        Err(first) => match &program.fallback {
+            Some(fallback) => compile(ctx, fallback).map_err(|_| first)?,
+            None => return Err(first),
+        },
+    };
+    hooks
+        .start
+        .call::<_, ()>((function,))
+        .map_err(|e| engine_failure(ctx, e, "starting the guest"))
+}
+
+/// Evaluates `(source)`, which must yield the guest's function; no guest code runs here.
+fn compile<'js>(ctx: &Ctx<'js>, source: &str) -> Result<Value<'js>, ErrorBody> {
+    let mut options = EvalOptions::default();
+    options.strict = false;
+    options.filename = Some(GUEST_FILENAME.into());
+    let wrapped = format!("({source}\n)");
+    ctx.eval_with_options::<Value, _>(wrapped, options)
+        .map_err(|e| engine_failure(ctx, e, "compiling the guest program"))
+}
+
+/// Turns an engine error into a wire error, describing a thrown value like the guest's own.
+fn engine_failure(ctx: &Ctx<'_>, error: rquickjs::Error, doing: &str) -> ErrorBody {
+    if !matches!(error, rquickjs::Error::Exception) {
+        return ErrorBody::new(ErrorCode::InternalError, format!("{doing}: {error}"));
+    }
+    let thrown = ctx.catch();
+    describe(ctx, thrown)
+}
+
+/// `[code, message]` of a thrown value, via the trusted `describe` in bootstrap.js.
+fn describe<'js>(ctx: &Ctx<'js>, reason: Value<'js>) -> ErrorBody {
+    let described = ctx.userdata::<Hooks>().and_then(|hooks| {
+        let pair: Array = hooks.describe.call((reason,)).ok()?;
+        let code: String = pair.get(0).ok()?;
+        let message: String = pair.get(1).ok()?;
+        Some(ErrorBody::new(
+            ErrorCode::parse(&code).unwrap_or(ErrorCode::RuntimeError),
+            message,
+        ))
+    });
+    described.unwrap_or_else(|| {
+        let _ = ctx.catch();
+        ErrorBody::new(ErrorCode::RuntimeError, "guest code threw a value that cannot be described")
+    })
+}
+
+/// The guest's outcome once its promise settled: `None` while pending.
+fn poll_outcome(ctx: &Ctx<'_>) -> Option<Result<Option<Box<RawValue>>, ErrorBody>> {
+    let hooks = ctx.userdata::<Hooks>()?;
+    let polled: Value = match hooks.poll.call(()) {
+        Ok(v) => v,
+        Err(_) => {
+            let _ = ctx.catch();
+            return Some(Err(ErrorBody::new(
+                ErrorCode::InternalError,
+                "cannot read the guest's outcome",
+            )));
+        }
+    };
+    let array = polled.into_array()?;
+    let kind: String = array.get(0).ok()?;
+    if kind == "ok" {
+        let json: Option<String> = array.get(1).ok()?;
+        return Some(match json {
+            None => Ok(None),
+            Some(text) => RawValue::from_string(text).map(Some).map_err(|e| {
+                ErrorBody::new(
+                    ErrorCode::SerializationError,
+                    format!("Guest code returned a non-serializable value ({e})"),
+                )
+            }),
+        });
+    }
+    let code: String = array.get(1).ok()?;
+    let message: String = array.get(2).ok()?;
+    let code = ErrorCode::parse(&code).unwrap_or(ErrorCode::RuntimeError);
+    Some(Err(ErrorBody::new(code, message)))
+}

@@ -1,0 +1,31 @@
+//! `execbox-runner`: the sandbox binary. Parses flags and hands off to the library.
+
+use clap::Parser;
+
+/// Sandboxed JavaScript runner for execbox: runs guest code in QuickJS and asks the host
+/// for every tool call over the execbox protocol (NDJSON on stdio, or WebSocket).
+#[derive(Debug, Parser)]
+#[command(
+    name = "execbox-runner",
+    version,
+    after_help = "Examples:\n  \
+        execbox-runner                         # one NDJSON session on stdin/stdout\n  \
+        execbox-runner --listen 127.0.0.1:0    # WebSocket; prints ws://127.0.0.1:PORT\n  \
+        echo '{\"type\":\"execute\",\"id\":\"a\",\"code\":\"1 + 1\",\"providers\":[]}' | execbox-runner\n\n\
+        Diagnostics go to stderr (RUST_LOG=info for more); stdout carries protocol messages only.\n\
+        Exit status: 0 when the transport closed normally, 1 on a startup error."
+)]
+struct Cli {
+    #[command(flatten)]
+    runner: execbox_runner::RunnerArgs,
+}
+
+fn main() {
+    execbox_runner::init_tracing();
+    let cli = Cli::parse();
+    if let Err(e) = execbox_runner::run(&cli.runner) {
+        eprintln!("execbox-runner: {e:#}");
+        std::process::exit(1);
+    }
+    std::process::exit(0);
+}

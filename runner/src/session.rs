@@ -1,0 +1,307 @@
+//! The protocol state machine of one transport session, independent of the transport.
+//!
+//! A transport feeds [`Inbound`] items into a channel from its own reader (thread or task)
+//! and calls [`Control::observe`] on each first, so a `cancel` or a close reaches the
+//! running guest at once through the interrupt flag, even in a tight CPU loop. The session
+//! ([`run_session`]) consumes the channel on the engine's thread.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use execbox_protocol::{
+    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Frame, Message, Started,
+    ToolResult,
+};
+
+use crate::engine::{Engine, Event, Outbound};
+
+/// One item from the transport, in arrival order.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A well-formed message.
+    Message(Message),
+    /// A line or frame that is not a valid message.
+    Invalid(DecodeError),
+    /// A line or frame refused before parsing: over the size limit.
+    Oversized {
+        /// Its size in bytes.
+        len: usize,
+        /// Its first bytes, to tell which message it was.
+        prefix: Vec<u8>,
+    },
+    /// Bytes that are not UTF-8.
+    NotUtf8 {
+        /// Its size in bytes.
+        len: usize,
+    },
+    /// The transport closed or failed; nothing follows.
+    Closed,
+}
+
+impl Inbound {
+    /// Classifies one framed line.
+    pub fn from_frame(frame: Frame) -> Inbound {
+        match frame {
+            Frame::Line(line) => Inbound::from_text(&line),
+            Frame::InvalidUtf8 { len } => Inbound::NotUtf8 { len },
+            Frame::Oversized { len, prefix } => Inbound::Oversized { len, prefix },
+        }
+    }
+
+    /// Decodes one message text.
+    pub fn from_text(text: &str) -> Inbound {
+        match Message::decode(text) {
+            Ok(message) => Inbound::Message(message),
+            Err(error) => Inbound::Invalid(error),
+        }
+    }
+}
+
+/// State shared by a transport's reader and the session, guarding cancellation races.
+#[derive(Debug)]
+pub struct Control {
+    interrupt: Arc<AtomicBool>,
+    state: Mutex<ControlState>,
+}
+
+#[derive(Debug, Default)]
+struct ControlState {
+    active: Option<String>,
+    /// Executes read but not yet picked up by the session.
+    queued: HashSet<String>,
+    /// Queued executes already cancelled.
+    cancelled: HashSet<String>,
+}
+
+impl Control {
+    /// Control around the engine's interrupt flag.
+    pub fn new(interrupt: Arc<AtomicBool>) -> Arc<Control> {
+        Arc::new(Control {
+            interrupt,
+            state: Mutex::new(ControlState::default()),
+        })
+    }
+
+    /// Called by the reader for every item, before it is queued.
+    pub fn observe(&self, item: &Inbound) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match item {
+            Inbound::Message(Message::Execute(e)) => {
+                state.queued.insert(e.id.clone());
+            }
+            Inbound::Message(Message::Cancel(c)) => {
+                if state.active.as_deref() == Some(c.id.as_str()) {
+                    self.interrupt.store(true, Ordering::SeqCst);
+                } else if state.queued.contains(&c.id) {
+                    state.cancelled.insert(c.id.clone());
+                }
+            }
+            Inbound::Closed => {
+                // Aborts the running execution; executes already read still run (a closed
+                // transport can deliver no tool results, so any that waits on one ends).
+                if state.active.is_some() {
+                    self.interrupt.store(true, Ordering::SeqCst);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn begin(&self, id: &str) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.queued.remove(id);
+        let stop = state.cancelled.remove(id);
+        state.active = Some(id.to_owned());
+        self.interrupt.store(stop, Ordering::SeqCst);
+    }
+
+    fn end(&self) -> Option<String> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.interrupt.store(false, Ordering::SeqCst);
+        state.active.take()
+    }
+
+    fn forget(&self, id: &str) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.queued.remove(id);
+        state.cancelled.remove(id);
+    }
+}
+
+/// Limits of a session that are not per-execution options.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    /// The largest message accepted, in bytes.
+    pub max_message_bytes: usize,
+}
+
+/// Runs the session until the transport closes. Every accepted or rejected `execute` gets
+/// exactly one `done`; everything else that is wrong is logged to stderr and dropped.
+pub fn run_session(
+    engine: &mut Engine,
+    inbound: &Receiver<Inbound>,
+    control: &Control,
+    out: Arc<dyn Outbound>,
+    limits: SessionLimits,
+) {
+    engine.prepare();
+    let mut last: Option<String> = None;
+    loop {
+        let Ok(item) = inbound.recv() else { return };
+        match item {
+            Inbound::Message(Message::Execute(exec)) => {
+                control.begin(&exec.id);
+                out.send(&Message::Started(Started {
+                    id: exec.id.clone(),
+                }));
+                let started = Instant::now();
+                let finished = engine.run(&exec, started, out.clone(), &mut |deadline| {
+                    wait(inbound, control, &*out, &exec, deadline, limits)
+                });
+                let ended = control.end();
+                if finished.aborted {
+                    tracing::info!(id = %exec.id, "transport closed during execution");
+                    return;
+                }
+                out.send(&Message::Done(Done {
+                    id: exec.id.clone(),
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    logs: finished.logs,
+                    outcome: finished.outcome,
+                }));
+                engine.prepare();
+                last = ended;
+            }
+            Inbound::Closed => return,
+            // A cancel racing the `done` of its execution is expected, not worth a warning.
+            Inbound::Message(Message::Cancel(cancel)) if last.as_deref() == Some(&cancel.id) => {
+                tracing::debug!(id = %cancel.id, "cancel arrived after its execution ended");
+            }
+            other => handle_stray(other, control, &*out, None, limits),
+        }
+    }
+}
+
+/// Waits, during an execution, for the next event the engine cares about.
+fn wait(
+    inbound: &Receiver<Inbound>,
+    control: &Control,
+    out: &dyn Outbound,
+    exec: &Execute,
+    deadline: Instant,
+    limits: SessionLimits,
+) -> Event {
+    loop {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let item = match inbound.recv_timeout(timeout) {
+            Ok(item) => item,
+            Err(RecvTimeoutError::Timeout) => return Event::Deadline,
+            Err(RecvTimeoutError::Disconnected) => return Event::Closed,
+        };
+        match item {
+            Inbound::Message(Message::ToolResult(result)) => return Event::ToolResult(result),
+            Inbound::Message(Message::Cancel(cancel)) if cancel.id == exec.id => {
+                return Event::Cancel
+            }
+            Inbound::Closed => return Event::Closed,
+            Inbound::Oversized { len, prefix } => {
+                let envelope = peek_envelope(&prefix);
+                if envelope.kind.as_deref() == Some("tool_result") {
+                    if let Some(call_id) = envelope.call_id {
+                        tracing::warn!(%call_id, len, "tool_result over the message size limit");
+                        return Event::ToolResult(ToolResult {
+                            call_id,
+                            outcome: Err(ErrorBody::new(
+                                ErrorCode::SerializationError,
+                                format!(
+                                    "Tool result of {len} bytes exceeds the runner's message limit of {} bytes",
+                                    limits.max_message_bytes
+                                ),
+                            )),
+                        });
+                    }
+                }
+                handle_stray(Inbound::Oversized { len, prefix }, control, out, Some(exec), limits);
+            }
+            other => handle_stray(other, control, out, Some(exec), limits),
+        }
+    }
+}
+
+/// Anything that does not drive the active execution: answered if it is an `execute`,
+/// otherwise logged and dropped.
+fn handle_stray(
+    item: Inbound,
+    control: &Control,
+    out: &dyn Outbound,
+    active: Option<&Execute>,
+    limits: SessionLimits,
+) {
+    let reject = |id: &str, code: ErrorCode, message: String| {
+        control.forget(id);
+        out.send(&Message::Done(Done {
+            id: id.to_owned(),
+            duration_ms: 0,
+            logs: Vec::new(),
+            outcome: Err(ErrorBody::new(code, message)),
+        }));
+    };
+    match item {
+        Inbound::Message(Message::Execute(exec)) => {
+            let active = active.map(|a| a.id.as_str()).unwrap_or_default();
+            tracing::warn!(id = %exec.id, %active, "rejecting execute: an execution is active");
+            reject(
+                &exec.id,
+                ErrorCode::InternalError,
+                format!("Runner already has an active execution ({active:?})"),
+            );
+        }
+        Inbound::Message(Message::Cancel(cancel)) => {
+            tracing::warn!(id = %cancel.id, "ignoring cancel: no active execution with that id");
+        }
+        Inbound::Message(Message::ToolResult(result)) => {
+            tracing::warn!(call_id = %result.call_id, "ignoring tool_result: no active execution");
+        }
+        Inbound::Message(other) => {
+            tracing::warn!(kind = other.kind(), "ignoring a message only a runner sends");
+        }
+        Inbound::Invalid(DecodeError::InvalidField {
+            kind: "execute",
+            id,
+            field,
+            reason,
+            ..
+        }) => {
+            let id = id.unwrap_or_default();
+            tracing::warn!(%id, %field, %reason, "rejecting malformed execute");
+            reject(
+                &id,
+                ErrorCode::ValidationError,
+                format!("invalid execute message: {field} {reason}"),
+            );
+        }
+        Inbound::Invalid(error) => tracing::warn!("ignoring message: {error}"),
+        Inbound::Oversized { len, prefix } => {
+            let envelope = peek_envelope(&prefix);
+            let limit = limits.max_message_bytes;
+            if envelope.kind.as_deref() == Some("execute") {
+                let id = envelope.id.unwrap_or_default();
+                tracing::warn!(%id, len, limit, "rejecting oversized execute");
+                reject(
+                    &id,
+                    ErrorCode::ValidationError,
+                    format!("execute message of {len} bytes exceeds the limit of {limit} bytes"),
+                );
+            } else {
+                tracing::warn!(len, limit, kind = ?envelope.kind, "ignoring oversized message");
+            }
+        }
+        Inbound::NotUtf8 { len } => {
+            tracing::warn!(len, "ignoring message that is not valid UTF-8");
+        }
+        Inbound::Closed => {}
+    }
+}
