@@ -195,8 +195,7 @@ fn wait(
     limits: SessionLimits,
 ) -> Event {
     loop {
-        let timeout = deadline.saturating_duration_since(Instant::now());
-        let item = match inbound.recv_timeout(timeout) {
+        let item = match recv_soon(inbound, deadline) {
             Ok(item) => item,
             Err(RecvTimeoutError::Timeout) => return Event::Deadline,
             Err(RecvTimeoutError::Disconnected) => return Event::Closed,
@@ -229,6 +228,24 @@ fn wait(
             other => handle_stray(other, control, out, Some(exec), limits),
         }
     }
+}
+
+/// Receives the next item by the deadline. A tool result usually follows its call within
+/// microseconds, so the engine briefly polls (yielding its core) before it sleeps: a sleeping
+/// thread's wake-up would otherwise dominate the tool-call round trip.
+fn recv_soon(inbound: &Receiver<Inbound>, deadline: Instant) -> Result<Inbound, RecvTimeoutError> {
+    const POLL_FOR: std::time::Duration = std::time::Duration::from_micros(50);
+    let polling_until = Instant::now() + POLL_FOR;
+    while Instant::now() < polling_until.min(deadline) {
+        match inbound.try_recv() {
+            Ok(item) => return Ok(item),
+            Err(std::sync::mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                return Err(RecvTimeoutError::Disconnected)
+            }
+        }
+    }
+    inbound.recv_timeout(deadline.saturating_duration_since(Instant::now()))
 }
 
 /// Anything that does not drive the active execution: answered if it is an `execute`,

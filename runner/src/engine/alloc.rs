@@ -43,11 +43,6 @@ impl Budget {
         self.exceeded.get()
     }
 
-    /// Bytes currently allocated by the runtime.
-    pub(crate) fn used(&self) -> usize {
-        self.used.get()
-    }
-
     fn admit(&self, old: usize, new: usize) -> bool {
         let next = self.used.get() - old + new;
         if new > old && next > self.limit.get() {

@@ -9,6 +9,7 @@
 //! idle, so an `execute` does not pay for creating one.
 
 mod alloc;
+mod precompiled;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
@@ -402,10 +403,7 @@ fn register_guest_surface(ctx: &Ctx<'_>, state: &Rc<RefCell<ExecState>>) -> rqui
             Some(call_id)
         },
     )?;
-    let mut options = EvalOptions::default();
-    options.strict = true;
-    options.filename = Some("execbox-bootstrap.js".into());
-    let factory: Function = ctx.eval_with_options(include_str!("bootstrap.js"), options)?;
+    let factory: Function = precompiled::load(ctx)?.get()?;
     let hooks: Object = factory.call((emit_log, send_tool_call, ctx.globals()))?;
     let hooks = Hooks {
         install: hooks.get("install")?,
