@@ -1,0 +1,180 @@
+//! Integration tests of the real `execbox-runner` binary over stdio: behaviour at the edges
+//! that transcripts cannot express (process exit, raw bytes, flags, stdout purity).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+struct Runner {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Runner {
+    fn spawn(args: &[&str]) -> Runner {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_execbox-runner"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn runner");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Runner { child, stdin, stdout }
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, message: Value) {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.send_raw(line.as_bytes());
+    }
+
+    fn recv(&mut self) -> Value {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "runner closed stdout");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"))
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn execute(id: &str, code: &str, options: Value) -> Value {
+    json!({"type": "execute", "id": id, "code": code, "options": options,
+           "providers": [{"name": "tools", "tools": {"hang": {"safeName": "hang"}}}]})
+}
+
+#[test]
+fn stdin_eof_during_cpu_loop_exits_promptly() {
+    let mut runner = Runner::spawn(&[]);
+    runner.send(execute("a", "while (true) {}", json!({"timeoutMs": 60000})));
+    assert_eq!(runner.recv()["type"], "started");
+    drop(runner.stdin.take());
+    assert!(runner.wait_exit(Duration::from_secs(5)), "runner kept running after stdin closed");
+}
+
+#[test]
+fn stdin_eof_while_waiting_on_a_tool_exits_promptly() {
+    let mut runner = Runner::spawn(&[]);
+    runner.send(execute("a", "await tools.hang({})", json!({"timeoutMs": 60000})));
+    assert_eq!(runner.recv()["type"], "started");
+    assert_eq!(runner.recv()["type"], "tool_call");
+    drop(runner.stdin.take());
+    assert!(runner.wait_exit(Duration::from_secs(5)));
+}
+
+#[test]
+fn executes_already_read_still_run_after_eof() {
+    let mut runner = Runner::spawn(&[]);
+    runner.send_raw(b"{\"type\":\"execute\",\"id\":\"x\",\"code\":\"6 * 7\",\"providers\":[]}\n");
+    drop(runner.stdin.take());
+    assert_eq!(runner.recv()["type"], "started");
+    let done = runner.recv();
+    assert_eq!(done["result"], 42);
+    assert!(runner.wait_exit(Duration::from_secs(5)));
+}
+
+#[test]
+fn oversized_execute_is_refused_before_parsing_and_answered() {
+    let mut runner = Runner::spawn(&["--max-message-bytes", "1000"]);
+    let big = "x".repeat(5000);
+    runner.send(execute("big", &format!("'{big}'"), json!({})));
+    let done = runner.recv();
+    assert_eq!(done["type"], "done");
+    assert_eq!(done["id"], "big");
+    assert_eq!(done["error"]["code"], "validation_error");
+    assert!(done["error"]["message"].as_str().unwrap().contains("exceeds the limit of 1000 bytes"));
+    // The session goes on.
+    runner.send(execute("small", "1", json!({})));
+    assert_eq!(runner.recv()["type"], "started");
+    assert_eq!(runner.recv()["result"], 1);
+}
+
+#[test]
+fn oversized_tool_result_rejects_that_call_instead_of_hanging() {
+    let mut runner = Runner::spawn(&["--max-message-bytes", "1000"]);
+    let code = "try { await tools.hang({}) } catch (e) { return [e.code, e.message.includes('exceeds')] }";
+    runner.send(execute("a", code, json!({})));
+    assert_eq!(runner.recv()["type"], "started");
+    let call = runner.recv();
+    let result = json!({"type": "tool_result", "callId": call["callId"], "ok": true, "result": "y".repeat(5000)});
+    runner.send(result);
+    let done = runner.recv();
+    assert_eq!(done["result"], json!(["serialization_error", true]));
+}
+
+#[test]
+fn invalid_utf8_and_garbage_lines_are_ignored() {
+    let mut runner = Runner::spawn(&[]);
+    runner.send_raw(b"\xff\xfe\xfd\n");
+    runner.send_raw(b"not json\n[1,2]\n{\"type\":\"nope\"}\n{}\n\n   \n");
+    runner.send_raw(b"{\"type\":\"tool_result\",\"callId\":\"zzz\",\"ok\":true,\"result\":1}\n");
+    runner.send(execute("a", "'still alive'", json!({})));
+    assert_eq!(runner.recv()["type"], "started");
+    assert_eq!(runner.recv()["result"], "still alive");
+}
+
+#[test]
+fn stdout_carries_only_protocol_messages() {
+    let mut runner = Runner::spawn(&[]);
+    let codes = [
+        "console.log('x'.repeat(100)); 1",
+        "throw new Error('boom')",
+        "while (true) {}",
+        "let a = []; while (true) a.push('x'.repeat(1000))",
+        "function f() { return f() } f()",
+        "(() => 1)",
+        "}{",
+    ];
+    for (i, code) in codes.iter().enumerate() {
+        runner.send(execute(&i.to_string(), code, json!({"timeoutMs": 200, "memoryLimitBytes": 4_000_000})));
+        let started = runner.recv();
+        assert_eq!(started["type"], "started");
+        let done = runner.recv();
+        assert_eq!(done["type"], "done", "{code}");
+        assert_eq!(done["id"], i.to_string());
+    }
+    drop(runner.stdin.take());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut runner.stdout, &mut rest).unwrap();
+    assert_eq!(rest, "", "nothing but protocol lines on stdout");
+}
+
+#[test]
+fn memory_limit_is_decided_from_the_runtime_even_when_the_guest_throws_null() {
+    let mut runner = Runner::spawn(&[]);
+    let code = "try { const a = []; while (true) a.push(new Array(1000).fill(1)) } catch (e) { throw null }";
+    runner.send(execute("m", code, json!({"memoryLimitBytes": 8_000_000})));
+    runner.recv();
+    let done = runner.recv();
+    assert_eq!(done["error"]["code"], "memory_limit", "{done}");
+    runner.send(execute("next", "'fine'", json!({})));
+    runner.recv();
+    assert_eq!(runner.recv()["result"], "fine");
+}
