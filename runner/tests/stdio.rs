@@ -178,3 +178,26 @@ fn memory_limit_is_decided_from_the_runtime_even_when_the_guest_throws_null() {
     runner.recv();
     assert_eq!(runner.recv()["result"], "fine");
 }
+
+/// The documented guest surface (ARCHITECTURE.md, "The guest's whole surface"): if this list
+/// changes, the document must change with it.
+const DOCUMENTED_GLOBALS: &str = "AggregateError Array ArrayBuffer AsyncDisposableStack Atomics BigInt \
+    BigInt64Array BigUint64Array Boolean DOMException DataView Date DisposableStack Error EvalError \
+    FinalizationRegistry Float16Array Float32Array Float64Array Function Infinity Int16Array \
+    Int32Array Int8Array InternalError Iterator JSON Map Math NaN Number Object Promise Proxy \
+    RangeError ReferenceError Reflect RegExp Set SharedArrayBuffer String SuppressedError Symbol \
+    SyntaxError TypeError URIError Uint16Array Uint32Array Uint8Array Uint8ClampedArray WeakMap \
+    WeakRef WeakSet atob btoa console decodeURI decodeURIComponent encodeURI encodeURIComponent \
+    escape eval globalThis isFinite isNaN parseFloat parseInt performance queueMicrotask tools \
+    undefined unescape";
+
+#[test]
+fn guest_globals_are_exactly_the_documented_set() {
+    let mut runner = Runner::spawn(&[]);
+    let code = "Object.getOwnPropertyNames(globalThis).sort().join(' ')";
+    runner.send(execute("g", code, json!({})));
+    runner.recv();
+    let done = runner.recv();
+    let expected: Vec<&str> = DOCUMENTED_GLOBALS.split_whitespace().collect();
+    assert_eq!(done["result"], expected.join(" "));
+}
