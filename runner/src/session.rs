@@ -99,12 +99,10 @@ impl Control {
                     state.cancelled.insert(c.id.clone());
                 }
             }
-            Inbound::Closed => {
-                // Aborts the running execution; executes already read still run (a closed
-                // transport can deliver no tool results, so any that waits on one ends).
-                if state.active.is_some() {
-                    self.interrupt.store(true, Ordering::SeqCst);
-                }
+            // Aborts the running execution; executes already read still run (a closed
+            // transport can deliver no tool results, so any that waits on one ends).
+            Inbound::Closed if state.active.is_some() => {
+                self.interrupt.store(true, Ordering::SeqCst);
             }
             _ => {}
         }

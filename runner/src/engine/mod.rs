@@ -185,13 +185,14 @@ impl Sandbox {
             let interrupt = interrupt.clone();
             let budget = budget.clone();
             let deadline = deadline.clone();
-            // Only an armed sandbox (one running an execution) can be interrupted.
             runtime.set_interrupt_handler(Some(Box::new(move || {
-                deadline.get().is_some_and(|d| {
-                    interrupt.load(Ordering::Relaxed) || budget.exceeded() || Instant::now() >= d
-                })
+                must_stop(&interrupt, &budget, &deadline)
             })));
         }
+        let stopped: Rc<dyn Fn() -> bool> = {
+            let (interrupt, budget, deadline) = (interrupt.clone(), budget.clone(), deadline.clone());
+            Rc::new(move || must_stop(&interrupt, &budget, &deadline))
+        };
         let context = Context::full(&runtime)?;
         let state = Rc::new(RefCell::new(ExecState {
             logs: LogBuffer::default(),
@@ -200,7 +201,7 @@ impl Sandbox {
             out: None,
         }));
         context.with(|ctx| {
-            register_guest_surface(&ctx, &state).map_err(|e| {
+            register_guest_surface(&ctx, &state, stopped).map_err(|e| {
                 if matches!(e, rquickjs::Error::Exception) {
                     let thrown = ctx.catch();
                     let text = thrown
@@ -372,9 +373,21 @@ impl Sandbox {
     }
 }
 
+/// Whether an armed sandbox must stop: cancelled or closed, out of memory, or past its
+/// deadline. An unarmed sandbox (being prepared) never stops.
+fn must_stop(interrupt: &AtomicBool, budget: &Budget, deadline: &Cell<Option<Instant>>) -> bool {
+    deadline.get().is_some_and(|d| {
+        interrupt.load(Ordering::Relaxed) || budget.exceeded() || Instant::now() >= d
+    })
+}
+
 /// Registers everything the guest can see besides the ECMAScript intrinsics: `console`, via
 /// `bootstrap.js`. Provider namespaces are added per execution by the `install` hook.
-fn register_guest_surface(ctx: &Ctx<'_>, state: &Rc<RefCell<ExecState>>) -> rquickjs::Result<()> {
+fn register_guest_surface(
+    ctx: &Ctx<'_>,
+    state: &Rc<RefCell<ExecState>>,
+    stopped: Rc<dyn Fn() -> bool>,
+) -> rquickjs::Result<()> {
     let log_state = state.clone();
     let emit_log = Function::new(ctx.clone(), move |line: String| {
         log_state.borrow_mut().logs.push(&line);
@@ -383,6 +396,11 @@ fn register_guest_surface(ctx: &Ctx<'_>, state: &Rc<RefCell<ExecState>>) -> rqui
     let send_tool_call = Function::new(
         ctx.clone(),
         move |provider: String, tool: String, input: Option<String>| -> Option<String> {
+            // A cancelled, timed-out or out-of-memory execution sends nothing more; the proxy
+            // rejects the call with a trusted timeout instead.
+            if stopped() {
+                return None;
+            }
             let mut state = call_state.borrow_mut();
             // No sink: the execution is being torn down, and nothing may be sent any more.
             let out = state.out.clone()?;
