@@ -26,7 +26,11 @@ impl Runner {
             .expect("spawn runner");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        Runner { child, stdin, stdout }
+        Runner {
+            child,
+            stdin,
+            stdout,
+        }
     }
 
     fn send(&mut self, line: &str) {
@@ -51,7 +55,8 @@ impl Runner {
     }
 
     fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         status
             .lines()
             .find(|l| l.starts_with("VmRSS:"))
@@ -149,9 +154,24 @@ fn main() {
 
     println!("| measure (warm stdio runner) | p50 | p99 | target |");
     println!("|---|---|---|---|");
-    println!("| trivial execution round trip | {} | {} | ≤ 500 µs p50 (stretch ≤ 150 µs) |", us(exec_p50), us(exec_p99));
-    println!("| tool call round trip | {} | {} | ≤ 50 µs p50 |", us(call_p50), us(call_p99));
-    println!("| spawn to first done | {} | {} | ≤ 5 ms |", us(spawn_p50), us(spawn_p99));
+    println!(
+        "| trivial execution round trip | {} | {} | ≤ 500 µs p50 (stretch ≤ 150 µs) |",
+        us(exec_p50),
+        us(exec_p99)
+    );
+    println!(
+        "| tool call round trip | {} | {} | ≤ 50 µs p50 |",
+        us(call_p50),
+        us(call_p99)
+    );
+    println!(
+        "| spawn to first done | {} | {} | ≤ 5 ms |",
+        us(spawn_p50),
+        us(spawn_p99)
+    );
     println!("| executions per second (one runner, sequential) | {per_sec:.0}/s | | ≥ 2,000/s |");
-    println!("| idle RSS | {:.1} MiB | | ≤ 8 MiB |", idle_rss as f64 / 1024.0);
+    println!(
+        "| idle RSS | {:.1} MiB | | ≤ 8 MiB |",
+        idle_rss as f64 / 1024.0
+    );
 }

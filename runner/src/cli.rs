@@ -5,6 +5,7 @@ use std::io::Write;
 use clap::Args;
 use execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES;
 
+use crate::lockdown::Sandbox;
 use crate::session::SessionLimits;
 
 /// Flags of the runner. With none, it serves one NDJSON session on stdin/stdout.
@@ -23,16 +24,35 @@ pub struct RunnerArgs {
     /// Refuse any message (line or frame) larger than N bytes, before parsing it.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
+
+    /// DANGEROUS: serve without the OS lockdown (Landlock, seccomp, rlimits), which is otherwise
+    /// installed before any guest input is read, and without which the runner refuses to start.
+    /// QuickJS still confines the guest, but a bug in the engine would then give guest code
+    /// the runner's full access to files, the network and process creation. Only for
+    /// debugging, or where the lockdown cannot be applied (not Linux, no Landlock, no seccomp).
+    #[arg(long)]
+    pub insecure_no_sandbox: bool,
 }
 
-/// Runs the runner with parsed flags until its transport ends.
+/// Runs the runner with parsed flags until its transport ends. Unless `insecure_no_sandbox`
+/// is set, the transport locks the process down (see [`crate::lockdown`]) before it reads
+/// guest input, and fails if it cannot.
 pub fn run(args: &RunnerArgs) -> anyhow::Result<()> {
     let limits = SessionLimits {
         max_message_bytes: args.max_message_bytes,
     };
+    let sandbox = if args.insecure_no_sandbox {
+        tracing::warn!(
+            "--insecure-no-sandbox: running WITHOUT the OS lockdown; an engine bug would give \
+             guest code this process's full access to files, network and processes"
+        );
+        Sandbox::Off
+    } else {
+        Sandbox::Enforce
+    };
     match &args.listen {
-        None => crate::stdio::serve(limits),
-        Some(addr) => crate::ws::serve(addr, args.max_sessions, limits, |bound| {
+        None => crate::stdio::serve(limits, sandbox),
+        Some(addr) => crate::ws::serve(addr, args.max_sessions, limits, sandbox, |bound| {
             let mut stdout = std::io::stdout().lock();
             let _ = writeln!(stdout, "ws://{bound}");
             let _ = stdout.flush();

@@ -8,7 +8,9 @@
 //!   `execute`, rejections of malformed or concurrent requests;
 //! - [`engine::Engine`] runs one execution in a [`QuickJS`](rquickjs) sandbox and is the only
 //!   code that touches the engine; [`normalize`] turns guest code into a function body and
-//!   [`logs::LogBuffer`] applies the log limits.
+//!   [`logs::LogBuffer`] applies the log limits;
+//! - [`lockdown`] confines the whole process (Landlock, seccomp, rlimits on Linux) before the
+//!   transport reads the first byte of guest input.
 //!
 //! ```no_run
 //! // The same as running `execbox-runner --listen 127.0.0.1:0`.
@@ -16,12 +18,14 @@
 //!     listen: Some("127.0.0.1:0".into()),
 //!     max_sessions: 16,
 //!     max_message_bytes: execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES,
+//!     insecure_no_sandbox: false,
 //! };
 //! execbox_runner::run(&args).unwrap();
 //! ```
 
 mod cli;
 pub mod engine;
+pub mod lockdown;
 pub mod logs;
 pub mod normalize;
 pub mod session;

@@ -92,8 +92,14 @@ mod tests {
 
     #[test]
     fn lines_first_then_characters_like_the_reference() {
-        assert_eq!(logs(2, 10, &["12345", "67890", "ignored"]), ["12345", "67890"]);
-        assert_eq!(logs(3, 20, &["12345", "67890", "abc"]), ["12345", "67890", "abc"]);
+        assert_eq!(
+            logs(2, 10, &["12345", "67890", "ignored"]),
+            ["12345", "67890"]
+        );
+        assert_eq!(
+            logs(3, 20, &["12345", "67890", "abc"]),
+            ["12345", "67890", "abc"]
+        );
         assert_eq!(logs(10, 7, &["12345", "67890", "x"]), ["12345", "67"]);
     }
 

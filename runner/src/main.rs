@@ -13,16 +13,24 @@ use clap::Parser;
         execbox-runner --listen 127.0.0.1:0    # WebSocket; prints ws://127.0.0.1:PORT\n  \
         echo '{\"type\":\"execute\",\"id\":\"a\",\"code\":\"1 + 1\",\"providers\":[]}' | execbox-runner\n\n\
         Diagnostics go to stderr (RUST_LOG=info for more); stdout carries protocol messages only.\n\
-        Exit status: 0 when the transport closed normally, 1 on a startup error."
+        Exit status: 0 when the transport closed normally, 1 on a startup error (including an \
+        OS lockdown that cannot be applied)."
 )]
 struct Cli {
     #[command(flatten)]
     runner: execbox_runner::RunnerArgs,
+
+    /// Test only: apply the OS lockdown, try ACTION and exit (tests/lockdown.rs reads the status).
+    #[arg(long, value_name = "ACTION", hide = true)]
+    lockdown_probe: Option<execbox_runner::lockdown::Probe>,
 }
 
 fn main() {
     execbox_runner::init_tracing();
     let cli = Cli::parse();
+    if let Some(probe) = cli.lockdown_probe {
+        std::process::exit(execbox_runner::lockdown::probe(probe));
+    }
     if let Err(e) = execbox_runner::run(&cli.runner) {
         eprintln!("execbox-runner: {e:#}");
         std::process::exit(1);

@@ -1,8 +1,9 @@
 //! The protocol state machine of one transport session, independent of the transport.
 //!
 //! A transport feeds [`Inbound`] items into a channel from its own reader (thread or task)
-//! and calls [`Control::observe`] on each first, so a `cancel` or a close reaches the
-//! running guest at once through the interrupt flag, even in a tight CPU loop. The session
+//! and passes each through [`Control::admit`] first, so a `cancel` or a close reaches the
+//! running guest at once through the interrupt flag, even in a tight CPU loop, and a second
+//! `execute` is refused at once, even while the engine is busy. The session
 //! ([`run_session`]) consumes the channel on the engine's thread.
 
 use std::collections::HashSet;
@@ -61,10 +62,12 @@ impl Inbound {
 }
 
 /// State shared by a transport's reader and the session, guarding cancellation races.
-#[derive(Debug)]
 pub struct Control {
     interrupt: Arc<AtomicBool>,
     state: Mutex<ControlState>,
+    /// The session's sink, for answers the reader gives without waiting for the engine.
+    /// Cleared when the session ends, so the transport's writer sees its last sender go.
+    sink: Mutex<Option<Arc<dyn Outbound>>>,
 }
 
 #[derive(Debug, Default)]
@@ -74,6 +77,8 @@ struct ControlState {
     queued: HashSet<String>,
     /// Queued executes already cancelled.
     cancelled: HashSet<String>,
+    /// The oldest queued execute, which will run next.
+    queued_first: Option<String>,
 }
 
 impl Control {
@@ -82,15 +87,38 @@ impl Control {
         Arc::new(Control {
             interrupt,
             state: Mutex::new(ControlState::default()),
+            sink: Mutex::new(None),
         })
     }
 
-    /// Called by the reader for every item, before it is queued.
-    pub fn observe(&self, item: &Inbound) {
+    /// Gives the reader the session's sink; call it before the reader starts. (The session
+    /// sets it too, but a reader that starts first could queue a concurrent `execute`.)
+    pub fn set_sink(&self, out: Arc<dyn Outbound>) {
+        *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+    }
+
+    fn clear_sink(&self) {
+        self.sink.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Called by the reader for every item before it is queued: applies cancels and closes
+    /// at once, and answers an `execute` that arrives while another is active or queued.
+    /// Returns the item to queue, or `None` when it was answered here.
+    pub fn admit(&self, item: Inbound) -> Option<Inbound> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match item {
+        match &item {
             Inbound::Message(Message::Execute(e)) => {
+                let busy = state.active.as_deref().or(state.queued_first.as_deref());
+                let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let (Some(busy), Some(sink)) = (busy, sink) {
+                    tracing::warn!(id = %e.id, active = %busy, "rejecting execute: an execution is active");
+                    sink.send(&busy_done(&e.id, busy));
+                    return None;
+                }
                 state.queued.insert(e.id.clone());
+                if state.queued_first.is_none() {
+                    state.queued_first = Some(e.id.clone());
+                }
             }
             Inbound::Message(Message::Cancel(c)) => {
                 if state.active.as_deref() == Some(c.id.as_str()) {
@@ -106,11 +134,13 @@ impl Control {
             }
             _ => {}
         }
+        Some(item)
     }
 
     fn begin(&self, id: &str) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.queued.remove(id);
+        state.queued_first = None;
         let stop = state.cancelled.remove(id);
         state.active = Some(id.to_owned());
         self.interrupt.store(stop, Ordering::SeqCst);
@@ -126,6 +156,9 @@ impl Control {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.queued.remove(id);
         state.cancelled.remove(id);
+        if state.queued_first.as_deref() == Some(id) {
+            state.queued_first = None;
+        }
     }
 }
 
@@ -139,6 +172,18 @@ pub struct SessionLimits {
 /// Runs the session until the transport closes. Every accepted or rejected `execute` gets
 /// exactly one `done`; everything else that is wrong is logged to stderr and dropped.
 pub fn run_session(
+    engine: &mut Engine,
+    inbound: &Receiver<Inbound>,
+    control: &Control,
+    out: Arc<dyn Outbound>,
+    limits: SessionLimits,
+) {
+    control.set_sink(out.clone());
+    serve_items(engine, inbound, control, out, limits);
+    control.clear_sink();
+}
+
+fn serve_items(
     engine: &mut Engine,
     inbound: &Receiver<Inbound>,
     control: &Control,
@@ -221,11 +266,30 @@ fn wait(
                         });
                     }
                 }
-                handle_stray(Inbound::Oversized { len, prefix }, control, out, Some(exec), limits);
+                handle_stray(
+                    Inbound::Oversized { len, prefix },
+                    control,
+                    out,
+                    Some(exec),
+                    limits,
+                );
             }
             other => handle_stray(other, control, out, Some(exec), limits),
         }
     }
+}
+
+/// The `done` refusing `id` because `active` holds the session.
+fn busy_done(id: &str, active: &str) -> Message {
+    Message::Done(Done {
+        id: id.to_owned(),
+        duration_ms: 0,
+        logs: Vec::new(),
+        outcome: Err(ErrorBody::new(
+            ErrorCode::InternalError,
+            format!("Runner already has an active execution ({active:?})"),
+        )),
+    })
 }
 
 /// Receives the next item by the deadline. A tool result usually follows its call within
@@ -268,11 +332,8 @@ fn handle_stray(
         Inbound::Message(Message::Execute(exec)) => {
             let active = active.map(|a| a.id.as_str()).unwrap_or_default();
             tracing::warn!(id = %exec.id, %active, "rejecting execute: an execution is active");
-            reject(
-                &exec.id,
-                ErrorCode::InternalError,
-                format!("Runner already has an active execution ({active:?})"),
-            );
+            control.forget(&exec.id);
+            out.send(&busy_done(&exec.id, active));
         }
         Inbound::Message(Message::Cancel(cancel)) => {
             tracing::warn!(id = %cancel.id, "ignoring cancel: no active execution with that id");
@@ -281,7 +342,10 @@ fn handle_stray(
             tracing::warn!(call_id = %result.call_id, "ignoring tool_result: no active execution");
         }
         Inbound::Message(other) => {
-            tracing::warn!(kind = other.kind(), "ignoring a message only a runner sends");
+            tracing::warn!(
+                kind = other.kind(),
+                "ignoring a message only a runner sends"
+            );
         }
         Inbound::Invalid(DecodeError::InvalidField {
             kind: "execute",

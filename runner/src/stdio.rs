@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use execbox_protocol::{LineFramer, Message};
 
 use crate::engine::{Engine, Outbound, ENGINE_STACK_BYTES};
+use crate::lockdown::{Mode, Sandbox};
 use crate::session::{run_session, Control, Inbound, SessionLimits};
 
 /// Writes each message as one line to stdout, flushed at once. Nothing else ever writes there.
@@ -20,7 +21,9 @@ impl Outbound for StdoutSink {
         let mut line = message.encode();
         line.push('\n');
         let mut stdout = self.stdout.lock().unwrap_or_else(|e| e.into_inner());
-        let written = stdout.write_all(line.as_bytes()).and_then(|()| stdout.flush());
+        let written = stdout
+            .write_all(line.as_bytes())
+            .and_then(|()| stdout.flush());
         if let Err(e) = written {
             // A closed stdout means the host is gone; stdin's EOF ends the session.
             tracing::debug!("cannot write to stdout: {e}");
@@ -29,23 +32,39 @@ impl Outbound for StdoutSink {
 }
 
 /// Serves one session on stdin/stdout until stdin closes.
-pub fn serve(limits: SessionLimits) -> anyhow::Result<()> {
+///
+/// With [`Sandbox::Enforce`], the Landlock step of the lockdown comes first (on this thread,
+/// so both threads inherit it), then both threads are spawned, then the rlimits and seccomp
+/// reach all three; only then is the reader let go to read stdin. So no thread need be created
+/// under the lockdown, and stdio's allowlist has no `clone`.
+pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> anyhow::Result<()> {
+    let lockdown = sandbox.begin(Mode::Stdio)?;
     let interrupt = Arc::new(AtomicBool::new(false));
     let control = Control::new(interrupt.clone());
     let (tx, rx) = mpsc::channel::<Inbound>();
 
+    let (go, gate) = mpsc::channel::<()>();
     let reader_control = control.clone();
     std::thread::Builder::new()
         .name("stdin-reader".into())
-        .spawn(move || read_stdin(limits, &reader_control, &tx))?;
+        .spawn(move || {
+            if gate.recv().is_ok() {
+                read_stdin(limits, &reader_control, &tx);
+            }
+        })?;
 
     let out: Arc<dyn Outbound> = Arc::new(StdoutSink {
         stdout: Mutex::new(io::stdout()),
     });
+    control.set_sink(out.clone());
     let engine_thread = std::thread::Builder::new()
         .name("engine".into())
         .stack_size(ENGINE_STACK_BYTES)
         .spawn(move || run_session(&mut Engine::new(interrupt), &rx, &control, out, limits))?;
+    if let Some(lockdown) = lockdown {
+        lockdown.finish()?;
+    }
+    go.send(())?;
     engine_thread
         .join()
         .map_err(|_| anyhow::anyhow!("the engine thread panicked"))?;
@@ -56,9 +75,9 @@ fn read_stdin(limits: SessionLimits, control: &Control, tx: &mpsc::Sender<Inboun
     let mut framer = LineFramer::new(limits.max_message_bytes);
     let mut buf = vec![0u8; 64 * 1024];
     let mut stdin = io::stdin().lock();
-    let forward = |item: Inbound| {
-        control.observe(&item);
-        tx.send(item).is_ok()
+    let forward = |item: Inbound| match control.admit(item) {
+        Some(item) => tx.send(item).is_ok(),
+        None => true,
     };
     loop {
         let n = match stdin.read(&mut buf) {

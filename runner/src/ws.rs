@@ -1,6 +1,6 @@
 //! The WebSocket transport: each connection is one session, each text frame one message.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message as Frame;
 
 use crate::engine::{Engine, Outbound, ENGINE_STACK_BYTES};
+use crate::lockdown::{Mode, Sandbox};
 use crate::session::{run_session, Control, Inbound, SessionLimits};
 
 /// Queues each message as one text frame for the connection's writer task.
@@ -30,20 +31,35 @@ impl Outbound for WsSink {
 }
 
 /// Accepts connections on `addr` until the process ends. Calls `on_bound` with the bound
-/// address once listening (port 0 picks a free port).
+/// address once listening (port 0 picks a free port) and, with [`Sandbox::Enforce`], locked down.
+///
+/// The order is what the lockdown needs: bind (socket, bind and listen are not allowed
+/// afterwards), Landlock on this thread, build the runtime (so its worker threads, and the
+/// engine threads they spawn, inherit Landlock; its I/O driver needs syscalls seccomp will not
+/// allow), then rlimits and seccomp on all threads, and only then accept a connection.
 pub fn serve(
     addr: &str,
     max_sessions: usize,
     limits: SessionLimits,
+    sandbox: Sandbox,
     on_bound: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
+    let listener = bind(addr)?;
+    let lockdown = sandbox.begin(Mode::WebSocket { max_sessions })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let listener = {
+        let _entered = runtime.enter();
+        TcpListener::from_std(listener)?
+    };
+    let bound = listener.local_addr()?;
+    if let Some(lockdown) = lockdown {
+        lockdown.finish()?;
+    }
+    on_bound(bound);
     runtime.block_on(async move {
-        let listener = TcpListener::bind(addr).await?;
-        on_bound(listener.local_addr()?);
         let permits = Arc::new(Semaphore::new(max_sessions.max(1)));
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -70,6 +86,18 @@ pub fn serve(
     })
 }
 
+/// Binds a listener the way `tokio::net::TcpListener::bind` does (`SO_REUSEADDR`, each address
+/// `addr` resolves to in turn), before the runtime and the lockdown exist. A current-thread
+/// runtime, which starts no thread, lends tokio its I/O driver for the moment.
+fn bind(addr: &str) -> anyhow::Result<std::net::TcpListener> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let listener = runtime.block_on(async { TcpListener::bind(&addrs[..]).await?.into_std() })?;
+    Ok(listener)
+}
+
 fn ws_config(limits: SessionLimits) -> WebSocketConfig {
     // Frames a little over the limit still arrive whole, so they can be refused with an answer.
     let cap = limits.max_message_bytes.saturating_add(PEEK_BYTES);
@@ -80,7 +108,9 @@ fn ws_config(limits: SessionLimits) -> WebSocketConfig {
 
 async fn refuse(stream: TcpStream, peer: SocketAddr, limits: SessionLimits) {
     tracing::warn!(%peer, "refusing connection: --max-sessions reached");
-    if let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(ws_config(limits))).await {
+    if let Ok(mut ws) =
+        tokio_tungstenite::accept_async_with_config(stream, Some(ws_config(limits))).await
+    {
         let _ = ws
             .close(Some(CloseFrame {
                 code: CloseCode::Again,
@@ -100,10 +130,19 @@ async fn connection(stream: TcpStream, limits: SessionLimits) -> anyhow::Result<
     let control = Control::new(interrupt.clone());
     let session_control = control.clone();
     let out: Arc<dyn Outbound> = Arc::new(WsSink { tx: out_tx });
+    control.set_sink(out.clone());
     std::thread::Builder::new()
         .name("ws-engine".into())
         .stack_size(ENGINE_STACK_BYTES)
-        .spawn(move || run_session(&mut Engine::new(interrupt), &in_rx, &session_control, out, limits))?;
+        .spawn(move || {
+            run_session(
+                &mut Engine::new(interrupt),
+                &in_rx,
+                &session_control,
+                out,
+                limits,
+            )
+        })?;
 
     let writer = tokio::spawn(async move {
         while let Some(text) = out_rx.recv().await {
@@ -114,9 +153,9 @@ async fn connection(stream: TcpStream, limits: SessionLimits) -> anyhow::Result<
         let _ = sink.close().await;
     });
 
-    let forward = |item: Inbound| {
-        control.observe(&item);
-        in_tx.send(item).is_ok()
+    let forward = |item: Inbound| match control.admit(item) {
+        Some(item) => in_tx.send(item).is_ok(),
+        None => true,
     };
     while let Some(frame) = frames.next().await {
         let item = match frame {

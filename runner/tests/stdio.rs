@@ -24,7 +24,11 @@ impl Runner {
             .expect("spawn runner");
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        Runner { child, stdin, stdout }
+        Runner {
+            child,
+            stdin,
+            stdout,
+        }
     }
 
     fn send_raw(&mut self, bytes: &[u8]) {
@@ -43,7 +47,8 @@ impl Runner {
         let mut line = String::new();
         let n = self.stdout.read_line(&mut line).unwrap();
         assert!(n > 0, "runner closed stdout");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"))
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"))
     }
 
     fn wait_exit(&mut self, within: Duration) -> bool {
@@ -76,13 +81,20 @@ fn stdin_eof_during_cpu_loop_exits_promptly() {
     runner.send(execute("a", "while (true) {}", json!({"timeoutMs": 60000})));
     assert_eq!(runner.recv()["type"], "started");
     drop(runner.stdin.take());
-    assert!(runner.wait_exit(Duration::from_secs(5)), "runner kept running after stdin closed");
+    assert!(
+        runner.wait_exit(Duration::from_secs(5)),
+        "runner kept running after stdin closed"
+    );
 }
 
 #[test]
 fn stdin_eof_while_waiting_on_a_tool_exits_promptly() {
     let mut runner = Runner::spawn(&[]);
-    runner.send(execute("a", "await tools.hang({})", json!({"timeoutMs": 60000})));
+    runner.send(execute(
+        "a",
+        "await tools.hang({})",
+        json!({"timeoutMs": 60000}),
+    ));
     assert_eq!(runner.recv()["type"], "started");
     assert_eq!(runner.recv()["type"], "tool_call");
     drop(runner.stdin.take());
@@ -109,7 +121,10 @@ fn oversized_execute_is_refused_before_parsing_and_answered() {
     assert_eq!(done["type"], "done");
     assert_eq!(done["id"], "big");
     assert_eq!(done["error"]["code"], "validation_error");
-    assert!(done["error"]["message"].as_str().unwrap().contains("exceeds the limit of 1000 bytes"));
+    assert!(done["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("exceeds the limit of 1000 bytes"));
     // The session goes on.
     runner.send(execute("small", "1", json!({})));
     assert_eq!(runner.recv()["type"], "started");
@@ -119,7 +134,8 @@ fn oversized_execute_is_refused_before_parsing_and_answered() {
 #[test]
 fn oversized_tool_result_rejects_that_call_instead_of_hanging() {
     let mut runner = Runner::spawn(&["--max-message-bytes", "1000"]);
-    let code = "try { await tools.hang({}) } catch (e) { return [e.code, e.message.includes('exceeds')] }";
+    let code =
+        "try { await tools.hang({}) } catch (e) { return [e.code, e.message.includes('exceeds')] }";
     runner.send(execute("a", code, json!({})));
     assert_eq!(runner.recv()["type"], "started");
     let call = runner.recv();
@@ -153,7 +169,11 @@ fn stdout_carries_only_protocol_messages() {
         "}{",
     ];
     for (i, code) in codes.iter().enumerate() {
-        runner.send(execute(&i.to_string(), code, json!({"timeoutMs": 200, "memoryLimitBytes": 4_000_000})));
+        runner.send(execute(
+            &i.to_string(),
+            code,
+            json!({"timeoutMs": 200, "memoryLimitBytes": 4_000_000}),
+        ));
         let started = runner.recv();
         assert_eq!(started["type"], "started");
         let done = runner.recv();

@@ -118,7 +118,9 @@ unsafe impl Allocator for BudgetAllocator {
         } else {
             // SAFETY: `next` was just returned by RustAllocator.
             let real = unsafe { RustAllocator::usable_size(next) };
-            self.budget.used.set(self.budget.used.get() - new_size + real);
+            self.budget
+                .used
+                .set(self.budget.used.get() - new_size + real);
         }
         next
     }

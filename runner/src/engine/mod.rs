@@ -190,7 +190,8 @@ impl Sandbox {
             })));
         }
         let stopped: Rc<dyn Fn() -> bool> = {
-            let (interrupt, budget, deadline) = (interrupt.clone(), budget.clone(), deadline.clone());
+            let (interrupt, budget, deadline) =
+                (interrupt.clone(), budget.clone(), deadline.clone());
             Rc::new(move || must_stop(&interrupt, &budget, &deadline))
         };
         let context = Context::full(&runtime)?;
@@ -503,7 +504,10 @@ fn describe<'js>(ctx: &Ctx<'js>, reason: Value<'js>) -> ErrorBody {
     });
     described.unwrap_or_else(|| {
         let _ = ctx.catch();
-        ErrorBody::new(ErrorCode::RuntimeError, "guest code threw a value that cannot be described")
+        ErrorBody::new(
+            ErrorCode::RuntimeError,
+            "guest code threw a value that cannot be described",
+        )
     })
 }
 

@@ -25,7 +25,8 @@ fn compile() -> Result<Vec<u8>, String> {
     let filename = CString::new(FILENAME).map_err(|e| e.to_string())?;
     context.with(|ctx| {
         let raw = ctx.as_raw().as_ptr();
-        let flags = qjs::JS_EVAL_TYPE_GLOBAL | qjs::JS_EVAL_FLAG_STRICT | qjs::JS_EVAL_FLAG_COMPILE_ONLY;
+        let flags =
+            qjs::JS_EVAL_TYPE_GLOBAL | qjs::JS_EVAL_FLAG_STRICT | qjs::JS_EVAL_FLAG_COMPILE_ONLY;
         // SAFETY: `raw` is the live context of `ctx`; `source` is NUL-terminated as JS_Eval
         // requires and outlives the call; the returned value is freed below in all paths.
         #[allow(unsafe_code)]
@@ -42,7 +43,8 @@ fn compile() -> Result<Vec<u8>, String> {
                 return Err("bootstrap.js does not compile".to_owned());
             }
             let mut len: qjs::size_t = 0;
-            let buf = qjs::JS_WriteObject(raw, &mut len, function, qjs::JS_WRITE_OBJ_BYTECODE as i32);
+            let buf =
+                qjs::JS_WriteObject(raw, &mut len, function, qjs::JS_WRITE_OBJ_BYTECODE as i32);
             qjs::JS_FreeValue(raw, function);
             if buf.is_null() {
                 let _ = ctx.catch();
@@ -64,7 +66,12 @@ pub(super) fn load<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Value<'js>> {
     // rquickjs `Value`, which frees it.
     #[allow(unsafe_code)]
     let value = unsafe {
-        let function = qjs::JS_ReadObject(raw, bytes.as_ptr(), bytes.len() as _, qjs::JS_READ_OBJ_BYTECODE as i32);
+        let function = qjs::JS_ReadObject(
+            raw,
+            bytes.as_ptr(),
+            bytes.len() as _,
+            qjs::JS_READ_OBJ_BYTECODE as i32,
+        );
         if qjs::JS_IsException(function) {
             return Err(rquickjs::Error::Exception);
         }

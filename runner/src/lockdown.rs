@@ -1,0 +1,433 @@
+//! The OS lockdown of the runner process (Linux): Landlock, rlimits, then a seccomp allowlist.
+//!
+//! The guest is hostile from its first instruction, so each transport locks the whole process
+//! down after start-up and before it reads the first byte of guest input. QuickJS is the first
+//! wall; this is the second, for the day a bug in the engine lets guest code run native code.
+//! The lockdown has two steps because Landlock can only restrict the calling thread (and the
+//! threads it spawns later) on this kernel ABI, while seccomp can reach every thread at once:
+//!
+//! 1. [`begin`], on the main thread before any other thread exists: a **Landlock** domain that
+//!    handles every filesystem right, TCP bind and connect (ABI 4+) and the abstract-socket and
+//!    signal scopes (ABI 6+), with no rule granting any of them. Landlock must exist (the rights
+//!    of ABI 1 are a hard requirement); rights newer than the kernel are dropped, all others are
+//!    enforced. It also sets `no_new_privs`.
+//! 2. [`Pending::finish`], once the transport has bound its listener and spawned the threads it
+//!    needs up front: **rlimits** (no core dumps; at most [`Mode::max_open_files`] files; in
+//!    stdio mode, whose threads all exist by then, no new processes or threads either), then a
+//!    **seccomp** filter on all threads (TSYNC): the [`Mode`]'s allowlist, and any other syscall
+//!    kills the process with SIGSYS. rlimits come before seccomp so that `prlimit64` need not
+//!    stay allowed.
+//!
+//! Two deliberate exceptions to "kill": `clone3` fails with `ENOSYS` (seccomp cannot read its
+//! flags, and glibc then falls back to `clone`, allowed only with `CLONE_THREAD`), and
+//! `open`/`openat` fail with `EACCES` (glibc's malloc opens `/proc/sys/vm/overcommit_memory` the
+//! first time a thread's heap shrinks, long after start-up; Landlock would refuse it too).
+//! `mmap` and `mprotect` may not ask for `PROT_EXEC`, `prctl` may only name a thread, and
+//! `tgkill` may only signal this process (so an `abort()` still ends as SIGABRT).
+//!
+//! The allowlists were derived by tracing both modes (`strace -f`) under a varied workload and
+//! keeping only what runs after the lockdown. What the lockdown does NOT cover: the CPU and
+//! memory limits of an execution (the engine enforces those), the files and sockets the runner
+//! already holds (stdin/stdout, the listener and its connections), and architectures other
+//! than x86_64 and aarch64 or systems other than Linux, where it cannot be applied and the
+//! runner refuses to start unless given `--insecure-no-sandbox`.
+
+/// Which transport is being locked down; each has its own allowlist and file limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One NDJSON session on stdin/stdout. Its threads all exist before [`Pending::finish`], so
+    /// it may create no thread (nor process) afterwards.
+    Stdio,
+    /// WebSocket server: accepts connections on a listener bound before the lockdown and
+    /// spawns one engine thread per connection (threads only, never processes).
+    WebSocket {
+        /// `--max-sessions`, which sizes the file limit.
+        max_sessions: usize,
+    },
+}
+
+impl Mode {
+    /// RLIMIT_NOFILE under the lockdown: 64 in stdio mode; 4 per session plus 64 over WebSocket.
+    pub fn max_open_files(self) -> u64 {
+        match self {
+            Mode::Stdio => 64,
+            Mode::WebSocket { max_sessions } => {
+                (max_sessions as u64).saturating_mul(4).saturating_add(64)
+            }
+        }
+    }
+}
+
+/// Whether a transport locks the process down before reading guest input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sandbox {
+    /// Apply the lockdown; refuse to serve if it cannot be applied. The default.
+    Enforce,
+    /// Run without it (`--insecure-no-sandbox`).
+    Off,
+}
+
+impl Sandbox {
+    /// Runs [`begin`] for `mode` when enforcing; `None` when off.
+    pub fn begin(self, mode: Mode) -> anyhow::Result<Option<Pending>> {
+        match self {
+            Sandbox::Enforce => begin(mode).map(Some),
+            Sandbox::Off => Ok(None),
+        }
+    }
+}
+
+/// A lockdown whose Landlock step is in force on this thread; [`Pending::finish`] completes it.
+#[derive(Debug)]
+#[must_use = "the lockdown is incomplete until `finish` is called"]
+pub struct Pending {
+    mode: Mode,
+}
+
+impl Pending {
+    /// The mode this lockdown was begun for.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Sets the rlimits and installs the seccomp allowlist on every thread of the process.
+    pub fn finish(self) -> anyhow::Result<()> {
+        imp::finish(self.mode).map_err(|e| refusal(&e))?;
+        tracing::debug!(mode = ?self.mode, "OS lockdown complete");
+        Ok(())
+    }
+}
+
+/// Applies the Landlock step on the calling thread. Call it before the process has any other
+/// thread: threads that already exist are not restricted by Landlock.
+pub fn begin(mode: Mode) -> anyhow::Result<Pending> {
+    imp::landlock().map_err(|e| refusal(&e))?;
+    Ok(Pending { mode })
+}
+
+/// Both steps at once, for a process that has only the calling thread.
+pub fn lock_down(mode: Mode) -> anyhow::Result<()> {
+    begin(mode)?.finish()
+}
+
+fn refusal(cause: &anyhow::Error) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot apply the OS lockdown, refusing to start: {cause:#} \
+         (--insecure-no-sandbox runs without it, at your own risk)"
+    )
+}
+
+/// An action tried by the hidden `--lockdown-probe` flag, so tests can check the lockdown from
+/// outside. Each probe runs in its own process and reports through its exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Probe {
+    /// Full lockdown, then nothing: exits 0.
+    None,
+    /// Full lockdown, then spawn and join a thread: exits 0.
+    Thread,
+    /// Full lockdown, then `abort()`: dies of SIGABRT, not SIGSYS.
+    Abort,
+    /// Full lockdown, then open `/etc/hostname`: exits [`PROBE_DENIED`] (seccomp's EACCES).
+    Open,
+    /// Full lockdown, then create a TCP socket: dies of SIGSYS.
+    Socket,
+    /// Full lockdown, then `fork()`: dies of SIGSYS.
+    Fork,
+    /// Full lockdown, then run `/bin/true`: dies of SIGSYS.
+    Spawn,
+    /// Landlock only, then open `/etc/hostname`: exits [`PROBE_DENIED`].
+    LandlockOpen,
+    /// Landlock only, then connect to 127.0.0.1:1: exits [`PROBE_DENIED`] (not "refused").
+    LandlockConnect,
+}
+
+/// Exit status of a probe whose action was refused with EACCES or EPERM.
+pub const PROBE_DENIED: i32 = 3;
+/// Exit status of a probe whose action failed with any other error.
+pub const PROBE_FAILED: i32 = 4;
+
+/// Applies the lockdown (WebSocket mode's, the larger allowlist) or only its Landlock step, tries
+/// the probe's action and returns the exit status to report: 0 if the action succeeded,
+/// [`PROBE_DENIED`] or [`PROBE_FAILED`] if it failed, 1 if the lockdown could not be applied.
+pub fn probe(probe: Probe) -> i32 {
+    let mode = Mode::WebSocket { max_sessions: 1 };
+    // Like the server, whose runtime threads exist before its lockdown: glibc's first thread
+    // start installs a signal handler (rt_sigaction), which the allowlist does not allow.
+    if std::thread::spawn(|| ()).join().is_err() {
+        return PROBE_FAILED;
+    }
+    let locked = match probe {
+        Probe::LandlockOpen | Probe::LandlockConnect => begin(mode).map(drop),
+        _ => lock_down(mode),
+    };
+    if let Err(e) = locked {
+        eprintln!("execbox-runner: {e:#}");
+        return 1;
+    }
+    let outcome = match probe {
+        Probe::None => Ok(()),
+        Probe::Thread => std::thread::Builder::new()
+            .name("probe".into())
+            .spawn(|| ())
+            .and_then(|t| {
+                t.join()
+                    .map_err(|_| std::io::Error::other("thread panicked"))
+            }),
+        Probe::Abort => std::process::abort(),
+        Probe::Open | Probe::LandlockOpen => std::fs::File::open("/etc/hostname").map(drop),
+        Probe::Socket => std::net::TcpListener::bind("127.0.0.1:0").map(drop),
+        Probe::Fork => imp::fork_and_exit_child(),
+        Probe::Spawn => std::process::Command::new("/bin/true").status().map(drop),
+        Probe::LandlockConnect => std::net::TcpStream::connect("127.0.0.1:1").map(drop),
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("execbox-runner: probe {probe:?}: {e}");
+            match e.kind() {
+                std::io::ErrorKind::PermissionDenied => PROBE_DENIED,
+                _ => PROBE_FAILED,
+            }
+        }
+    }
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod imp {
+    use std::collections::BTreeMap;
+
+    use anyhow::Context as _;
+    use landlock::{
+        Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset, RulesetAttr,
+        RulesetStatus, Scope, ABI,
+    };
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+
+    use super::Mode;
+
+    /// The newest Landlock ABI the `landlock` crate knows; the kernel's may be older.
+    const NEWEST_ABI: ABI = ABI::V9;
+
+    pub(super) fn landlock() -> anyhow::Result<()> {
+        let status = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(ABI::V1))?
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(NEWEST_ABI))?
+            .handle_access(AccessNet::from_all(NEWEST_ABI))?
+            .scope(Scope::from_all(NEWEST_ABI))?
+            .create()?
+            .restrict_self()
+            .context("cannot restrict the runner with Landlock")?;
+        if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
+            anyhow::bail!("Landlock is not enforced ({status:?})");
+        }
+        if let LandlockStatus::Available { effective_abi, .. } = status.landlock {
+            tracing::debug!(abi = ?effective_abi, ruleset = ?status.ruleset, "Landlock enforced");
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish(mode: Mode) -> anyhow::Result<()> {
+        set_rlimit(libc::RLIMIT_CORE, 0).context("cannot set RLIMIT_CORE")?;
+        set_rlimit(libc::RLIMIT_NOFILE, mode.max_open_files())
+            .context("cannot set RLIMIT_NOFILE")?;
+        if mode == Mode::Stdio {
+            // NPROC counts threads too (of the whole user, and not for root); only stdio mode,
+            // whose threads all exist by now, can afford it. WebSocket mode relies on seccomp.
+            set_rlimit(libc::RLIMIT_NPROC, 0).context("cannot set RLIMIT_NPROC")?;
+        }
+        let arch = TargetArch::try_from(std::env::consts::ARCH)?;
+        // Filters stack: for each syscall the kernel takes the strictest verdict of all of them,
+        // so an errno filter turns a syscall the allowlist lets through into that error. The
+        // allowlist goes last: it forbids installing filters.
+        let filters = [
+            only(&[libc::SYS_clone3], libc::ENOSYS, arch)?,
+            only(OPEN, libc::EACCES, arch)?,
+            SeccompFilter::new(
+                allowlist(mode)?,
+                SeccompAction::KillProcess,
+                SeccompAction::Allow,
+                arch,
+            )?,
+        ];
+        for filter in filters {
+            let program: BpfProgram = filter.try_into()?;
+            seccompiler::apply_filter_all_threads(&program)
+                .context("cannot install the seccomp filter")?;
+        }
+        Ok(())
+    }
+
+    #[cfg(target_env = "gnu")]
+    type Resource = libc::__rlimit_resource_t;
+    #[cfg(not(target_env = "gnu"))]
+    type Resource = libc::c_int;
+
+    /// Lowers both the soft and the hard limit (never raises the hard one).
+    fn set_rlimit(resource: Resource, value: u64) -> std::io::Result<()> {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid, writable rlimit for the duration of the call.
+        #[allow(unsafe_code)]
+        let got = unsafe { libc::getrlimit(resource, &mut limit) };
+        if got != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let value = value.min(limit.rlim_max);
+        let limit = libc::rlimit {
+            rlim_cur: value,
+            rlim_max: value,
+        };
+        // SAFETY: `limit` is a valid rlimit for the duration of the call.
+        #[allow(unsafe_code)]
+        let set = unsafe { libc::setrlimit(resource, &limit) };
+        if set != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The syscalls that open a path by name, answered with EACCES.
+    #[cfg(target_arch = "x86_64")]
+    const OPEN: &[i64] = &[libc::SYS_open, libc::SYS_openat];
+    #[cfg(target_arch = "aarch64")]
+    const OPEN: &[i64] = &[libc::SYS_openat];
+
+    /// Syscalls both modes need after the lockdown, with any arguments.
+    const BOTH: &[i64] = &[
+        // I/O on the descriptors the runner already holds (stdio, tracing on stderr).
+        libc::SYS_read,
+        libc::SYS_write,
+        // Memory (mmap and mprotect are below, without PROT_EXEC).
+        libc::SYS_munmap,
+        libc::SYS_madvise,
+        libc::SYS_mremap,
+        libc::SYS_brk,
+        // Synchronisation, time and scheduling (the clocks are usually in the vDSO).
+        libc::SYS_futex,
+        libc::SYS_sched_yield,
+        libc::SYS_sched_getaffinity,
+        libc::SYS_clock_gettime,
+        libc::SYS_clock_nanosleep,
+        libc::SYS_nanosleep,
+        libc::SYS_getrandom,
+        // Thread start and end (stdio's threads may still be starting when seccomp arrives).
+        libc::SYS_rseq,
+        libc::SYS_set_robust_list,
+        libc::SYS_gettid,
+        libc::SYS_getpid,
+        libc::SYS_sigaltstack,
+        libc::SYS_rt_sigprocmask,
+        libc::SYS_rt_sigreturn,
+        libc::SYS_exit,
+        libc::SYS_exit_group,
+        // Allowed here, refused with an errno by the filters stacked on top (see the module docs).
+        libc::SYS_clone3,
+        libc::SYS_openat,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_open,
+    ];
+
+    /// What WebSocket mode adds: serving connections on the listener and one thread per session.
+    const WEBSOCKET: &[i64] = &[
+        libc::SYS_accept4,
+        libc::SYS_setsockopt,
+        libc::SYS_recvfrom,
+        libc::SYS_sendto,
+        libc::SYS_close,
+        libc::SYS_epoll_ctl,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_epoll_wait,
+        #[cfg(target_arch = "aarch64")]
+        libc::SYS_epoll_pwait,
+    ];
+
+    fn allowlist(mode: Mode) -> anyhow::Result<BTreeMap<i64, Vec<SeccompRule>>> {
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+            BOTH.iter().map(|&nr| (nr, Vec::new())).collect();
+        if let Mode::WebSocket { .. } = mode {
+            rules.extend(WEBSOCKET.iter().map(|&nr| (nr, Vec::new())));
+            // New threads only: a clone without CLONE_THREAD would be a new process.
+            let thread = libc::CLONE_THREAD as u64;
+            rules.insert(
+                libc::SYS_clone,
+                vec![rule(0, SeccompCmpOp::MaskedEq(thread), thread)?],
+            );
+        }
+        let no_exec = SeccompCmpOp::MaskedEq(libc::PROT_EXEC as u64);
+        rules.insert(libc::SYS_mmap, vec![rule(2, no_exec.clone(), 0)?]);
+        rules.insert(libc::SYS_mprotect, vec![rule(2, no_exec, 0)?]);
+        rules.insert(
+            libc::SYS_prctl,
+            vec![rule(0, SeccompCmpOp::Eq, libc::PR_SET_NAME as u64)?],
+        );
+        // SAFETY: getpid has no preconditions.
+        #[allow(unsafe_code)]
+        let pid = unsafe { libc::getpid() };
+        rules.insert(
+            libc::SYS_tgkill,
+            vec![rule(0, SeccompCmpOp::Eq, pid as u64)?],
+        );
+        Ok(rules)
+    }
+
+    fn rule(arg: u8, op: SeccompCmpOp, value: u64) -> anyhow::Result<SeccompRule> {
+        let condition = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)?;
+        Ok(SeccompRule::new(vec![condition])?)
+    }
+
+    /// A filter that fails `syscalls` with `errno` and lets everything else through.
+    fn only(syscalls: &[i64], errno: i32, arch: TargetArch) -> anyhow::Result<SeccompFilter> {
+        let rules = syscalls.iter().map(|&nr| (nr, Vec::new())).collect();
+        Ok(SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch,
+        )?)
+    }
+
+    pub(super) fn fork_and_exit_child() -> std::io::Result<()> {
+        // SAFETY: the child calls only `_exit`, which is async-signal-safe.
+        #[allow(unsafe_code)]
+        let pid = unsafe { libc::fork() };
+        match pid {
+            -1 => Err(std::io::Error::last_os_error()),
+            // SAFETY: `_exit` ends the child at once, running nothing of the parent's.
+            #[allow(unsafe_code)]
+            0 => unsafe { libc::_exit(0) },
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+mod imp {
+    use super::Mode;
+
+    const UNSUPPORTED: &str = "the OS lockdown exists only on Linux (x86_64, aarch64)";
+
+    pub(super) fn landlock() -> anyhow::Result<()> {
+        anyhow::bail!(UNSUPPORTED)
+    }
+
+    pub(super) fn finish(_mode: Mode) -> anyhow::Result<()> {
+        anyhow::bail!(UNSUPPORTED)
+    }
+
+    pub(super) fn fork_and_exit_child() -> std::io::Result<()> {
+        Err(std::io::Error::other(UNSUPPORTED))
+    }
+}

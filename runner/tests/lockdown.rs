@@ -1,0 +1,305 @@
+//! The OS lockdown seen from outside: `/proc/PID/{status,limits}` of a serving runner in both
+//! modes, the hidden `--lockdown-probe` actions (each in its own process), and fail-closed start.
+#![cfg(target_os = "linux")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message as Frame;
+
+const RUNNER: &str = env!("CARGO_BIN_EXE_execbox-runner");
+
+/// Exit status of a probe whose action failed with EACCES or EPERM (`lockdown::PROBE_DENIED`).
+const PROBE_DENIED: i32 = 3;
+
+/// A runner process, killed when dropped.
+struct Runner {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Runner {
+    fn spawn(args: &[&str]) -> Runner {
+        let mut child = Command::new(RUNNER)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn runner");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Runner { child, stdin, stdout }
+    }
+
+    fn send(&mut self, message: Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "runner closed stdout (exit: {:?})", self.child.try_wait());
+        line.trim_end().to_owned()
+    }
+
+    fn recv(&mut self) -> Value {
+        serde_json::from_str(&self.line()).unwrap()
+    }
+
+    /// A field of `/proc/PID/status`, e.g. `Seccomp` -> `"2"`.
+    fn status(&self, field: &str) -> String {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:\t")))
+            .unwrap_or_else(|| panic!("no {field} in /proc/PID/status"))
+            .to_owned()
+    }
+
+    /// Soft and hard value of a row of `/proc/PID/limits`, e.g. `Max open files`.
+    fn limit(&self, row: &str) -> (String, String) {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id())).unwrap();
+        let line = limits.lines().find(|l| l.starts_with(row)).unwrap();
+        let mut values = line[row.len()..].split_whitespace().map(str::to_owned);
+        (values.next().unwrap(), values.next().unwrap())
+    }
+
+    fn assert_locked_down(&self) {
+        assert_eq!(self.status("Seccomp"), "2", "seccomp filter mode");
+        assert_eq!(self.status("NoNewPrivs"), "1");
+        assert_eq!(self.limit("Max core file size"), ("0".into(), "0".into()));
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn execute(id: &str, code: &str) -> Value {
+    json!({"type": "execute", "id": id, "code": code,
+           "providers": [{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}]})
+}
+
+/// Runs one exchange on stdio: `code` must finish without tool calls.
+fn run_stdio(runner: &mut Runner, id: &str, code: &str) -> Value {
+    runner.send(execute(id, code));
+    assert_eq!(runner.recv(), json!({"type": "started", "id": id}));
+    let done = runner.recv();
+    assert_eq!(done["type"], "done", "{done}");
+    done
+}
+
+#[test]
+fn stdio_runner_is_locked_down_and_still_executes() {
+    let mut runner = Runner::spawn(&[]);
+    assert_eq!(run_stdio(&mut runner, "a", "1 + 1")["result"], 2);
+    runner.assert_locked_down();
+    // Stdio's threads all exist before the lockdown, so it may create none afterwards.
+    assert_eq!(runner.limit("Max processes"), ("0".into(), "0".into()));
+    assert_eq!(runner.limit("Max open files"), ("64".into(), "64".into()));
+
+    // A varied workload still runs under the lockdown, tool calls included.
+    let code = "let a = []; for (let i = 0; i < 200000; i++) a.push({i, s: 'x' + i}); \
+                console.log(new Date(0).toISOString(), Math.random() < 1); a.length";
+    let done = run_stdio(&mut runner, "b", code);
+    assert_eq!(done["result"], 200000);
+    assert_eq!(done["logs"], json!(["1970-01-01T00:00:00.000Z true"]));
+    runner.send(execute("c", "(await tools.echo({n: 1})).n + 1"));
+    assert_eq!(runner.recv()["type"], "started");
+    let call = runner.recv();
+    assert_eq!(call["type"], "tool_call");
+    runner.send(json!({"type": "tool_result", "callId": call["callId"], "ok": true, "result": {"n": 41}}));
+    assert_eq!(runner.recv()["result"], 42);
+    let mut exec = execute("d", "while (true) {}");
+    exec["options"] = json!({"timeoutMs": 100});
+    runner.send(exec);
+    assert_eq!(runner.recv()["type"], "started");
+    assert_eq!(runner.recv()["error"]["code"], "timeout");
+    let bomb = "let a = []; while (true) a.push('x'.repeat(1 << 16))";
+    assert_eq!(run_stdio(&mut runner, "e", bomb)["error"]["code"], "memory_limit");
+    assert_eq!(run_stdio(&mut runner, "f", "'still ' + 'alive'")["result"], "still alive");
+    assert_eq!(runner.child.try_wait().unwrap(), None, "the runner died");
+}
+
+#[test]
+fn insecure_no_sandbox_runs_without_seccomp() {
+    let mut runner = Runner::spawn(&["--insecure-no-sandbox"]);
+    assert_eq!(run_stdio(&mut runner, "a", "1 + 1")["result"], 2);
+    assert_eq!(runner.status("Seccomp"), "0");
+    assert_eq!(runner.status("NoNewPrivs"), "0");
+}
+
+#[tokio::test]
+async fn websocket_runner_is_locked_down_and_serves_sessions() {
+    let mut runner = Runner::spawn(&["--listen", "127.0.0.1:0", "--max-sessions", "1"]);
+    let url = runner.line();
+    assert!(url.starts_with("ws://127.0.0.1:"), "{url}");
+    // The address is printed only once the lockdown is complete.
+    runner.assert_locked_down();
+    assert_eq!(runner.limit("Max open files"), ("68".into(), "68".into()));
+
+    // A session with a tool call, served by an engine thread created under the lockdown.
+    let (mut first, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
+    send(&mut first, execute("a", "(await tools.echo({n: 1})).n + 1")).await;
+    assert_eq!(recv(&mut first).await["type"], "started");
+    let call = recv(&mut first).await;
+    assert_eq!(call["type"], "tool_call");
+    let result = json!({"type": "tool_result", "callId": call["callId"], "ok": true, "result": {"n": 41}});
+    send(&mut first, result).await;
+    assert_eq!(recv(&mut first).await["result"], 42);
+
+    // Over --max-sessions, a connection is refused with 1013 (the refusal path, locked down).
+    let (mut second, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
+    match second.next().await {
+        Some(Ok(Frame::Close(Some(close)))) => assert_eq!(close.code, CloseCode::Again),
+        other => panic!("expected a 1013 close, got {other:?}"),
+    }
+
+    // Once the first session ends, a new one (a new thread) executes.
+    first.close(None).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let done = loop {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
+        send(&mut ws, execute("b", "6 * 7")).await;
+        match ws.next().await {
+            Some(Ok(Frame::Text(text))) => {
+                assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["type"], "started");
+                break recv(&mut ws).await;
+            }
+            // The first session's permit is released a moment after its close.
+            Some(Ok(Frame::Close(_))) if Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            other => panic!("expected started, got {other:?}"),
+        }
+    };
+    assert_eq!(done["result"], 42);
+    assert_eq!(runner.child.try_wait().unwrap(), None, "the runner died");
+    runner.assert_locked_down();
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn send(ws: &mut Ws, message: Value) {
+    ws.send(Frame::text(message.to_string())).await.unwrap();
+}
+
+async fn recv(ws: &mut Ws) -> Value {
+    match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+        Ok(Some(Ok(Frame::Text(text)))) => serde_json::from_str(&text).unwrap(),
+        other => panic!("expected a text frame, got {other:?}"),
+    }
+}
+
+fn probe(action: &str) -> ExitStatus {
+    let output = Command::new(RUNNER)
+        .args(["--lockdown-probe", action])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn probe");
+    eprintln!("probe {action}: {:?} {}", output.status, String::from_utf8_lossy(&output.stderr));
+    output.status
+}
+
+#[test]
+fn probe_that_does_nothing_exits_cleanly_under_lockdown() {
+    assert_eq!(probe("none").code(), Some(0));
+}
+
+#[test]
+fn probe_can_create_a_thread_under_lockdown() {
+    assert_eq!(probe("thread").code(), Some(0));
+}
+
+#[test]
+fn probe_open_is_refused_with_eacces() {
+    assert_eq!(probe("open").code(), Some(PROBE_DENIED));
+}
+
+#[test]
+fn probe_socket_is_killed_by_seccomp() {
+    assert_eq!(probe("socket").signal(), Some(libc::SIGSYS));
+}
+
+#[test]
+fn probe_fork_is_killed_by_seccomp() {
+    assert_eq!(probe("fork").signal(), Some(libc::SIGSYS));
+}
+
+#[test]
+fn probe_spawning_a_program_is_killed_by_seccomp() {
+    assert_eq!(probe("spawn").signal(), Some(libc::SIGSYS));
+}
+
+#[test]
+fn probe_abort_still_ends_as_sigabrt_not_sigsys() {
+    assert_eq!(probe("abort").signal(), Some(libc::SIGABRT));
+}
+
+#[test]
+fn probe_landlock_alone_refuses_opening_a_file() {
+    assert_eq!(probe("landlock-open").code(), Some(PROBE_DENIED));
+}
+
+#[test]
+fn probe_landlock_alone_refuses_tcp_connect() {
+    // Without Landlock this would be "connection refused" (exit 4), not EACCES.
+    assert_eq!(probe("landlock-connect").code(), Some(PROBE_DENIED));
+}
+
+/// Runs the runner with `args` in a process where Landlock looks absent (ENOSYS).
+fn run_without_landlock(args: &[&str], stdin: &[u8]) -> Output {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
+    let arch = std::env::consts::ARCH.try_into().unwrap();
+    let rules = [(libc::SYS_landlock_create_ruleset, Vec::new())].into_iter().collect();
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch);
+    let program: BpfProgram = filter.unwrap().try_into().unwrap();
+    let mut command = Command::new(RUNNER);
+    command.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let hide_landlock = move || {
+        seccompiler::apply_filter(&program).map_err(|_| std::io::Error::from_raw_os_error(libc::EPERM))
+    };
+    // SAFETY: the closure only makes two syscalls (prctl, seccomp) and allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(hide_landlock);
+    }
+    let mut child = command.spawn().expect("spawn runner");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn runner_refuses_to_start_when_the_lockdown_cannot_be_applied() {
+    let line = format!("{}\n", execute("a", "1 + 1"));
+    let refused = run_without_landlock(&[], line.as_bytes());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(refused.stdout.is_empty(), "no guest input was read");
+    assert!(stderr.contains("cannot apply the OS lockdown, refusing to start"), "{stderr}");
+    assert!(stderr.contains("--insecure-no-sandbox"), "{stderr}");
+
+    let refused = run_without_landlock(&["--listen", "127.0.0.1:0"], b"");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(refused.stdout.is_empty(), "no address is printed");
+
+    let insecure = run_without_landlock(&["--insecure-no-sandbox"], line.as_bytes());
+    let stderr = String::from_utf8_lossy(&insecure.stderr);
+    assert_eq!(insecure.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("WITHOUT the OS lockdown"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&insecure.stdout);
+    let done: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(done["result"], 2);
+}
