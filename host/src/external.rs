@@ -1,0 +1,964 @@
+//! External command tools: a YAML tools file declaring tools that run as child processes.
+//!
+//! This is a stable, versioned contract, modelled on Orbit's External Executor Protocol v1.
+//! It lets an operator expose a script or binary as a tool without writing Rust.
+//!
+//! # The tools file (version 1)
+//!
+//! ```yaml
+//! version: 1                         # required; this execbox reads version 1
+//! providers:                         # required; provider name -> provider
+//!   text:                            # a JavaScript identifier: the guest's namespace
+//!     description: Text utilities    # optional; JSDoc of the namespace
+//!     tools:                         # required; tool name -> tool (names are sanitised)
+//!       word_count:
+//!         description: Count words   # optional
+//!         command: ./word_count.py   # required; the program to run
+//!         args: []                   # optional; arguments, always passed
+//!         env: { LANG: C.UTF-8 }     # optional; added to the inherited environment
+//!         timeout_seconds: 10        # optional; default 30, at most 86400
+//!         input_schema: { type: object, required: [text], properties: { text: { type: string } } }
+//!         output_schema: { type: object }   # optional
+//! ```
+//!
+//! - A `command` containing a `/` that is not absolute is resolved against the directory of
+//!   the tools file; a bare name (`python3`) is looked up in `PATH`. Commands run in the
+//!   host's working directory.
+//! - `args` and `env` values may be strings, numbers or booleans (numbers and booleans are
+//!   passed as their YAML text).
+//! - Unknown fields are ignored, so a newer file with additive fields still loads. A new
+//!   meaning for an existing field gets a new `version`.
+//! - Errors name the file and the place: the YAML path and line for parse errors
+//!   (``tools.yaml: providers.text.tools.x: missing field `command` at line 7 column 7``),
+//!   the YAML path for semantic ones.
+//!
+//! # One call
+//!
+//! Each call spawns `command args...` as a new process (in its own process group on Unix).
+//!
+//! **Environment**: the host's environment, plus `EXECBOX_TOOL` (`provider.tool`, the
+//! original tool name) and `EXECBOX_EXECUTION_ID`, then the tool's `env` (which wins).
+//!
+//! **Request**: one UTF-8 JSON object and a newline on stdin, then stdin is closed:
+//!
+//! | field | presence | meaning |
+//! |---|---|---|
+//! | `schemaVersion` | always `1` | envelope version |
+//! | `tool` | always | `{"provider": string, "name": string}`; `name` is the original name |
+//! | `input` | always | the tool input, already validated against `input_schema`; `null` when the guest passed nothing |
+//! | `executionId` | always | the execution the call belongs to |
+//!
+//! A command need not read stdin: a broken pipe while writing the request is ignored.
+//!
+//! **Result**, from the exit status:
+//!
+//! | process outcome | tool result |
+//! |---|---|
+//! | exit 0 | ok; stdout parsed as one JSON value (empty or blank stdout: `null`); invalid JSON is `tool_error`, `tool printed invalid JSON on stdout: ...`; a value not matching `output_schema` is `validation_error` |
+//! | exit N ≠ 0 | `tool_error`; the message is the trimmed stderr, or `<command> exited with status N` if stderr is blank |
+//! | killed by signal N | `tool_error`, `<command> killed by signal N` (and the stderr, if any) |
+//! | still running after `timeout_seconds` | killed; `timeout`, `Tool <provider>.<tool> timed out after Ns` |
+//! | execution cancelled or timed out | killed; `timeout`, `Execution timed out` |
+//! | cannot be started | `tool_error`, `Tool <provider>.<tool>: cannot run <command>: <OS error>` |
+//!
+//! stdout is read up to [`MAX_STDOUT_BYTES`]; a command printing more fails with `tool_error`.
+//! JSON printed on stdout may nest up to [`MAX_NESTING_DEPTH`] levels; deeper is a
+//! `serialization_error`. stderr is diagnostics: its last [`MAX_STDERR_BYTES`] are kept, error
+//! messages quote its last [`MAX_ERROR_MESSAGE_BYTES`], and on success it is only logged
+//! (`debug`). The guest sees every failure as a rejected promise whose error has the `code`
+//! and `message` above.
+//!
+//! **Cleanup**: when a call ends for any reason (exit, timeout, cancellation, the call's
+//! future being dropped), every process still in the call's process group is killed with
+//! `SIGKILL`. A tool that must leave a process behind has to move it to a new session itself.
+//!
+//! # Security
+//!
+//! A tools file is trusted configuration: loading one is running arbitrary commands with the
+//! host's privileges. Tool processes are not sandboxed; only the guest is.
+//!
+//! # Compatibility
+//!
+//! The `schemaVersion: 1` request and the result table above are the stable surface of
+//! version 1. Later changes are additive (new optional request fields, new optional tools
+//! file fields) or come with a new version number.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use execbox_protocol::MAX_NESTING_DEPTH;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::names::check_provider_name;
+use crate::schema::{
+    drop_value, parse_json, truncate, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
+};
+use crate::tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
+
+/// The tools file version this host reads.
+pub const TOOLS_FILE_VERSION: u64 = 1;
+
+/// Default `timeout_seconds` of a command tool.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest accepted `timeout_seconds`.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+
+/// A command printing more than this on stdout fails (16 MiB, the protocol's message size).
+pub const MAX_STDOUT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Only the last this many bytes of stderr are kept (1 MiB); the rest is read and discarded.
+pub const MAX_STDERR_BYTES: usize = 1024 * 1024;
+
+/// Error messages built from stderr keep at most its last this many bytes (16 KiB).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 16 * 1024;
+
+/// How long to wait for a killed process to be reaped before leaving it to tokio.
+const REAP_GRACE: Duration = Duration::from_secs(1);
+
+/// The YAML tools file: see the [module docs](self) for the format.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolsFile;
+
+/// Why a tools file cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolsFileError {
+    /// The file cannot be read.
+    #[error("cannot read tools file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The file is not YAML of the expected shape; the message holds the YAML path and
+    /// the line and column.
+    #[error("{}: {message}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and where.
+        message: String,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+    },
+    /// The file parses but a value is not acceptable.
+    #[error("{}: {at}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The YAML path of the value, e.g. `providers.text.tools.x.timeout_seconds`.
+        at: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ToolsFile {
+    /// Reads and checks a tools file; relative commands resolve against its directory.
+    pub fn load(path: impl AsRef<Path>) -> Result<Vec<Provider>, ToolsFileError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ToolsFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
+        Self::parse(&text, path, &dir)
+    }
+
+    /// Checks the text of a tools file. `path` is only used in error messages; relative
+    /// commands resolve against `base_dir`.
+    pub fn parse(
+        text: &str,
+        path: &Path,
+        base_dir: &Path,
+    ) -> Result<Vec<Provider>, ToolsFileError> {
+        let invalid = |at: String, message: String| ToolsFileError::Invalid {
+            path: path.to_path_buf(),
+            at,
+            message,
+        };
+        if text.trim().is_empty() {
+            return Err(invalid(
+                "(file)".into(),
+                "the file is empty; expected `version: 1` and `providers`".into(),
+            ));
+        }
+        let file: FileDef = serde_yaml::from_str(text).map_err(|e| {
+            let location = e.location();
+            ToolsFileError::Syntax {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+                line: location.as_ref().map(|l| l.line()),
+                column: location.as_ref().map(|l| l.column()),
+            }
+        })?;
+        match &file.version {
+            Some(v) if v.as_u64() == Some(TOOLS_FILE_VERSION) => {}
+            Some(v) => {
+                let found = serde_yaml::to_string(v).unwrap_or_default();
+                return Err(invalid(
+                    "version".into(),
+                    format!(
+                        "unsupported version {}; this execbox reads version {TOOLS_FILE_VERSION}",
+                        found.trim()
+                    ),
+                ));
+            }
+            None => {
+                return Err(invalid(
+                    "version".into(),
+                    format!("is required (write `version: {TOOLS_FILE_VERSION}`)"),
+                ))
+            }
+        }
+        let mut providers = Vec::with_capacity(file.providers.0.len());
+        for (pname, pdef) in file.providers.0 {
+            let at = format!("providers.{pname}");
+            check_provider_name(&pname).map_err(|reason| invalid(at.clone(), reason))?;
+            let mut provider = Provider::new(pname.clone());
+            if let Some(d) = pdef.description {
+                provider = provider.description(d);
+            }
+            for (tname, tdef) in pdef.tools.0 {
+                let at = format!("{at}.tools.{tname}");
+                if tdef.command.trim().is_empty() {
+                    return Err(invalid(format!("{at}.command"), "must not be empty".into()));
+                }
+                let timeout = match tdef.timeout_seconds {
+                    None => DEFAULT_TIMEOUT,
+                    Some(secs) => Duration::try_from_secs_f64(secs)
+                        .ok()
+                        .filter(|d| !d.is_zero() && *d <= MAX_TIMEOUT)
+                        .ok_or_else(|| {
+                            invalid(
+                                format!("{at}.timeout_seconds"),
+                                format!(
+                                    "must be a number of seconds above 0 and at most {}, got {secs}",
+                                    MAX_TIMEOUT.as_secs()
+                                ),
+                            )
+                        })?,
+                };
+                if tdef.args_have_nul() {
+                    return Err(invalid(format!("{at}.args"), "must not contain NUL".into()));
+                }
+                let command = resolve_command(&tdef.command, base_dir);
+                let mut handler = CommandTool::new(pname.clone(), tname.clone(), command)
+                    .args(tdef.args.into_iter().map(|a| a.0))
+                    .timeout(timeout);
+                for (k, v) in tdef.env.0 {
+                    if k.is_empty() || k.contains('=') || k.contains('\0') || v.0.contains('\0') {
+                        return Err(invalid(
+                            format!("{at}.env.{k}"),
+                            "is not a valid environment variable".into(),
+                        ));
+                    }
+                    handler = handler.env(k, v.0);
+                }
+                let mut tool = Tool::new(tname.clone(), handler);
+                if let Some(d) = tdef.description {
+                    tool = tool.description(d);
+                }
+                if let Some(s) = tdef.input_schema {
+                    tool = tool.input_schema(s);
+                }
+                if let Some(s) = tdef.output_schema {
+                    tool = tool.output_schema(s);
+                }
+                provider = provider.tool(tool);
+            }
+            providers.push(provider);
+        }
+        Ok(providers)
+    }
+}
+
+/// `command` as given, or joined to `base_dir` when it is a relative path with a `/`.
+fn resolve_command(command: &str, base_dir: &Path) -> PathBuf {
+    let p = Path::new(command);
+    if p.is_relative() && command.contains('/') {
+        let rest: PathBuf = p
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect();
+        base_dir.join(rest)
+    } else {
+        p.to_path_buf()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(expecting = "a tools file mapping with `version` and `providers`")]
+struct FileDef {
+    version: Option<serde_yaml::Value>,
+    providers: OrderedMap<ProviderDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(expecting = "a provider mapping with `tools`")]
+struct ProviderDef {
+    description: Option<String>,
+    tools: OrderedMap<ToolDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(expecting = "a tool mapping with `command`")]
+struct ToolDef {
+    description: Option<String>,
+    command: String,
+    #[serde(default)]
+    args: Vec<Scalar>,
+    #[serde(default)]
+    env: OrderedMap<Scalar>,
+    timeout_seconds: Option<f64>,
+    input_schema: Option<Value>,
+    output_schema: Option<Value>,
+}
+
+impl ToolDef {
+    fn args_have_nul(&self) -> bool {
+        self.args.iter().any(|a| a.0.contains('\0'))
+    }
+}
+
+/// A YAML mapping with string keys, in document order, refusing duplicate keys.
+struct OrderedMap<T>(Vec<(String, T)>);
+
+impl<T> Default for OrderedMap<T> {
+    fn default() -> Self {
+        OrderedMap(Vec::new())
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OrderedMap<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = OrderedMap<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OrderedMap(Vec::new()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut seen = HashSet::new();
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Scalar>()? {
+                    if !seen.insert(key.0.clone()) {
+                        return Err(de::Error::custom(format!("duplicate key {:?}", key.0)));
+                    }
+                    let value = map.next_value::<T>()?;
+                    entries.push((key.0, value));
+                }
+                Ok(OrderedMap(entries))
+            }
+        }
+        deserializer.deserialize_map(V(PhantomData))
+    }
+}
+
+/// A string, number or boolean, as text.
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number or boolean")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A tool implemented by an external command: see the [module docs](self) for the contract.
+///
+/// ```no_run
+/// use execbox_host::{CommandTool, Provider, Tool};
+/// use std::time::Duration;
+///
+/// let handler = CommandTool::new("text", "word_count", "/opt/tools/word_count.py")
+///     .timeout(Duration::from_secs(10));
+/// let provider = Provider::new("text").tool(Tool::new("word_count", handler));
+/// ```
+#[derive(Clone)]
+pub struct CommandTool(Arc<Spec>);
+
+impl fmt::Debug for CommandTool {
+    /// Shows the names of the `env` variables but never their values (they may be secrets).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.0;
+        f.debug_struct("CommandTool")
+            .field("provider", &s.provider)
+            .field("tool", &s.tool)
+            .field("command", &s.command)
+            .field("args", &s.args)
+            .field("env", &s.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("timeout", &s.timeout)
+            .finish()
+    }
+}
+
+#[derive(Clone)]
+struct Spec {
+    provider: String,
+    tool: String,
+    command: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    timeout: Duration,
+}
+
+impl CommandTool {
+    /// Runs `command` for calls of `provider.tool` (`tool` is the original name, sent in the
+    /// request and in `EXECBOX_TOOL`), without arguments, with [`DEFAULT_TIMEOUT`].
+    pub fn new(
+        provider: impl Into<String>,
+        tool: impl Into<String>,
+        command: impl Into<PathBuf>,
+    ) -> Self {
+        CommandTool(Arc::new(Spec {
+            provider: provider.into(),
+            tool: tool.into(),
+            command: command.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+        }))
+    }
+
+    /// Appends arguments.
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
+        Arc::make_mut(&mut self.0)
+            .args
+            .extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable (after the inherited ones and the `EXECBOX_` ones).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        Arc::make_mut(&mut self.0)
+            .env
+            .push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the wall-clock budget of one call.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        Arc::make_mut(&mut self.0).timeout = timeout;
+        self
+    }
+
+    /// The program that is run.
+    pub fn command(&self) -> &Path {
+        &self.0.command
+    }
+
+    /// The wall-clock budget of one call.
+    pub fn get_timeout(&self) -> Duration {
+        self.0.timeout
+    }
+}
+
+impl ToolHandler for CommandTool {
+    fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<Result<Value, ToolError>> {
+        let spec = self.0.clone();
+        Box::pin(async move { run(&spec, input, ctx).await })
+    }
+}
+
+/// Why a call stopped before the command finished.
+enum Stop {
+    Cancelled,
+    TimedOut,
+}
+
+async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+    if ctx.cancel.is_cancelled() {
+        return Err(ToolError::cancelled());
+    }
+    let label = format!("{}.{}", spec.provider, spec.tool);
+    let mut request = encode_request(spec, &input, &ctx.execution_id).map_err(|e| {
+        ToolError::serialization(format!("cannot encode the request of {label}: {e}"))
+    })?;
+    drop_value(input);
+    request.push(b'\n');
+
+    let mut command = tokio::process::Command::new(&spec.command);
+    command
+        .args(&spec.args)
+        .env("EXECBOX_TOOL", &label)
+        .env("EXECBOX_EXECUTION_ID", &ctx.execution_id)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = command.spawn().map_err(|e| {
+        ToolError::tool(format!(
+            "Tool {label}: cannot run {}: {e}",
+            spec.command.display()
+        ))
+    })?;
+    // Declared after `child`, so dropped before it: if this future is dropped mid-call the
+    // group is killed while its leader is still unreaped, so the id cannot have been reused.
+    let mut group = GroupKiller::new(child.id());
+    tracing::debug!(tool = %label, pid = child.id(), "started tool command");
+
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let write = async move {
+        if let Some(mut stdin) = stdin {
+            let written = async {
+                stdin.write_all(&request).await?;
+                stdin.shutdown().await
+            };
+            match written.await {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+                Err(e) => tracing::debug!("writing the tool request failed: {e}"),
+            }
+        }
+    };
+    let finished = {
+        let all = async {
+            let ((), out, err, status) = tokio::join!(
+                write,
+                read_capped(stdout, MAX_STDOUT_BYTES, Keep::Head),
+                read_capped(stderr, MAX_STDERR_BYTES, Keep::Tail),
+                child.wait()
+            );
+            (out, err, status)
+        };
+        tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => Err(Stop::Cancelled),
+            _ = tokio::time::sleep(spec.timeout) => Err(Stop::TimedOut),
+            done = all => Ok(done),
+        }
+    };
+    // Whatever happened, nothing of this call may outlive it. After a normal exit the leader
+    // is already reaped, but a group id stays reserved while any member lives; an empty
+    // group's id is only reused once the kernel's pid counter wraps around, which is not a
+    // realistic risk between that wait and this kill.
+    group.kill();
+    let _ = child.start_kill();
+    let (out, err, status) = match finished {
+        Ok(done) => done,
+        Err(stop) => {
+            let _ = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+            group.disarm();
+            return Err(match stop {
+                Stop::Cancelled => ToolError::cancelled(),
+                Stop::TimedOut => ToolError::timeout(format!(
+                    "Tool {label} timed out after {}s",
+                    spec.timeout.as_secs_f64()
+                )),
+            });
+        }
+    };
+    group.disarm();
+    let status = status.map_err(|e| {
+        ToolError::tool(format!(
+            "Tool {label}: waiting for {} failed: {e}",
+            spec.command.display()
+        ))
+    })?;
+    let stderr_text = String::from_utf8_lossy(&err.bytes);
+    let stderr_text = stderr_text.trim();
+    if !stderr_text.is_empty() {
+        tracing::debug!(tool = %label, "tool stderr: {}", truncate(stderr_text, 2000));
+    }
+    if out.overflowed {
+        return Err(ToolError::tool(format!(
+            "Tool {label} printed more than {} MiB on stdout",
+            MAX_STDOUT_BYTES / (1024 * 1024)
+        )));
+    }
+    if status.success() {
+        return parse_stdout(&out.bytes);
+    }
+    Err(ToolError::tool(failure_message(
+        &spec.command,
+        status,
+        stderr_text,
+        err.overflowed,
+    )))
+}
+
+/// The `schemaVersion: 1` request envelope, as JSON text.
+fn encode_request(spec: &Spec, input: &Value, execution_id: &str) -> Result<Vec<u8>, String> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Request<'a> {
+        schema_version: u32,
+        tool: RequestTool<'a>,
+        input: &'a Value,
+        execution_id: &'a str,
+    }
+    #[derive(Serialize)]
+    struct RequestTool<'a> {
+        provider: &'a str,
+        name: &'a str,
+    }
+    let depth = value_depth(input);
+    if depth > MAX_NESTING_DEPTH {
+        return Err(format!(
+            "the input nests deeper than {MAX_NESTING_DEPTH} levels"
+        ));
+    }
+    let request = Request {
+        schema_version: 1,
+        tool: RequestTool {
+            provider: &spec.provider,
+            name: &spec.tool,
+        },
+        input,
+        execution_id,
+    };
+    let encode = || serde_json::to_vec(&request).map_err(|e| e.to_string());
+    if depth > SHALLOW_DEPTH {
+        with_deep_stack(encode)
+    } else {
+        encode()
+    }
+}
+
+fn parse_stdout(bytes: &[u8]) -> Result<Value, ToolError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        ToolError::tool(format!(
+            "tool printed invalid JSON on stdout: not UTF-8: {e}"
+        ))
+    })?;
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    parse_json(text).map_err(|e| match e {
+        ParseJsonError::TooDeep => {
+            ToolError::serialization(format!("Host value is not JSON-serializable: {e}"))
+        }
+        ParseJsonError::Syntax(e) => {
+            ToolError::tool(format!("tool printed invalid JSON on stdout: {e}"))
+        }
+    })
+}
+
+/// The message of a command that did not exit 0.
+fn failure_message(command: &Path, status: ExitStatus, stderr: &str, stderr_cut: bool) -> String {
+    let stderr = tail(stderr, MAX_ERROR_MESSAGE_BYTES, stderr_cut);
+    if let Some(code) = status.code() {
+        if stderr.is_empty() {
+            return format!("{} exited with status {code}", command.display());
+        }
+        return stderr;
+    }
+    let signal = signal_of(status).map_or_else(|| "unknown".to_string(), |s| s.to_string());
+    let mut message = format!("{} killed by signal {signal}", command.display());
+    if !stderr.is_empty() {
+        message.push_str(": ");
+        message.push_str(&stderr);
+    }
+    message
+}
+
+/// The last `max` bytes of `text` (on a character boundary), marked when cut.
+fn tail(text: &str, max: usize, already_cut: bool) -> String {
+    if text.len() <= max && !already_cut {
+        return text.to_string();
+    }
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[stderr cut] …{}", &text[start..])
+}
+
+#[cfg(unix)]
+fn signal_of(status: ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+#[cfg(not(unix))]
+fn signal_of(_status: ExitStatus) -> Option<i32> {
+    None
+}
+
+struct Captured {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+/// What [`read_capped`] keeps of a pipe that says more than its cap.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// The first `cap` bytes; then the pipe is closed (the writer gets `EPIPE`/`SIGPIPE`).
+    Head,
+    /// The last `cap` bytes; the pipe is drained to its end so the writer never blocks.
+    Tail,
+}
+
+/// Reads a pipe to its end (or, for [`Keep::Head`], to its cap).
+async fn read_capped<R: AsyncRead + Unpin>(pipe: Option<R>, cap: usize, keep: Keep) -> Captured {
+    let mut captured = Captured {
+        bytes: Vec::new(),
+        overflowed: false,
+    };
+    let Some(mut pipe) = pipe else {
+        return captured;
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::debug!("reading tool output failed: {e}");
+                break;
+            }
+        };
+        match keep {
+            Keep::Head => {
+                let room = cap.saturating_sub(captured.bytes.len());
+                captured.bytes.extend_from_slice(&buf[..n.min(room)]);
+                if n > room {
+                    captured.overflowed = true;
+                    break;
+                }
+            }
+            Keep::Tail => {
+                captured.bytes.extend_from_slice(&buf[..n]);
+                if captured.bytes.len() > cap.saturating_mul(2) {
+                    let excess = captured.bytes.len() - cap;
+                    captured.bytes.drain(..excess);
+                    captured.overflowed = true;
+                }
+            }
+        }
+    }
+    if captured.bytes.len() > cap {
+        let excess = captured.bytes.len() - cap;
+        captured.bytes.drain(..excess);
+        captured.overflowed = true;
+    }
+    captured
+}
+
+/// Kills a call's process group when asked or dropped, unless disarmed.
+struct GroupKiller {
+    pgid: Option<u32>,
+}
+
+impl GroupKiller {
+    fn new(pid: Option<u32>) -> Self {
+        GroupKiller { pgid: pid }
+    }
+
+    fn kill(&self) {
+        if let Some(pgid) = self.pgid {
+            kill_process_group(pgid);
+        }
+    }
+
+    /// After the leader was reaped its id may be reused: never signal it again.
+    fn disarm(&mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn kill_process_group(pgid: u32) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return;
+    };
+    // Never 0 (our own group) or 1 (`kill(-1)` is every process we may signal).
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions; a negative pid addresses the
+    // process group the call's command leads (created by `process_group(0)` at spawn).
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+}
+
+#[cfg(not(unix))]
+fn kill_process_group(_pgid: u32) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<Provider>, ToolsFileError> {
+        ToolsFile::parse(text, Path::new("tools.yaml"), Path::new("/base"))
+    }
+
+    #[test]
+    fn a_full_file_loads_in_order_with_defaults() {
+        let providers = parse(
+            r#"
+version: 1
+future_field: ignored
+providers:
+  text:
+    description: Text utilities
+    tools:
+      word-count:
+        description: Count words
+        command: ./wc.py
+        args: [--json, 5, true]
+        env: { A: b, N: 1 }
+        timeout_seconds: 2.5
+        input_schema: { type: object, required: [text], properties: { text: { type: string } } }
+        unknown: 1
+      upper:
+        command: python3
+  data:
+    tools: {}
+"#,
+        )
+        .unwrap();
+        assert_eq!(providers.len(), 2);
+        assert_eq!(providers[0].name(), "text");
+        assert_eq!(providers[0].get_description(), Some("Text utilities"));
+        let tools = providers[0].tools();
+        assert_eq!(tools[0].name(), "word-count");
+        assert_eq!(
+            tools[0].get_input_schema().unwrap()["required"],
+            serde_json::json!(["text"])
+        );
+        assert_eq!(tools[1].name(), "upper");
+        assert!(providers[1].tools().is_empty());
+    }
+
+    #[test]
+    fn commands_with_a_slash_resolve_against_the_file() {
+        assert_eq!(
+            resolve_command("./x.py", Path::new("/base")),
+            Path::new("/base/x.py")
+        );
+        assert_eq!(
+            resolve_command("bin/x", Path::new("/base")),
+            Path::new("/base/bin/x")
+        );
+        assert_eq!(
+            resolve_command("python3", Path::new("/base")),
+            Path::new("python3")
+        );
+        assert_eq!(
+            resolve_command("/usr/bin/x", Path::new("/base")),
+            Path::new("/usr/bin/x")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_place() {
+        let cases = [
+            ("", "tools.yaml: (file): the file is empty"),
+            ("providers: {}", "tools.yaml: version: is required"),
+            ("version: 2\nproviders: {}", "tools.yaml: version: unsupported version 2"),
+            ("version: 1", "missing field `providers`"),
+            (
+                "version: 1\nproviders:\n  text:\n    tools:\n      x:\n        args: []\n",
+                "tools.yaml: providers.text.tools.x: missing field `command` at line 6",
+            ),
+            (
+                "version: 1\nproviders:\n  my-tools:\n    tools: {}\n",
+                "tools.yaml: providers.my-tools: '-' is not allowed",
+            ),
+            (
+                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a, timeout_seconds: 0 }\n",
+                "tools.yaml: providers.t.tools.x.timeout_seconds: must be a number of seconds above 0",
+            ),
+            (
+                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a, timeout_seconds: nope }\n",
+                "providers.t.tools.x.timeout_seconds: invalid type: string \"nope\"",
+            ),
+            (
+                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a }\n      x: { command: b }\n",
+                "duplicate key \"x\"",
+            ),
+            (
+                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: \" \" }\n",
+                "providers.t.tools.x.command: must not be empty",
+            ),
+            ("version: 1\nproviders: [", "tools.yaml: "),
+        ];
+        for (text, want) in cases {
+            let got = parse(text).unwrap_err().to_string();
+            assert!(got.contains(want), "{text:?}\n  got: {got}\n want: {want}");
+        }
+    }
+
+    #[test]
+    fn failure_messages_prefer_stderr_and_keep_its_tail() {
+        use std::os::unix::process::ExitStatusExt;
+        let cmd = Path::new("/t/x");
+        assert_eq!(
+            failure_message(cmd, ExitStatus::from_raw(3 << 8), "", false),
+            "/t/x exited with status 3"
+        );
+        assert_eq!(
+            failure_message(cmd, ExitStatus::from_raw(1 << 8), "boom", false),
+            "boom"
+        );
+        assert_eq!(
+            failure_message(cmd, ExitStatus::from_raw(9), "", false),
+            "/t/x killed by signal 9"
+        );
+        let long = format!("start{}end", "é".repeat(MAX_ERROR_MESSAGE_BYTES));
+        let message = failure_message(cmd, ExitStatus::from_raw(1 << 8), &long, false);
+        assert!(message.starts_with("[stderr cut] …"));
+        assert!(message.ends_with("end"));
+        assert!(message.len() <= MAX_ERROR_MESSAGE_BYTES + 20);
+    }
+}

@@ -1,0 +1,59 @@
+//! Trusted host for execbox: tools, schemas, runner sessions, pools and the `execbox` CLI.
+//!
+//! The host owns everything the guest must not: tool implementations, their credentials and
+//! side effects. It hands model-written code to a runner and answers the runner's tool calls.
+//!
+//! The core types and how they relate:
+//! - a [`Tool`] (name, JSON Schemas, async implementation) lives in a [`Provider`], a named
+//!   namespace; tools can also come from a YAML [`ToolsFile`] as external [`CommandTool`]s;
+//! - a [`ToolSet`] resolves providers once: sanitised names, compiled schemas, the provider
+//!   manifests and TypeScript declarations, and [`ToolSet::dispatch`] for tool calls;
+//! - an [`Executor`] runs code against a tool set and returns an [`ExecuteResult`]:
+//!   [`ProcessExecutor`] (a fresh runner process each time), [`PooledExecutor`] (warm runner
+//!   processes), [`WsExecutor`] (a runner behind `execbox-runner --listen`) and
+//!   [`InProcessExecutor`] (engine threads in this process, feature `runner`);
+//! - underneath, a [`Connection`] speaks the protocol's host side over any transport.
+//!
+//! ```no_run
+//! use execbox_host::{Executor, PoolOptions, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
+//! use execbox_protocol::RuntimeOptions;
+//! use serde_json::json;
+//!
+//! # async fn demo() {
+//! let add = Tool::new("add", |input: serde_json::Value, _ctx| async move {
+//!     Ok(json!({ "sum": input["x"].as_f64().unwrap_or(0.0) + 2.0 }))
+//! })
+//! .input_schema(json!({"type": "object", "required": ["x"], "properties": {"x": {"type": "number"}}}));
+//! let tools = ToolSet::new(vec![Provider::new("math").tool(add)]).unwrap();
+//! let executor = PooledExecutor::new(RunnerCommand::default_runner(), PoolOptions::default());
+//! let result = executor
+//!     .execute("(await math.add({ x: 2 })).sum", &tools, RuntimeOptions::default(), Default::default())
+//!     .await;
+//! assert_eq!(result.value(), Some(json!(4.0)));
+//! # }
+//! ```
+
+pub mod connection;
+pub mod executor;
+pub mod external;
+#[cfg(feature = "runner")]
+pub mod inprocess;
+pub mod names;
+pub mod pool;
+pub mod process;
+pub mod schema;
+pub mod tool;
+pub mod toolset;
+pub mod types;
+pub mod ws;
+
+pub use connection::{Connection, RunnerEvent, SessionTimings};
+pub use executor::{ExecuteResult, Executor};
+pub use external::{CommandTool, ToolsFile};
+#[cfg(feature = "runner")]
+pub use inprocess::InProcessExecutor;
+pub use pool::{PoolOptions, PooledExecutor};
+pub use process::{ProcessExecutor, RunnerCommand};
+pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
+pub use toolset::{ToolSet, ToolSetError};
+pub use ws::WsExecutor;

@@ -1,0 +1,364 @@
+//! Providers resolved for execution, and the dispatch of one `tool_call` to one `tool_result`.
+//!
+//! [`ToolSet::new`] does all the work that can fail up front: it checks provider names,
+//! sanitises tool names, compiles schemas and builds the manifests and TypeScript once.
+//! Afterwards [`ToolSet::dispatch`] cannot fail in any way other than producing a failing
+//! `tool_result`.
+//!
+//! A call goes through these steps; the first that fails decides the error:
+//!
+//! 1. lookup by `providerName` and `safeToolName`: `tool_error`, `Unknown tool <p>.<t>`;
+//! 2. the execution is already cancelled: `timeout`, `Execution timed out`;
+//! 3. the input is parsed (a missing input is JSON `null`; nesting deeper than
+//!    [`MAX_NESTING_DEPTH`](execbox_protocol::MAX_NESTING_DEPTH) is a `serialization_error`)
+//!    and validated against the input schema: `validation_error` naming the schema keyword
+//!    (and saying the input was missing, when it was);
+//! 4. the handler runs until it returns or `ctx.cancel` fires (`timeout`,
+//!    `Execution timed out`; the handler's future is dropped); its error is passed through;
+//!    a panic becomes `tool_error`;
+//! 5. the output must be transport-safe (`serialization_error`,
+//!    `Host value is not JSON-serializable: ...`) and match the output schema
+//!    (`validation_error`, `output does not match schema at ...`).
+//!
+//! The transport check comes before output validation (the reverse of what one might expect)
+//! so that no validator ever walks a value deeper than the protocol allows.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use execbox_protocol::{
+    check_transport_safe, ErrorBody, ProviderManifest, RawValue, ToolCall, ToolManifest, ToolResult,
+};
+use futures_util::FutureExt as _;
+use serde_json::{Map, Value};
+
+use crate::names::{assign_safe_names, check_provider_name};
+use crate::schema::{
+    drop_value, parse_json, value_depth, with_deep_stack, ParseJsonError, Schema, SHALLOW_DEPTH,
+};
+use crate::tool::{Provider, Tool, ToolContext, ToolError};
+use crate::types::{provider_declaration, ToolDeclaration};
+
+/// Why a set of providers cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolSetError {
+    /// A provider name is not usable as a guest namespace.
+    #[error("invalid provider name {name:?}: {reason}")]
+    InvalidProviderName {
+        /// The name as given.
+        name: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// Two providers have the same name.
+    #[error("provider {name:?} is defined twice")]
+    DuplicateProvider {
+        /// The repeated name.
+        name: String,
+    },
+    /// Two tools of one provider have the same (original) name.
+    #[error("provider {provider:?} defines tool {tool:?} twice")]
+    DuplicateTool {
+        /// The provider.
+        provider: String,
+        /// The repeated tool name.
+        tool: String,
+    },
+    /// A tool's input or output schema does not compile.
+    #[error("invalid {which} schema of tool {provider}.{tool}: {message}")]
+    InvalidSchema {
+        /// The provider.
+        provider: String,
+        /// The tool's original name.
+        tool: String,
+        /// `"input"` or `"output"`.
+        which: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// Providers resolved for execution: names sanitised, schemas compiled, manifests and
+/// TypeScript built once. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct ToolSet(Arc<Inner>);
+
+struct Inner {
+    manifests: Vec<ProviderManifest>,
+    declarations: String,
+    /// provider name → safe tool name → tool.
+    lookup: HashMap<String, HashMap<String, Arc<ResolvedTool>>>,
+    /// provider name → (safe, original) in declaration order.
+    names: HashMap<String, Vec<(String, String)>>,
+}
+
+struct ResolvedTool {
+    provider: String,
+    tool: Tool,
+    input: Option<Schema>,
+    output: Option<Schema>,
+}
+
+impl ResolvedTool {
+    fn label(&self) -> String {
+        format!("{}.{}", self.provider, self.tool.name())
+    }
+}
+
+impl std::fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSet")
+            .field("providers", &self.0.manifests)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolSet {
+    /// Resolves `providers`; see [`ToolSetError`] for what can be refused.
+    pub fn new(providers: Vec<Provider>) -> Result<ToolSet, ToolSetError> {
+        let mut manifests = Vec::with_capacity(providers.len());
+        let mut declarations = Vec::with_capacity(providers.len());
+        let mut lookup = HashMap::new();
+        let mut names = HashMap::new();
+        for provider in providers {
+            let pname = provider.name().to_string();
+            check_provider_name(&pname).map_err(|reason| ToolSetError::InvalidProviderName {
+                name: pname.clone(),
+                reason,
+            })?;
+            if lookup.contains_key(&pname) {
+                return Err(ToolSetError::DuplicateProvider { name: pname });
+            }
+            let tools = provider.tools();
+            let mut seen = std::collections::HashSet::new();
+            for tool in tools {
+                if !seen.insert(tool.name()) {
+                    return Err(ToolSetError::DuplicateTool {
+                        provider: pname,
+                        tool: tool.name().to_string(),
+                    });
+                }
+            }
+            let safe_names = assign_safe_names(tools.iter().map(Tool::name));
+            let mut by_safe = HashMap::with_capacity(tools.len());
+            let mut tool_manifests = Vec::with_capacity(tools.len());
+            let mut decls = Vec::with_capacity(tools.len());
+            for (tool, safe) in tools.iter().zip(&safe_names) {
+                let compile = |schema: Option<&Value>, which: &'static str| {
+                    schema
+                        .map(|s| {
+                            Schema::compile(s).map_err(|message| ToolSetError::InvalidSchema {
+                                provider: pname.clone(),
+                                tool: tool.name().to_string(),
+                                which,
+                                message,
+                            })
+                        })
+                        .transpose()
+                };
+                let input = compile(tool.get_input_schema(), "input")?;
+                let output = compile(tool.get_output_schema(), "output")?;
+                tool_manifests.push(ToolManifest {
+                    key: tool.name().to_string(),
+                    safe_name: safe.clone(),
+                    original_name: Some(tool.name().to_string()),
+                    description: tool.get_description().map(str::to_string),
+                    extra: Map::new(),
+                });
+                decls.push(ToolDeclaration {
+                    safe_name: safe,
+                    description: tool.get_description(),
+                    input_schema: tool.get_input_schema(),
+                    output_schema: tool.get_output_schema(),
+                });
+                by_safe.insert(
+                    safe.clone(),
+                    Arc::new(ResolvedTool {
+                        provider: pname.clone(),
+                        tool: tool.clone(),
+                        input,
+                        output,
+                    }),
+                );
+            }
+            let types = provider_declaration(&pname, provider.get_description(), &decls);
+            declarations.push(types.clone());
+            manifests.push(ProviderManifest {
+                name: pname.clone(),
+                tools: tool_manifests,
+                types: Some(types),
+            });
+            names.insert(
+                pname.clone(),
+                safe_names
+                    .into_iter()
+                    .zip(tools.iter().map(|t| t.name().to_string()))
+                    .collect(),
+            );
+            lookup.insert(pname, by_safe);
+        }
+        Ok(ToolSet(Arc::new(Inner {
+            manifests,
+            declarations: declarations.join("\n\n"),
+            lookup,
+            names,
+        })))
+    }
+
+    /// A set without providers.
+    pub fn empty() -> ToolSet {
+        ToolSet::new(Vec::new()).expect("no providers, nothing to refuse")
+    }
+
+    /// The manifests to send in `execute.providers`, in provider order. Tools are keyed by
+    /// their original name and carry `safeName`, `originalName` and `description`; `types`
+    /// is the provider's TypeScript declaration.
+    pub fn manifests(&self) -> &[ProviderManifest] {
+        &self.0.manifests
+    }
+
+    /// Every provider's declaration, joined by a blank line; empty without providers.
+    pub fn declarations(&self) -> String {
+        self.0.declarations.clone()
+    }
+
+    /// `(safe, original)` names of a provider's tools in declaration order; `None` for an
+    /// unknown provider.
+    pub fn tool_names(&self, provider: &str) -> Option<Vec<(String, String)>> {
+        self.0.names.get(provider).cloned()
+    }
+
+    /// Whether the set has no providers.
+    pub fn is_empty(&self) -> bool {
+        self.0.manifests.is_empty()
+    }
+
+    /// Handles one `tool_call`: lookup, input validation, the call with `ctx`, output
+    /// checks (see the module docs for the order and the error of each step).
+    ///
+    /// Never panics (a panicking handler becomes `tool_error`) and always returns exactly
+    /// one [`ToolResult`] for `call.call_id`, promptly once `ctx.cancel` fires.
+    pub async fn dispatch(&self, call: &ToolCall, ctx: ToolContext) -> ToolResult {
+        let started = Instant::now();
+        let outcome = self.run(call, ctx).await;
+        match &outcome {
+            Ok(_) => tracing::debug!(
+                call_id = %call.call_id,
+                tool = %format_args!("{}.{}", call.provider_name, call.safe_tool_name),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "tool call succeeded"
+            ),
+            Err(e) => tracing::debug!(
+                call_id = %call.call_id,
+                tool = %format_args!("{}.{}", call.provider_name, call.safe_tool_name),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                code = %e.code,
+                message = %e.message,
+                "tool call failed"
+            ),
+        }
+        ToolResult {
+            call_id: call.call_id.clone(),
+            outcome: outcome.map(Some).map_err(ErrorBody::from),
+        }
+    }
+
+    async fn run(&self, call: &ToolCall, ctx: ToolContext) -> Result<Box<RawValue>, ToolError> {
+        let tool = self
+            .0
+            .lookup
+            .get(&call.provider_name)
+            .and_then(|tools| tools.get(&call.safe_tool_name))
+            .ok_or_else(|| {
+                ToolError::tool(format!(
+                    "Unknown tool {}.{}",
+                    call.provider_name, call.safe_tool_name
+                ))
+            })?
+            .clone();
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolError::cancelled());
+        }
+        let input = match &call.input {
+            None => Value::Null,
+            Some(raw) => parse_json(raw.get()).map_err(|e| match e {
+                ParseJsonError::TooDeep => ToolError::serialization(format!("tool input {e}")),
+                ParseJsonError::Syntax(e) => {
+                    ToolError::validation(format!("tool input is not valid JSON: {e}"))
+                }
+            })?,
+        };
+        if let Some(schema) = &tool.input {
+            if let Err(message) = validate(schema, &input, "input") {
+                drop_value(input);
+                let message = if call.input.is_none() {
+                    format!("input is missing (the tool was called without an argument); {message}")
+                } else {
+                    message
+                };
+                return Err(ToolError::validation(message));
+            }
+        }
+        let cancel = ctx.cancel.clone();
+        // Creating the future runs handler code too, so it is inside the unwind guard.
+        let handler = tool.tool.handler().clone();
+        let call_future = async move { handler.call(input, ctx).await };
+        let guarded = AssertUnwindSafe(call_future).catch_unwind();
+        let output = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(ToolError::cancelled()),
+            result = guarded => match result {
+                Ok(result) => result?,
+                Err(panic) => {
+                    let what = panic_message(panic.as_ref());
+                    tracing::warn!(tool = %tool.label(), "tool handler panicked: {what}");
+                    return Err(ToolError::tool(format!("Tool {} panicked: {what}", tool.label())));
+                }
+            },
+        };
+        if let Err(e) = check_transport_safe(&output) {
+            drop_value(output);
+            return Err(ToolError::serialization(format!(
+                "Host value is not JSON-serializable: {e}"
+            )));
+        }
+        let deep = value_depth(&output) > SHALLOW_DEPTH;
+        if let Some(schema) = &tool.output {
+            if let Err(message) = validate(schema, &output, "output") {
+                drop_value(output);
+                return Err(ToolError::validation(message));
+            }
+        }
+        let encode = || serde_json::value::to_raw_value(&output);
+        let encoded = if deep {
+            with_deep_stack(encode)
+        } else {
+            encode()
+        };
+        drop_value(output);
+        encoded.map_err(|e| {
+            ToolError::serialization(format!("Host value is not JSON-serializable: {e}"))
+        })
+    }
+}
+
+/// Validates on a large stack when the instance is deep.
+fn validate(schema: &Schema, instance: &Value, what: &str) -> Result<(), String> {
+    if value_depth(instance) > SHALLOW_DEPTH {
+        with_deep_stack(|| schema.validate(instance, what))
+    } else {
+        schema.validate(instance, what)
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_string()
+    }
+}

@@ -1,0 +1,513 @@
+//! TypeScript declarations generated from tool schemas, for prompts: one namespace per provider.
+//!
+//! ```text
+//! /** Text utilities */
+//! declare namespace text {
+//!   /** Count words in a text */
+//!   function word_count(input: {
+//!     text: string;
+//!   }): Promise<{
+//!     words: number;
+//!   }>;
+//! }
+//! ```
+//!
+//! The mapping from JSON Schema is deliberately simple and total: every schema yields *some*
+//! type, and whatever is not understood becomes `unknown`.
+//!
+//! | JSON Schema | TypeScript |
+//! |---|---|
+//! | `string`, `number`/`integer`, `boolean`, `null` | `string`, `number`, `boolean`, `null` |
+//! | `array` with `items` / `prefixItems` | `T[]` / `[A, B]`; `unknown[]` without either |
+//! | `object` with `properties` | `{ a: A; b?: B; }` (not `required` → `?`), one member per line |
+//! | `object` without `properties` | `Record<string, T>` from `additionalProperties` (`unknown` by default, `never` if `false`) |
+//! | `enum`, `const` | union of literals (objects and arrays in them → `unknown`) |
+//! | `anyOf`, `oneOf` / `allOf` | union / intersection |
+//! | `type: [..]`, `nullable: true` | union, `\| null` |
+//! | `$ref`, `true`, anything else | `unknown`; `false` → `never` |
+//!
+//! Property names that are not identifiers are quoted; `description`s become JSDoc. Nesting
+//! deeper than [`MAX_TYPE_DEPTH`] becomes `unknown`. A tool without an input schema takes
+//! `input?: unknown`; without an output schema it returns `Promise<unknown>`.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value};
+
+use crate::names::is_identifier;
+
+/// Schemas nested deeper than this render as `unknown`.
+pub const MAX_TYPE_DEPTH: usize = 16;
+
+const INDENT: &str = "  ";
+
+/// What [`provider_declaration`] needs to know about one tool.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolDeclaration<'a> {
+    /// The identifier the guest calls.
+    pub safe_name: &'a str,
+    /// Becomes the function's JSDoc.
+    pub description: Option<&'a str>,
+    /// Becomes the parameter type; `None` gives `input?: unknown`.
+    pub input_schema: Option<&'a Value>,
+    /// Becomes the promised type; `None` gives `Promise<unknown>`.
+    pub output_schema: Option<&'a Value>,
+}
+
+/// The `declare namespace` block of one provider.
+pub fn provider_declaration(
+    provider: &str,
+    description: Option<&str>,
+    tools: &[ToolDeclaration<'_>],
+) -> String {
+    let mut out = String::new();
+    if let Some(d) = description {
+        out.push_str(&doc_comment(d, 0));
+    }
+    let _ = writeln!(out, "declare namespace {provider} {{");
+    for tool in tools {
+        if let Some(d) = tool.description {
+            out.push_str(&doc_comment(d, 1));
+        }
+        let param = match tool.input_schema {
+            Some(schema) => format!("input: {}", schema_to_type(schema, 1)),
+            None => "input?: unknown".to_string(),
+        };
+        let output = match tool.output_schema {
+            Some(schema) => schema_to_type(schema, 1),
+            None => "unknown".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "{INDENT}function {}({param}): Promise<{output}>;",
+            tool.safe_name
+        );
+    }
+    out.push('}');
+    out
+}
+
+/// The TypeScript type of `schema`, written as if it started on a line indented `indent`
+/// levels (multi-line object types close at that level).
+///
+/// ```
+/// use execbox_host::types::schema_to_type;
+/// use serde_json::json;
+/// assert_eq!(schema_to_type(&json!({"type": ["string", "null"]}), 0), "string | null");
+/// assert_eq!(schema_to_type(&json!({"enum": ["a", 1]}), 0), r#""a" | 1"#);
+/// ```
+pub fn schema_to_type(schema: &Value, indent: usize) -> String {
+    render(schema, indent, 0).text
+}
+
+/// How tightly a rendered type binds, to know when it needs parentheses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Prec {
+    Union,
+    Intersection,
+    Primary,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ty {
+    text: String,
+    prec: Prec,
+}
+
+impl Ty {
+    fn primary(text: impl Into<String>) -> Ty {
+        Ty {
+            text: text.into(),
+            prec: Prec::Primary,
+        }
+    }
+    fn unknown() -> Ty {
+        Ty::primary("unknown")
+    }
+    fn never() -> Ty {
+        Ty::primary("never")
+    }
+    fn is(&self, text: &str) -> bool {
+        self.text == text
+    }
+    /// The text, parenthesised if it binds looser than `at_least`.
+    fn at(&self, at_least: Prec) -> String {
+        if self.prec < at_least {
+            format!("({})", self.text)
+        } else {
+            self.text.clone()
+        }
+    }
+}
+
+fn union(members: Vec<Ty>) -> Ty {
+    let mut seen = HashSet::new();
+    let mut kept = Vec::new();
+    for m in members {
+        if m.is("unknown") {
+            return Ty::unknown();
+        }
+        if m.is("never") || !seen.insert(m.text.clone()) {
+            continue;
+        }
+        kept.push(m);
+    }
+    match kept.len() {
+        0 => Ty::never(),
+        1 => kept.pop().expect("one member"),
+        _ => Ty {
+            text: kept
+                .iter()
+                .map(|m| m.at(Prec::Intersection))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            prec: Prec::Union,
+        },
+    }
+}
+
+fn intersection(members: Vec<Ty>) -> Ty {
+    let mut seen = HashSet::new();
+    let mut kept = Vec::new();
+    for m in members {
+        if m.is("never") {
+            return Ty::never();
+        }
+        if m.is("unknown") || !seen.insert(m.text.clone()) {
+            continue;
+        }
+        kept.push(m);
+    }
+    match kept.len() {
+        0 => Ty::unknown(),
+        1 => kept.pop().expect("one member"),
+        _ => Ty {
+            text: kept
+                .iter()
+                .map(|m| m.at(Prec::Primary))
+                .collect::<Vec<_>>()
+                .join(" & "),
+            prec: Prec::Intersection,
+        },
+    }
+}
+
+fn render(schema: &Value, indent: usize, depth: usize) -> Ty {
+    let obj = match schema {
+        Value::Bool(true) => return Ty::unknown(),
+        Value::Bool(false) => return Ty::never(),
+        Value::Object(obj) => obj,
+        _ => return Ty::unknown(),
+    };
+    if depth >= MAX_TYPE_DEPTH || obj.contains_key("$ref") || obj.contains_key("$dynamicRef") {
+        return Ty::unknown();
+    }
+    let mut ty = if let Some(c) = obj.get("const") {
+        literal(c)
+    } else if let Some(Value::Array(values)) = obj.get("enum") {
+        union(values.iter().map(literal).collect())
+    } else {
+        let mut parts = vec![base_type(obj, indent, depth)];
+        for key in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(members)) = obj.get(key) {
+                parts.push(union(
+                    members
+                        .iter()
+                        .map(|m| render(m, indent, depth + 1))
+                        .collect(),
+                ));
+            }
+        }
+        if let Some(Value::Array(members)) = obj.get("allOf") {
+            parts.extend(members.iter().map(|m| render(m, indent, depth + 1)));
+        }
+        intersection(parts)
+    };
+    if obj.get("nullable") == Some(&Value::Bool(true)) {
+        ty = union(vec![ty, Ty::primary("null")]);
+    }
+    ty
+}
+
+/// The type from `type` (or, without it, from the object/array keywords present).
+fn base_type(obj: &Map<String, Value>, indent: usize, depth: usize) -> Ty {
+    let types: Vec<&str> = match obj.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        Some(_) => return Ty::unknown(),
+        None if obj.contains_key("properties") || obj.contains_key("additionalProperties") => {
+            vec!["object"]
+        }
+        None if obj.contains_key("items") || obj.contains_key("prefixItems") => vec!["array"],
+        None => return Ty::unknown(),
+    };
+    union(
+        types
+            .into_iter()
+            .map(|t| match t {
+                "string" => Ty::primary("string"),
+                "number" | "integer" => Ty::primary("number"),
+                "boolean" => Ty::primary("boolean"),
+                "null" => Ty::primary("null"),
+                "array" => array_type(obj, indent, depth),
+                "object" => object_type(obj, indent, depth),
+                _ => Ty::unknown(),
+            })
+            .collect(),
+    )
+}
+
+fn array_type(obj: &Map<String, Value>, indent: usize, depth: usize) -> Ty {
+    let tuple = match (obj.get("prefixItems"), obj.get("items")) {
+        (Some(Value::Array(items)), _) | (None, Some(Value::Array(items))) => Some(items),
+        _ => None,
+    };
+    if let Some(items) = tuple {
+        let members: Vec<String> = items
+            .iter()
+            .map(|s| render(s, indent, depth + 1).text)
+            .collect();
+        return Ty::primary(format!("[{}]", members.join(", ")));
+    }
+    match obj.get("items") {
+        Some(items) => Ty::primary(format!(
+            "{}[]",
+            render(items, indent, depth + 1).at(Prec::Primary)
+        )),
+        None => Ty::primary("unknown[]"),
+    }
+}
+
+fn object_type(obj: &Map<String, Value>, indent: usize, depth: usize) -> Ty {
+    let additional = obj.get("additionalProperties");
+    let properties = match obj.get("properties") {
+        Some(Value::Object(p)) if !p.is_empty() => p,
+        _ => {
+            let value = match additional {
+                Some(schema) => render(schema, indent, depth + 1),
+                None => Ty::unknown(),
+            };
+            return Ty::primary(format!("Record<string, {}>", value.text));
+        }
+    };
+    let required: HashSet<&str> = match obj.get("required") {
+        Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).collect(),
+        _ => HashSet::new(),
+    };
+    let pad = INDENT.repeat(indent + 1);
+    let mut out = String::from("{\n");
+    for (name, schema) in properties {
+        if let Some(Value::String(d)) = schema.get("description") {
+            out.push_str(&doc_comment(d, indent + 1));
+        }
+        let key = if is_identifier(name) {
+            name.clone()
+        } else {
+            Value::String(name.clone()).to_string()
+        };
+        let optional = if required.contains(name.as_str()) {
+            ""
+        } else {
+            "?"
+        };
+        let ty = render(schema, indent + 1, depth + 1);
+        let _ = writeln!(out, "{pad}{key}{optional}: {};", ty.text);
+    }
+    if matches!(additional, Some(Value::Object(_))) {
+        let _ = writeln!(out, "{pad}[key: string]: unknown;");
+    }
+    out.push_str(&INDENT.repeat(indent));
+    out.push('}');
+    Ty::primary(out)
+}
+
+/// A literal type for a JSON value; objects and arrays give `unknown`.
+fn literal(value: &Value) -> Ty {
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {
+            Ty::primary(value.to_string())
+        }
+        Value::Array(_) | Value::Object(_) => Ty::unknown(),
+    }
+}
+
+/// A JSDoc comment at `indent` levels, ending with a newline; empty for blank text.
+fn doc_comment(text: &str, indent: usize) -> String {
+    let text = text.trim().replace("*/", "*\\/");
+    if text.is_empty() {
+        return String::new();
+    }
+    let pad = INDENT.repeat(indent);
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    if lines.len() == 1 {
+        return format!("{pad}/** {} */\n", lines[0]);
+    }
+    let mut out = format!("{pad}/**\n");
+    for line in lines {
+        if line.is_empty() {
+            let _ = writeln!(out, "{pad} *");
+        } else {
+            let _ = writeln!(out, "{pad} * {line}");
+        }
+    }
+    let _ = writeln!(out, "{pad} */");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ts(schema: Value) -> String {
+        schema_to_type(&schema, 0)
+    }
+
+    #[test]
+    fn scalars_unions_and_literals() {
+        assert_eq!(ts(json!({"type": "string"})), "string");
+        assert_eq!(ts(json!({"type": "integer"})), "number");
+        assert_eq!(
+            ts(json!({"type": ["number", "integer", "null"]})),
+            "number | null"
+        );
+        assert_eq!(
+            ts(json!({"type": "string", "nullable": true})),
+            "string | null"
+        );
+        assert_eq!(
+            ts(json!({"enum": ["a", "b\"c", 1.5, true, null, [1]]})),
+            "unknown"
+        );
+        assert_eq!(
+            ts(json!({"enum": ["a", "b\"c", 1.5, true, null]})),
+            r#""a" | "b\"c" | 1.5 | true | null"#
+        );
+        assert_eq!(ts(json!({"const": "x"})), r#""x""#);
+        assert_eq!(ts(json!({"enum": []})), "never");
+        assert_eq!(
+            ts(json!({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "string"}]})),
+            "string | number"
+        );
+        assert_eq!(
+            ts(json!({"$ref": "#/$defs/x", "type": "string"})),
+            "unknown"
+        );
+        assert_eq!(ts(json!(true)), "unknown");
+        assert_eq!(ts(json!(false)), "never");
+        assert_eq!(ts(json!({})), "unknown");
+        assert_eq!(ts(json!({"type": "wat"})), "unknown");
+        assert_eq!(ts(json!(42)), "unknown");
+    }
+
+    #[test]
+    fn arrays_tuples_and_precedence() {
+        assert_eq!(ts(json!({"type": "array"})), "unknown[]");
+        assert_eq!(
+            ts(json!({"type": "array", "items": {"type": "string"}})),
+            "string[]"
+        );
+        assert_eq!(
+            ts(json!({"type": "array", "items": {"type": ["string", "null"]}})),
+            "(string | null)[]"
+        );
+        assert_eq!(
+            ts(json!({"prefixItems": [{"type": "string"}, {"const": 1}]})),
+            r#"[string, 1]"#
+        );
+        assert_eq!(
+            ts(json!({"allOf": [{"type": "string"}, {"anyOf": [{"const": "a"}, {"const": "b"}]}]})),
+            r#"string & ("a" | "b")"#
+        );
+        assert_eq!(
+            ts(json!({"type": "array", "items": {"allOf": [{"type": "string"}, {"const": "a"}]}})),
+            r#"(string & "a")[]"#
+        );
+    }
+
+    #[test]
+    fn objects_with_optional_quoted_and_documented_members() {
+        let schema = json!({
+            "type": "object",
+            "required": ["query"],
+            "properties": {
+                "query": {"type": "string", "description": "What to look for"},
+                "max-results": {"type": "integer"},
+                "filter": {
+                    "type": "object",
+                    "properties": {"lang": {"enum": ["en", "de"]}},
+                    "additionalProperties": {"type": "string"}
+                }
+            }
+        });
+        assert_eq!(
+            ts(schema),
+            "{\n  /** What to look for */\n  query: string;\n  \"max-results\"?: number;\n  filter?: {\n    lang?: \"en\" | \"de\";\n    [key: string]: unknown;\n  };\n}"
+        );
+        assert_eq!(ts(json!({"type": "object"})), "Record<string, unknown>");
+        assert_eq!(
+            ts(json!({"type": "object", "additionalProperties": {"type": "number"}})),
+            "Record<string, number>"
+        );
+        assert_eq!(
+            ts(json!({"type": "object", "additionalProperties": false})),
+            "Record<string, never>"
+        );
+    }
+
+    #[test]
+    fn deep_schemas_are_cut_off() {
+        let mut schema = json!({"type": "string"});
+        for _ in 0..100 {
+            schema = json!({"type": "array", "items": schema});
+        }
+        let text = ts(schema);
+        assert_eq!(text, format!("unknown{}", "[]".repeat(MAX_TYPE_DEPTH)));
+    }
+
+    #[test]
+    fn provider_declarations_have_jsdoc_and_defaults() {
+        let input = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
+        let output = json!({"type": "object", "properties": {"words": {"type": "integer"}}});
+        let text = provider_declaration(
+            "text",
+            Some("Text utilities"),
+            &[
+                ToolDeclaration {
+                    safe_name: "word_count",
+                    description: Some("Count words.\n\nSplits on */ whitespace."),
+                    input_schema: Some(&input),
+                    output_schema: Some(&output),
+                },
+                ToolDeclaration {
+                    safe_name: "ping",
+                    description: None,
+                    input_schema: None,
+                    output_schema: None,
+                },
+            ],
+        );
+        assert_eq!(
+            text,
+            "/** Text utilities */
+declare namespace text {
+  /**
+   * Count words.
+   *
+   * Splits on *\\/ whitespace.
+   */
+  function word_count(input: {
+    text: string;
+  }): Promise<{
+    words?: number;
+  }>;
+  function ping(input?: unknown): Promise<unknown>;
+}"
+        );
+        assert_eq!(
+            provider_declaration("empty", None, &[]),
+            "declare namespace empty {\n}"
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! WebSocket runners (`execbox-runner --listen`): one connection per execution.
+
+use execbox_protocol::{Frame, Message, RuntimeOptions};
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as WsFrame;
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::{Connection, RunnerEvent, SessionTimings, Terminate};
+use crate::executor::{ExecuteFuture, ExecuteResult, Executor};
+use crate::toolset::ToolSet;
+
+/// Connects to a remote runner for each execution.
+#[derive(Debug, Clone)]
+pub struct WsExecutor {
+    url: String,
+    timings: SessionTimings,
+}
+
+impl WsExecutor {
+    /// An executor for the runner at `url` (e.g. `ws://127.0.0.1:7070`).
+    pub fn new(url: impl Into<String>) -> Self {
+        WsExecutor {
+            url: url.into(),
+            timings: SessionTimings::default(),
+        }
+    }
+
+    /// Overrides the host-side grace periods.
+    pub fn with_timings(mut self, timings: SessionTimings) -> Self {
+        self.timings = timings;
+        self
+    }
+
+    /// Opens one session.
+    pub async fn connect(&self) -> Result<Connection, String> {
+        let (ws, _) = tokio_tungstenite::connect_async(self.url.as_str())
+            .await
+            .map_err(|e| format!("cannot connect to runner at {}: {e}", self.url))?;
+        let (mut sink, mut stream) = ws.split();
+        let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
+        let (event_tx, event_rx) = mpsc::unbounded_channel::<RunnerEvent>();
+        let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    message = host_rx.recv() => match message {
+                        Some(m) => if sink.send(WsFrame::text(m.encode())).await.is_err() { break },
+                        None => break,
+                    },
+                    _ = &mut close_rx => break,
+                }
+            }
+            let _ = sink.close().await;
+        });
+        tokio::spawn(async move {
+            let how = loop {
+                match stream.next().await {
+                    Some(Ok(WsFrame::Text(text))) => {
+                        let event = frame_to_event(Frame::Line(text.as_str().to_owned()));
+                        if event_tx.send(event).is_err() {
+                            return;
+                        }
+                    }
+                    Some(Ok(WsFrame::Binary(_))) => {
+                        let _ = event_tx.send(RunnerEvent::Garbage("binary frame".into()));
+                    }
+                    Some(Ok(WsFrame::Close(frame))) => {
+                        break match frame {
+                            Some(f) => {
+                                format!("runner closed the connection ({}: {})", f.code, f.reason)
+                            }
+                            None => "runner closed the connection".to_owned(),
+                        }
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => break format!("connection failed: {e}"),
+                    None => break "connection closed".to_owned(),
+                }
+            };
+            let _ = event_tx.send(RunnerEvent::Closed(how));
+        });
+        let terminate: Terminate = Box::new(move || {
+            Box::pin(async move {
+                let _ = close_tx.send(());
+            })
+        });
+        Ok(Connection::new(host_tx, event_rx, terminate, self.timings))
+    }
+}
+
+impl Executor for WsExecutor {
+    fn execute<'a>(
+        &'a self,
+        code: &'a str,
+        tools: &'a ToolSet,
+        options: RuntimeOptions,
+        cancel: CancellationToken,
+    ) -> ExecuteFuture<'a> {
+        Box::pin(async move {
+            let mut connection = match self.connect().await {
+                Ok(c) => c,
+                Err(message) => {
+                    return ExecuteResult {
+                        id: crate::connection::next_execution_id(),
+                        outcome: Err(execbox_protocol::ErrorBody::new(
+                            execbox_protocol::ErrorCode::InternalError,
+                            message,
+                        )),
+                        logs: Vec::new(),
+                        duration_ms: 0,
+                    }
+                }
+            };
+            let result = connection.execute(code, tools, options, &cancel).await;
+            connection.terminate().await;
+            result
+        })
+    }
+}
+
+/// Classifies one line or frame from a runner.
+pub(crate) fn frame_to_event(frame: Frame) -> RunnerEvent {
+    match frame {
+        Frame::Line(line) => match Message::decode(&line) {
+            Ok(message) => RunnerEvent::Message(message),
+            Err(e) => {
+                let mut shown: String = line.chars().take(200).collect();
+                if shown.len() < line.len() {
+                    shown.push('…');
+                }
+                RunnerEvent::Garbage(format!("{e}: {shown}"))
+            }
+        },
+        Frame::InvalidUtf8 { len } => RunnerEvent::Garbage(format!("{len} bytes of invalid UTF-8")),
+        Frame::Oversized { len, .. } => {
+            RunnerEvent::Garbage(format!("a message of {len} bytes, over the size limit"))
+        }
+    }
+}
