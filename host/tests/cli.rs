@@ -1,0 +1,88 @@
+//! The `execbox` CLI end to end: the README's example, exit codes, `--json`, `types`, stdin.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn execbox(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_execbox"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn readme_example_prints_the_result_and_the_logs() {
+    let out = execbox(
+        &["run", "examples/hello.js", "--tools", "examples/tools.yaml"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["counts"]["words"], 9);
+    assert_eq!(result["shout"], "HELLO FROM THE SANDBOX");
+    assert_eq!(result["capitals"][0], "France: Paris");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("lookup failed (tool_error): unknown country 'Atlantis'"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn failed_execution_exits_1_with_the_code_on_stderr() {
+    let out = execbox(
+        &["run", "-", "--timeout-ms", "100"],
+        Some("while (true) {}"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("timeout: Execution timed out"));
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn json_flag_prints_the_whole_done_envelope() {
+    let out = execbox(
+        &["run", "-", "--json"],
+        Some("console.log('hi'); throw new Error('nope')"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["type"], "done");
+    assert_eq!(done["ok"], false);
+    assert_eq!(done["error"]["code"], "runtime_error");
+    assert_eq!(done["logs"][0], "hi");
+}
+
+#[test]
+fn types_prints_typescript_declarations() {
+    let out = execbox(&["types", "--tools", "examples/tools.yaml"], None);
+    assert!(out.status.success());
+    let ts = text(&out.stdout);
+    assert!(ts.contains("declare namespace text {"), "{ts}");
+    assert!(ts.contains("function word_count("), "{ts}");
+}
+
+#[test]
+fn bad_configuration_exits_2_with_a_clear_message() {
+    let out = execbox(&["run", "missing.js"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("cannot read script missing.js"));
+    let out = execbox(&["run", "-", "--tools", "no/such/tools.yaml"], Some("1"));
+    assert_eq!(out.status.code(), Some(2));
+}
