@@ -1,6 +1,7 @@
 //! End-to-end benchmark of a warm stdio runner; prints a Markdown table.
 //!
-//! `cargo bench -p execbox-runner --bench runner` (set `BENCH_QUICK=1` for a short run).
+//! `cargo bench -p execbox-runner --bench runner` (set `BENCH_QUICK=1` for a short run,
+//! `RUNNER_ARGS="--insecure-no-sandbox"` to measure without the OS lockdown).
 //! Measures what a host sees through the real binary and real pipes: trivial execution round
 //! trip, tool-call round trip, spawn to first `done`, executions per second, idle RSS.
 
@@ -18,7 +19,11 @@ struct Runner {
 
 impl Runner {
     fn spawn() -> Runner {
+        let args: Vec<String> = std::env::var("RUNNER_ARGS")
+            .map(|a| a.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
         let mut child = Command::new(env!("CARGO_BIN_EXE_execbox-runner"))
+            .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
