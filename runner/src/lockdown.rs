@@ -3,8 +3,9 @@
 //! The guest is hostile from its first instruction, so each transport locks the whole process
 //! down after start-up and before it reads the first byte of guest input. QuickJS is the first
 //! wall; this is the second, for the day a bug in the engine lets guest code run native code.
-//! The lockdown has two steps because Landlock can only restrict the calling thread (and the
-//! threads it spawns later) on this kernel ABI, while seccomp can reach every thread at once:
+//! The lockdown has two steps because Landlock restricts only the calling thread and the threads
+//! it spawns later (restricting all threads needs Landlock ABI 8; this machine has 7), while
+//! seccomp reaches every thread at once (TSYNC):
 //!
 //! 1. [`begin`], on the main thread before any other thread exists: a **Landlock** domain that
 //!    handles every filesystem right, TCP bind and connect (ABI 4+) and the abstract-socket and
@@ -18,19 +19,26 @@
 //!    kills the process with SIGSYS. rlimits come before seccomp so that `prlimit64` need not
 //!    stay allowed.
 //!
-//! Two deliberate exceptions to "kill": `clone3` fails with `ENOSYS` (seccomp cannot read its
-//! flags, and glibc then falls back to `clone`, allowed only with `CLONE_THREAD`), and
-//! `open`/`openat` fail with `EACCES` (glibc's malloc opens `/proc/sys/vm/overcommit_memory` the
-//! first time a thread's heap shrinks, long after start-up; Landlock would refuse it too).
-//! `mmap` and `mprotect` may not ask for `PROT_EXEC`, `prctl` may only name a thread, and
-//! `tgkill` may only signal this process (so an `abort()` still ends as SIGABRT).
+//! Two deliberate exceptions to "kill": in WebSocket mode `clone3` fails with `ENOSYS` (seccomp
+//! cannot read its flags, and glibc then falls back to `clone`, allowed only with
+//! `CLONE_THREAD`; stdio mode allows neither), and `open`/`openat` fail with `EACCES` (glibc's
+//! malloc opens `/proc/sys/vm/overcommit_memory` the first time a thread's heap shrinks, long
+//! after start-up; Landlock would refuse it too). `mmap` and `mprotect` may not ask for
+//! `PROT_EXEC`, `prctl` may only name a thread, `fcntl` may only read descriptor flags (std's
+//! debug-build check before a close), and `tgkill` may only signal this process (so an
+//! `abort()` still ends as SIGABRT). A syscall through another ABI (i386 `int 0x80`, x32) is
+//! killed too.
 //!
-//! The allowlists were derived by tracing both modes (`strace -f`) under a varied workload and
-//! keeping only what runs after the lockdown. What the lockdown does NOT cover: the CPU and
-//! memory limits of an execution (the engine enforces those), the files and sockets the runner
-//! already holds (stdin/stdout, the listener and its connections), and architectures other
-//! than x86_64 and aarch64 or systems other than Linux, where it cannot be applied and the
-//! runner refuses to start unless given `--insecure-no-sandbox`.
+//! The allowlists were derived by tracing both modes (`strace -f`) under the runner's test
+//! suites (the conformance transcripts over stdio and WebSocket included), keeping what runs
+//! after the lockdown, plus what rarer paths need: `brk`, the clocks and sleeps the vDSO
+//! usually answers, and what `abort()` and signal delivery use (`getpid`, `tgkill`,
+//! `rt_sigreturn`).
+//!
+//! What the lockdown does NOT cover: the CPU and memory limits of an execution (the engine
+//! enforces those), the files and sockets the runner already holds (stdin/stdout, the listener
+//! and its connections), and systems other than Linux on x86_64 or aarch64, where it cannot be
+//! applied and the runner refuses to start unless given `--insecure-no-sandbox`.
 
 /// Which transport is being locked down; each has its own allowlist and file limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,11 +93,6 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// The mode this lockdown was begun for.
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-
     /// Sets the rlimits and installs the seccomp allowlist on every thread of the process.
     pub fn finish(self) -> anyhow::Result<()> {
         imp::finish(self.mode).map_err(|e| refusal(&e))?;
@@ -217,7 +220,8 @@ mod imp {
     pub(super) fn landlock() -> anyhow::Result<()> {
         let status = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(AccessFs::from_all(ABI::V1))?
+            .handle_access(AccessFs::from_all(ABI::V1))
+            .context("Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)")?
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(AccessFs::from_all(NEWEST_ABI))?
             .handle_access(AccessNet::from_all(NEWEST_ABI))?
@@ -330,8 +334,7 @@ mod imp {
         libc::SYS_rt_sigreturn,
         libc::SYS_exit,
         libc::SYS_exit_group,
-        // Allowed here, refused with an errno by the filters stacked on top (see the module docs).
-        libc::SYS_clone3,
+        // Allowed here, refused with EACCES by a filter stacked on top (see the module docs).
         libc::SYS_openat,
         #[cfg(target_arch = "x86_64")]
         libc::SYS_open,
@@ -339,6 +342,8 @@ mod imp {
 
     /// What WebSocket mode adds: serving connections on the listener and one thread per session.
     const WEBSOCKET: &[i64] = &[
+        // Allowed here, refused with ENOSYS by a filter stacked on top; `clone` is below.
+        libc::SYS_clone3,
         libc::SYS_accept4,
         libc::SYS_setsockopt,
         libc::SYS_recvfrom,
@@ -362,6 +367,9 @@ mod imp {
                 libc::SYS_clone,
                 vec![rule(0, SeccompCmpOp::MaskedEq(thread), thread)?],
             );
+            // With debug assertions, std checks that a descriptor is open before closing it.
+            let getfd = libc::F_GETFD as u64;
+            rules.insert(libc::SYS_fcntl, vec![rule(1, SeccompCmpOp::Eq, getfd)?]);
         }
         let no_exec = SeccompCmpOp::MaskedEq(libc::PROT_EXEC as u64);
         rules.insert(libc::SYS_mmap, vec![rule(2, no_exec.clone(), 0)?]);
@@ -370,13 +378,8 @@ mod imp {
             libc::SYS_prctl,
             vec![rule(0, SeccompCmpOp::Eq, libc::PR_SET_NAME as u64)?],
         );
-        // SAFETY: getpid has no preconditions.
-        #[allow(unsafe_code)]
-        let pid = unsafe { libc::getpid() };
-        rules.insert(
-            libc::SYS_tgkill,
-            vec![rule(0, SeccompCmpOp::Eq, pid as u64)?],
-        );
+        let pid = u64::from(std::process::id());
+        rules.insert(libc::SYS_tgkill, vec![rule(0, SeccompCmpOp::Eq, pid)?]);
         Ok(rules)
     }
 
@@ -406,6 +409,38 @@ mod imp {
             #[allow(unsafe_code)]
             0 => unsafe { libc::_exit(0) },
             _ => Ok(()),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::{allowlist, Mode};
+
+        #[test]
+        fn stdio_allowlist_is_a_subset_of_websockets() {
+            let stdio = allowlist(Mode::Stdio).unwrap();
+            let ws = allowlist(Mode::WebSocket { max_sessions: 1 }).unwrap();
+            assert!(stdio.keys().all(|nr| ws.contains_key(nr)));
+            assert!(
+                !stdio.contains_key(&libc::SYS_clone) && !stdio.contains_key(&libc::SYS_clone3)
+            );
+            for forbidden in [
+                libc::SYS_socket,
+                libc::SYS_connect,
+                libc::SYS_bind,
+                libc::SYS_listen,
+            ] {
+                assert!(
+                    !ws.contains_key(&forbidden),
+                    "syscall {forbidden} is allowed"
+                );
+            }
+            for forbidden in [libc::SYS_execve, libc::SYS_execveat, libc::SYS_ptrace] {
+                assert!(
+                    !ws.contains_key(&forbidden),
+                    "syscall {forbidden} is allowed"
+                );
+            }
         }
     }
 }
