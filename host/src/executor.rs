@@ -26,6 +26,16 @@ pub struct ExecuteResult {
 }
 
 impl ExecuteResult {
+    /// A failure decided by the host before or without a runner's `done`.
+    pub fn failed(code: execbox_protocol::ErrorCode, message: impl Into<String>) -> ExecuteResult {
+        ExecuteResult {
+            id: crate::connection::next_execution_id(),
+            outcome: Err(ErrorBody::new(code, message)),
+            logs: Vec::new(),
+            duration_ms: 0,
+        }
+    }
+
     /// True for `ok: true`.
     pub fn is_ok(&self) -> bool {
         self.outcome.is_ok()

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use execbox_protocol::{ErrorBody, ErrorCode, RuntimeOptions};
+use execbox_protocol::{ErrorCode, RuntimeOptions};
 use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -141,15 +141,10 @@ impl Executor for PooledExecutor {
             let _permit = tokio::select! {
                 permit = inner.permits.acquire() => match permit {
                     Ok(p) => p,
-                    Err(_) => return spawn_failure(&std::io::Error::other("pool is closed")),
+                    Err(_) => return ExecuteResult::failed(ErrorCode::InternalError, "pool is closed"),
                 },
                 () = cancel.cancelled() => {
-                    return ExecuteResult {
-                        id: crate::connection::next_execution_id(),
-                        outcome: Err(ErrorBody::new(ErrorCode::Timeout, "Execution timed out")),
-                        logs: Vec::new(),
-                        duration_ms: 0,
-                    };
+                    return ExecuteResult::failed(ErrorCode::Timeout, "Execution timed out");
                 }
             };
             let mut connection = match inner.checkout().await {
@@ -174,13 +169,8 @@ impl Executor for PooledExecutor {
 
 /// The result of an execution whose runner could not be started.
 pub(crate) fn spawn_failure(error: &std::io::Error) -> ExecuteResult {
-    ExecuteResult {
-        id: crate::connection::next_execution_id(),
-        outcome: Err(ErrorBody::new(
-            ErrorCode::InternalError,
-            format!("cannot start a runner: {error}"),
-        )),
-        logs: Vec::new(),
-        duration_ms: 0,
-    }
+    ExecuteResult::failed(
+        ErrorCode::InternalError,
+        format!("cannot start a runner: {error}"),
+    )
 }

@@ -101,15 +101,10 @@ impl Executor for WsExecutor {
             let mut connection = match self.connect().await {
                 Ok(c) => c,
                 Err(message) => {
-                    return ExecuteResult {
-                        id: crate::connection::next_execution_id(),
-                        outcome: Err(execbox_protocol::ErrorBody::new(
-                            execbox_protocol::ErrorCode::InternalError,
-                            message,
-                        )),
-                        logs: Vec::new(),
-                        duration_ms: 0,
-                    }
+                    return ExecuteResult::failed(
+                        execbox_protocol::ErrorCode::InternalError,
+                        message,
+                    )
                 }
             };
             let result = connection.execute(code, tools, options, &cancel).await;
