@@ -79,6 +79,8 @@ struct ControlState {
     cancelled: HashSet<String>,
     /// The oldest queued execute, which will run next.
     queued_first: Option<String>,
+    /// The transport closed while an execution was active.
+    closed_mid_execution: bool,
 }
 
 impl Control {
@@ -130,6 +132,7 @@ impl Control {
             // Aborts the running execution; executes already read still run (a closed
             // transport can deliver no tool results, so any that waits on one ends).
             Inbound::Closed if state.active.is_some() => {
+                state.closed_mid_execution = true;
                 self.interrupt.store(true, Ordering::SeqCst);
             }
             _ => {}
@@ -146,10 +149,11 @@ impl Control {
         self.interrupt.store(stop, Ordering::SeqCst);
     }
 
-    fn end(&self) -> Option<String> {
+    /// Ends the active execution: its id, and whether the transport closed during it.
+    fn end(&self) -> (Option<String>, bool) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.interrupt.store(false, Ordering::SeqCst);
-        state.active.take()
+        (state.active.take(), state.closed_mid_execution)
     }
 
     fn forget(&self, id: &str) {
@@ -204,8 +208,10 @@ fn serve_items(
                 let finished = engine.run(&exec, started, out.clone(), &mut |deadline| {
                     wait(inbound, control, &*out, &exec, deadline, limits)
                 });
-                let ended = control.end();
-                if finished.aborted {
+                let (ended, closed) = control.end();
+                // A close aborts the execution whichever way the engine noticed it (the
+                // interrupt flag or the event): nobody is left to read a `done`.
+                if finished.aborted || closed {
                     tracing::info!(id = %exec.id, "transport closed during execution");
                     return;
                 }

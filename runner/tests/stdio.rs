@@ -51,6 +51,13 @@ impl Runner {
             .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"))
     }
 
+    /// Everything left on stdout until it closes.
+    fn rest(&mut self) -> String {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
+        rest
+    }
+
     fn wait_exit(&mut self, within: Duration) -> bool {
         let until = Instant::now() + within;
         while Instant::now() < until {
@@ -99,6 +106,7 @@ fn stdin_eof_while_waiting_on_a_tool_exits_promptly() {
     assert_eq!(runner.recv()["type"], "tool_call");
     drop(runner.stdin.take());
     assert!(runner.wait_exit(Duration::from_secs(5)));
+    assert_eq!(runner.rest(), "", "an aborted execution sends no done");
 }
 
 #[test]
