@@ -133,6 +133,13 @@ async fn pool_prewarms_reuses_and_recycles_after_n_executions() {
         },
     );
     assert!(pool.wait_idle(2, Duration::from_secs(10)).await);
+    // The connections exist; give `sh` the moment it needs to record its pid.
+    for _ in 0..500 {
+        if pids(&file).len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         pids(&file).len(),
         2,
