@@ -61,8 +61,11 @@ impl LineFramer {
                 None => (bytes, &[][..], false),
             };
             bytes = rest;
-            if let Some((len, _)) = &mut self.skipping {
+            if let Some((len, prefix)) = &mut self.skipping {
                 *len += chunk.len();
+                // However the line was split into reads, keep its first PEEK_BYTES.
+                let room = PEEK_BYTES.saturating_sub(prefix.len());
+                prefix.extend_from_slice(&chunk[..room.min(chunk.len())]);
                 if ends_line {
                     let (len, prefix) = self.skipping.take().expect("skipping");
                     self.ready.push_back(Frame::Oversized { len, prefix });
@@ -295,6 +298,22 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(got[1], Frame::Line("{}".into()));
+    }
+
+    #[test]
+    fn oversized_prefix_does_not_depend_on_how_reads_split_the_line() {
+        let line = b"{\"code\":\"xxxxxxxxxxxxxxxxxxxxxxxx\",\"type\":\"execute\",\"id\":\"e1\"}\n";
+        let mut f = LineFramer::new(8);
+        for byte in line {
+            f.push(std::slice::from_ref(byte));
+        }
+        match f.next_frame() {
+            Some(Frame::Oversized { len, prefix }) => {
+                assert_eq!(len, line.len() - 1);
+                assert_eq!(peek_envelope(&prefix).id.as_deref(), Some("e1"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
