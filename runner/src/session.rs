@@ -9,8 +9,8 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use execbox_protocol::{
     peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Frame, Message, Started,
@@ -65,6 +65,8 @@ impl Inbound {
 pub struct Control {
     interrupt: Arc<AtomicBool>,
     state: Mutex<ControlState>,
+    /// Wakes the watchdog when the state changes.
+    changed: Condvar,
     /// The session's sink, for answers the reader gives without waiting for the engine.
     /// Cleared when the session ends, so the transport's writer sees its last sender go.
     sink: Mutex<Option<Arc<dyn Outbound>>>,
@@ -81,7 +83,21 @@ struct ControlState {
     queued_first: Option<String>,
     /// The transport closed while an execution was active.
     closed_mid_execution: bool,
+    /// When the active execution started.
+    started_at: Option<Instant>,
+    /// When the watchdog ends the active execution if the engine has not.
+    watch_at: Option<Instant>,
+    /// The watchdog ended the active execution (and answered it, unless the transport closed).
+    fired: bool,
+    /// The session is over; the watchdog returns.
+    shutdown: bool,
 }
+
+/// How long past its deadline (or a cancel, or a close) an execution may take to stop before
+/// the watchdog ends it. The interrupt handler runs every few thousand bytecode ticks, so
+/// ordinary code stops within milliseconds; only a loop around a long native call (a huge
+/// `indexOf`, `fill` or regex) can run this long without reaching a tick.
+pub const WATCHDOG_GRACE: Duration = Duration::from_millis(250);
 
 impl Control {
     /// Control around the engine's interrupt flag.
@@ -89,6 +105,7 @@ impl Control {
         Arc::new(Control {
             interrupt,
             state: Mutex::new(ControlState::default()),
+            changed: Condvar::new(),
             sink: Mutex::new(None),
         })
     }
@@ -125,6 +142,7 @@ impl Control {
             Inbound::Message(Message::Cancel(c)) => {
                 if state.active.as_deref() == Some(c.id.as_str()) {
                     self.interrupt.store(true, Ordering::SeqCst);
+                    self.watch_soon(&mut state);
                 } else if state.queued.contains(&c.id) {
                     state.cancelled.insert(c.id.clone());
                 }
@@ -134,26 +152,104 @@ impl Control {
             Inbound::Closed if state.active.is_some() => {
                 state.closed_mid_execution = true;
                 self.interrupt.store(true, Ordering::SeqCst);
+                self.watch_soon(&mut state);
             }
             _ => {}
         }
         Some(item)
     }
 
-    fn begin(&self, id: &str) {
+    /// Brings the watchdog's deadline forward to a grace period from now.
+    fn watch_soon(&self, state: &mut ControlState) {
+        let soon = Instant::now() + WATCHDOG_GRACE;
+        state.watch_at = Some(state.watch_at.map_or(soon, |at| at.min(soon)));
+        self.changed.notify_all();
+    }
+
+    fn begin(&self, id: &str, timeout_ms: u64) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.queued.remove(id);
         state.queued_first = None;
         let stop = state.cancelled.remove(id);
         state.active = Some(id.to_owned());
+        let now = Instant::now();
+        state.started_at = Some(now);
+        state.fired = false;
+        state.watch_at = Some(now + Duration::from_millis(timeout_ms) + WATCHDOG_GRACE);
+        if stop {
+            self.watch_soon(&mut state);
+        }
         self.interrupt.store(stop, Ordering::SeqCst);
+        self.changed.notify_all();
     }
 
-    /// Ends the active execution: its id, and whether the transport closed during it.
-    fn end(&self) -> (Option<String>, bool) {
+    /// Ends the active execution: its id, whether the transport closed during it, and
+    /// whether the watchdog already ended it.
+    fn end(&self) -> (Option<String>, bool, bool) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.interrupt.store(false, Ordering::SeqCst);
-        (state.active.take(), state.closed_mid_execution)
+        state.watch_at = None;
+        let fired = std::mem::take(&mut state.fired);
+        (state.active.take(), state.closed_mid_execution, fired)
+    }
+
+    fn shutdown(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.shutdown = true;
+        self.changed.notify_all();
+    }
+
+    /// The watchdog: run it on its own thread. When an execution outlives its deadline, a
+    /// cancel or a close by [`WATCHDOG_GRACE`] (the engine is stuck in a long native call), it
+    /// answers the execution with `timeout` itself (unless the transport closed) and calls
+    /// `on_fire`, which must end the session (stdio exits the process, WebSocket closes the
+    /// connection). Returns when the session ends.
+    pub fn watch(&self, on_fire: &dyn Fn()) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if state.shutdown {
+                return;
+            }
+            let at = match (&state.active, state.watch_at, state.fired) {
+                (Some(_), Some(at), false) => at,
+                _ => {
+                    state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                    continue;
+                }
+            };
+            let now = Instant::now();
+            if now < at {
+                state = self
+                    .changed
+                    .wait_timeout(state, at - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            state.fired = true;
+            let id = state.active.clone().unwrap_or_default();
+            let elapsed = state.started_at.map(|t| t.elapsed()).unwrap_or_default();
+            let sink = if state.closed_mid_execution {
+                None
+            } else {
+                self.sink.lock().unwrap_or_else(|e| e.into_inner()).clone()
+            };
+            drop(state);
+            tracing::warn!(%id, ?elapsed, "execution did not stop in time (a long native call?); ending the session");
+            if let Some(sink) = sink {
+                sink.send(&Message::Done(Done {
+                    id,
+                    duration_ms: elapsed.as_millis() as u64,
+                    logs: Vec::new(),
+                    outcome: Err(ErrorBody::new(
+                        ErrorCode::Timeout,
+                        crate::engine::TIMEOUT_MESSAGE,
+                    )),
+                }));
+            }
+            on_fire();
+            state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     fn forget(&self, id: &str) {
@@ -185,6 +281,7 @@ pub fn run_session(
     control.set_sink(out.clone());
     serve_items(engine, inbound, control, out, limits);
     control.clear_sink();
+    control.shutdown();
 }
 
 fn serve_items(
@@ -200,7 +297,7 @@ fn serve_items(
         let Ok(item) = inbound.recv() else { return };
         match item {
             Inbound::Message(Message::Execute(exec)) => {
-                control.begin(&exec.id);
+                control.begin(&exec.id, exec.options.timeout_ms);
                 out.send(&Message::Started(Started {
                     id: exec.id.clone(),
                 }));
@@ -208,12 +305,17 @@ fn serve_items(
                 let finished = engine.run(&exec, started, out.clone(), &mut |deadline| {
                     wait(inbound, control, &*out, &exec, deadline, limits)
                 });
-                let (ended, closed) = control.end();
+                let (ended, closed, fired) = control.end();
                 // A close aborts the execution whichever way the engine noticed it (the
                 // interrupt flag or the event): nobody is left to read a `done`.
                 if finished.aborted || closed {
                     tracing::info!(id = %exec.id, "transport closed during execution");
                     return;
+                }
+                if fired {
+                    // The watchdog answered already, and is ending the session.
+                    last = ended;
+                    continue;
                 }
                 out.send(&Message::Done(Done {
                     id: exec.id.clone(),

@@ -31,11 +31,14 @@ impl Outbound for StdoutSink {
     }
 }
 
+/// Exit status when the watchdog ended the process (see [`Control::watch`]).
+pub const WATCHDOG_EXIT_CODE: i32 = 3;
+
 /// Serves one session on stdin/stdout until stdin closes.
 ///
 /// With [`Sandbox::Enforce`], the Landlock step of the lockdown comes first (on this thread,
 /// so both threads inherit it), then both threads are spawned, then the rlimits and seccomp
-/// reach all three; only then is the reader let go to read stdin. So no thread need be created
+/// reach all of them; only then is the reader let go to read stdin. So no thread need be created
 /// under the lockdown, and stdio's allowlist has no `clone`.
 pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> anyhow::Result<()> {
     let lockdown = sandbox.begin(Mode::Stdio)?;
@@ -57,6 +60,14 @@ pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> anyhow::Result<()> {
         stdout: Mutex::new(io::stdout()),
     });
     control.set_sink(out.clone());
+    let watchdog_control = control.clone();
+    std::thread::Builder::new()
+        .name("watchdog".into())
+        .spawn(move || {
+            // The engine is stuck in a native call and cannot be interrupted: the `done` is
+            // out, and ending the process is the only way to free the host's runner.
+            watchdog_control.watch(&|| std::process::exit(WATCHDOG_EXIT_CODE));
+        })?;
     let engine_thread = std::thread::Builder::new()
         .name("engine".into())
         .stack_size(ENGINE_STACK_BYTES)

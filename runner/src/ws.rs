@@ -131,6 +131,9 @@ async fn connection(stream: TcpStream, limits: SessionLimits) -> anyhow::Result<
     let session_control = control.clone();
     let out: Arc<dyn Outbound> = Arc::new(WsSink { tx: out_tx });
     control.set_sink(out.clone());
+    // Set by the watchdog: the session must end now, whatever the engine is doing.
+    let (end_tx, end_rx) = tokio::sync::watch::channel(false);
+    let (engine_done_tx, engine_done_rx) = tokio::sync::oneshot::channel::<()>();
     std::thread::Builder::new()
         .name("ws-engine".into())
         .stack_size(ENGINE_STACK_BYTES)
@@ -141,13 +144,39 @@ async fn connection(stream: TcpStream, limits: SessionLimits) -> anyhow::Result<
                 &session_control,
                 out,
                 limits,
-            )
+            );
+            let _ = engine_done_tx.send(());
+        })?;
+    let watchdog_control = control.clone();
+    std::thread::Builder::new()
+        .name("ws-watchdog".into())
+        .spawn(move || {
+            watchdog_control.watch(&|| {
+                let _ = end_tx.send(true);
+            })
         })?;
 
+    let mut writer_end = end_rx.clone();
     let writer = tokio::spawn(async move {
-        while let Some(text) = out_rx.recv().await {
-            if sink.send(Frame::text(text)).await.is_err() {
-                return;
+        loop {
+            tokio::select! {
+                text = out_rx.recv() => match text {
+                    Some(text) => {
+                        if sink.send(Frame::text(text)).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => break,
+                },
+                _ = writer_end.changed() => {
+                    // Flush what is queued (the watchdog's `done`), then close.
+                    while let Ok(text) = out_rx.try_recv() {
+                        if sink.send(Frame::text(text)).await.is_err() {
+                            return;
+                        }
+                    }
+                    break;
+                }
             }
         }
         let _ = sink.close().await;
@@ -157,7 +186,13 @@ async fn connection(stream: TcpStream, limits: SessionLimits) -> anyhow::Result<
         Some(item) => in_tx.send(item).is_ok(),
         None => true,
     };
-    while let Some(frame) = frames.next().await {
+    let mut reader_end = end_rx;
+    loop {
+        let frame = tokio::select! {
+            frame = frames.next() => frame,
+            _ = reader_end.changed() => break,
+        };
+        let Some(frame) = frame else { break };
         let item = match frame {
             Ok(Frame::Text(text)) => {
                 if text.len() > limits.max_message_bytes {
@@ -192,5 +227,8 @@ async fn connection(stream: TcpStream, limits: SessionLimits) -> anyhow::Result<
     forward(Inbound::Closed);
     drop(in_tx);
     let _ = writer.await;
+    // Hold the session's --max-sessions slot until its engine thread is gone, so a guest
+    // stuck in a native call cannot multiply threads past the limit.
+    let _ = engine_done_rx.await;
     Ok(())
 }
