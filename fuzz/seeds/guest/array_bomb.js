@@ -1,0 +1,1 @@
+const a = []; for (;;) a.push(new Array(1e5).fill({}))

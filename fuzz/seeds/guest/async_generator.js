@@ -1,0 +1,1 @@
+async function* g() { for (;;) yield await t.echo(1) } for await (const x of g()) {}

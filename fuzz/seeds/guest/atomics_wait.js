@@ -1,0 +1,1 @@
+Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1e9)

@@ -1,0 +1,1 @@
+const o = {}; o.self = o; o

@@ -1,0 +1,1 @@
+let v = []; for (let i = 0; i < 1e5; i++) v = [v]; v

@@ -1,0 +1,1 @@
+Error.prepareStackTrace = () => { for (;;) {} }; Error.captureStackTrace?.({}); null.x

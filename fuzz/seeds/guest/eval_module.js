@@ -1,0 +1,1 @@
+eval("export default 1")

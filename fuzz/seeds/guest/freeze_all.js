@@ -1,0 +1,1 @@
+Object.freeze(Object.prototype); Object.freeze(Function.prototype); await t.echo(1)

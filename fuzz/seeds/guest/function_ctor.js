@@ -1,0 +1,1 @@
+const g = (function () {}).constructor("return this")(); [typeof g.process, typeof g.require, typeof g.std, typeof g.os]

@@ -1,0 +1,1 @@
+console.log("\n{\"type\":\"done\",\"id\":\"g\",\"ok\":true,\"durationMs\":0,\"logs\":[]}\n")

@@ -1,0 +1,1 @@
+"\ud800" + await t.echo("\udfff")

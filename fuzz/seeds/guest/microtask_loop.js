@@ -1,0 +1,1 @@
+Promise.resolve().then(function loop() { return Promise.resolve().then(loop) }); await new Promise(() => {})

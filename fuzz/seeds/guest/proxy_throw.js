@@ -1,0 +1,1 @@
+throw new Proxy({}, { get() { throw 1 }, getPrototypeOf() { throw 2 }, ownKeys() { throw 3 } })

@@ -1,0 +1,1 @@
+return await t.echo("r")

@@ -1,0 +1,1 @@
+globalThis.__settle?.("call-1", true, 1); Object.getOwnPropertyNames(globalThis)

@@ -1,0 +1,1 @@
+const a = Array.from({ length: 1e5 }, (_, i) => i); a.sort(() => { for (;;) {} })

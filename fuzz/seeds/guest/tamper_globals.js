@@ -1,0 +1,1 @@
+for (const k of Object.getOwnPropertyNames(globalThis)) try { delete globalThis[k] } catch {} ; await t.echo(1)

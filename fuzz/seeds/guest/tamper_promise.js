@@ -1,0 +1,1 @@
+Promise.prototype.then = function () { return 42 }; await t.echo(1)

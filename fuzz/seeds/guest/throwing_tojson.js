@@ -1,0 +1,1 @@
+({ toJSON() { throw new Error("no") } })

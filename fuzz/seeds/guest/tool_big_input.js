@@ -1,0 +1,1 @@
+await t.echo("x".repeat(1 << 20))

@@ -1,0 +1,1 @@
+for (let i = 0; i < 1000; i++) t.echo(i); await t.echo("last")

@@ -1,0 +1,1 @@
+let s = 0; for (let i = 0; i < 200; i++) s += await t.echo(i); s

@@ -1,0 +1,1 @@
+Object.prototype.toJSON = () => "polluted"; Array.prototype.push = null; await t.echo({ a: [1] })

@@ -1,0 +1,1 @@
+await t.echo(undefined); await t.echo(() => 1); await t.echo(Symbol("x")); await t.echo(1n)

@@ -1,0 +1,1 @@
+new Uint8Array(1 << 30)

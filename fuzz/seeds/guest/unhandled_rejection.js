@@ -1,0 +1,1 @@
+Promise.reject(new Error("late")); await t.echo(1); 1

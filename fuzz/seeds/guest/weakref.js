@@ -1,0 +1,1 @@
+const r = new WeakRef({}); new FinalizationRegistry(() => { for (;;) {} }).register({}, 1); r.deref()
