@@ -124,6 +124,19 @@ impl Connection {
         }
     }
 
+    /// Runs one execution on a connection opened for it alone, then terminates it.
+    pub async fn execute_once(
+        mut self,
+        code: &str,
+        tools: &ToolSet,
+        options: RuntimeOptions,
+        cancel: &CancellationToken,
+    ) -> ExecuteResult {
+        let result = self.execute(code, tools, options, cancel).await;
+        self.terminate().await;
+        result
+    }
+
     /// Runs one execution over this connection.
     pub async fn execute(
         &mut self,

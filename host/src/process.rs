@@ -209,13 +209,10 @@ impl Executor for ProcessExecutor {
         cancel: CancellationToken,
     ) -> ExecuteFuture<'a> {
         Box::pin(async move {
-            let mut connection = match self.command.spawn(self.timings) {
-                Ok(c) => c,
-                Err(e) => return crate::pool::spawn_failure(&e),
-            };
-            let result = connection.execute(code, tools, options, &cancel).await;
-            connection.terminate().await;
-            result
+            match self.command.spawn(self.timings) {
+                Ok(connection) => connection.execute_once(code, tools, options, &cancel).await,
+                Err(e) => crate::pool::spawn_failure(&e),
+            }
         })
     }
 }

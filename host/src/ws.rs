@@ -98,18 +98,12 @@ impl Executor for WsExecutor {
         cancel: CancellationToken,
     ) -> ExecuteFuture<'a> {
         Box::pin(async move {
-            let mut connection = match self.connect().await {
-                Ok(c) => c,
+            match self.connect().await {
+                Ok(connection) => connection.execute_once(code, tools, options, &cancel).await,
                 Err(message) => {
-                    return ExecuteResult::failed(
-                        execbox_protocol::ErrorCode::InternalError,
-                        message,
-                    )
+                    ExecuteResult::failed(execbox_protocol::ErrorCode::InternalError, message)
                 }
-            };
-            let result = connection.execute(code, tools, options, &cancel).await;
-            connection.terminate().await;
-            result
+            }
         })
     }
 }

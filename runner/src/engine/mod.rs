@@ -226,7 +226,8 @@ impl Sandbox {
 
     fn stop_reason(&self) -> Option<Stop> {
         if self.interrupt.load(Ordering::SeqCst) {
-            // The transport sets the flag for both; it tells which through the event.
+            // Set by a cancel or a close; the session tells a close apart (and sends no
+            // `done` for it), so here both stop the guest the same way.
             return Some(Stop::Cancelled);
         }
         if self.budget.exceeded() {
