@@ -160,10 +160,6 @@ impl Replayer {
                             check(&expected.pattern, &actual, &mut ids).map_err(|why| {
                                 Failure::at(line, why).expecting(expected).got(&text)
                             })?;
-                            if actual.get("type").and_then(|t| t.as_str()) == Some("started") {
-                                // callIds are unique within one execution; a new one may reuse them.
-                                ids = CallIds::default();
-                            }
                         }
                         Received::Timeout => {
                             let why = match bound {

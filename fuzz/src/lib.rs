@@ -333,7 +333,5 @@ pub fn check_wire(sent: &[Message], tools: impl Fn(&str, &str) -> bool) {
 
 /// The session limits the targets use: a small message limit, so oversized lines are cheap.
 pub fn limits() -> SessionLimits {
-    SessionLimits {
-        max_message_bytes: 1024,
-    }
+    SessionLimits::new(1024)
 }

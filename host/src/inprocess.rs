@@ -69,9 +69,7 @@ fn spawn_engine(timings: SessionTimings) -> std::io::Result<Connection> {
     let (inbound_tx, inbound_rx) = std_mpsc::channel::<Inbound>();
     let (event_tx, event_rx) = mpsc::unbounded_channel::<RunnerEvent>();
     let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
-    let limits = SessionLimits {
-        max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-    };
+    let limits = SessionLimits::new(DEFAULT_MAX_MESSAGE_BYTES);
     let session_control = control.clone();
     let closed_tx = event_tx.clone();
     let out: Arc<dyn Outbound> = Arc::new(ChannelSink { events: event_tx });

@@ -40,7 +40,10 @@ pub use framing::{
     peek_envelope, Envelope, Frame, LineFramer, DEFAULT_MAX_MESSAGE_BYTES, PEEK_BYTES,
 };
 pub use manifest::{ProviderManifest, ToolManifest};
-pub use message::{Cancel, DecodeError, Done, Execute, Message, Started, ToolCall, ToolResult};
+pub use message::{
+    replace_lone_surrogates, Cancel, DecodeError, Done, Execute, Message, Started, ToolCall,
+    ToolResult,
+};
 pub use options::RuntimeOptions;
 pub use safety::{check_transport_safe, UnsafeValue, MAX_NESTING_DEPTH};
 pub use serde_json::value::RawValue;

@@ -45,7 +45,7 @@ pub struct Started {
 /// Runner → host: the guest called a tool; answer with exactly one `tool_result`.
 #[derive(Debug, Clone)]
 pub struct ToolCall {
-    /// Unique within the execution.
+    /// Never reused within a runner process (so never within a session).
     pub call_id: String,
     /// The namespace the guest called through.
     pub provider_name: String,
@@ -105,6 +105,46 @@ impl Message {
             Message::ToolResult(_) => "tool_result",
             Message::Done(_) => "done",
         }
+    }
+
+    /// An upper bound of [`Message::encode`]'s length, computed without encoding: every
+    /// string counted as if each byte needed a six-byte escape, raw payloads as they are.
+    /// Lets a sender skip measuring the messages that cannot be over a size limit.
+    pub fn size_hint(&self) -> usize {
+        fn text(s: &str) -> usize {
+            s.len().saturating_mul(6).saturating_add(2)
+        }
+        fn raw(r: Option<&RawValue>) -> usize {
+            r.map_or(0, |r| r.get().len())
+        }
+        fn error(e: Option<&ErrorBody>) -> usize {
+            e.map_or(0, |e| text(&e.message).saturating_add(64))
+        }
+        const OVERHEAD: usize = 160;
+        let body = match self {
+            // Executes are only ever measured by the host; their manifests are small.
+            Message::Execute(m) => text(&m.id)
+                .saturating_add(text(&m.code))
+                .saturating_add(self_encoded_providers(m)),
+            Message::Cancel(m) => text(&m.id),
+            Message::Started(m) => text(&m.id),
+            Message::ToolCall(m) => text(&m.call_id)
+                .saturating_add(text(&m.provider_name))
+                .saturating_add(text(&m.safe_tool_name))
+                .saturating_add(raw(m.input.as_deref())),
+            Message::ToolResult(m) => text(&m.call_id)
+                .saturating_add(raw(m.outcome.as_ref().ok().and_then(|r| r.as_deref())))
+                .saturating_add(error(m.outcome.as_ref().err())),
+            Message::Done(m) => m
+                .logs
+                .iter()
+                .fold(text(&m.id), |n, line| {
+                    n.saturating_add(text(line)).saturating_add(1)
+                })
+                .saturating_add(raw(m.outcome.as_ref().ok().and_then(|r| r.as_deref())))
+                .saturating_add(error(m.outcome.as_ref().err())),
+        };
+        body.saturating_add(OVERHEAD)
     }
 
     /// Encodes the message as one line of JSON, without the trailing newline.
@@ -279,6 +319,12 @@ impl<'a> Fields<'a> {
         match self.get(name) {
             None => Ok(None),
             Some(raw) => serde_json::from_str::<Value>(raw.get())
+                .or_else(|e| match replace_lone_surrogates(raw.get()) {
+                    // JavaScript hosts may send escaped lone surrogates, which are valid JSON
+                    // but no Rust string: they become U+FFFD, as the runner does for guests.
+                    Some(repaired) => serde_json::from_str::<Value>(&repaired),
+                    None => Err(e),
+                })
                 .map(Some)
                 .map_err(|e| self.invalid(kind, name, format!("cannot be read: {e}"))),
         }
@@ -313,13 +359,20 @@ impl<'a> Fields<'a> {
             .as_object()
             .ok_or_else(|| self.invalid(kind, "error", expected("an object", &value)))?;
         let code = match obj.get("code") {
-            Some(Value::String(s)) => ErrorCode::parse(s).ok_or_else(|| {
-                self.invalid(
-                    kind,
-                    "error.code",
-                    format!("must be one of the seven error codes, got {s:?}"),
-                )
-            })?,
+            Some(Value::String(s)) => match ErrorCode::parse(s) {
+                Some(code) => code,
+                // A host may answer a tool call with a code of its own: the call still fails,
+                // as runtime_error with the host's message (as the reference runner does),
+                // instead of the guest waiting for an answer that was dropped.
+                None if kind == "tool_result" => ErrorCode::RuntimeError,
+                None => {
+                    return Err(self.invalid(
+                        kind,
+                        "error.code",
+                        format!("must be one of the seven error codes, got {s:?}"),
+                    ))
+                }
+            },
             Some(other) => {
                 return Err(self.invalid(kind, "error.code", expected("a string", other)))
             }
@@ -334,6 +387,57 @@ impl<'a> Fields<'a> {
         };
         Ok(ErrorBody { code, message })
     }
+}
+
+/// `json` with every escaped lone surrogate (`\\uD800`-`\\uDFFF` not part of a pair)
+/// replaced by `\\uFFFD`; `None` when there is none.
+pub fn replace_lone_surrogates(json: &str) -> Option<String> {
+    fn unit_at(bytes: &[u8], i: usize) -> Option<u16> {
+        // `\uXXXX` at i; i points at the backslash.
+        if bytes.get(i) != Some(&b'\\') || bytes.get(i + 1) != Some(&b'u') {
+            return None;
+        }
+        let hex = std::str::from_utf8(bytes.get(i + 2..i + 6)?).ok()?;
+        u16::from_str_radix(hex, 16).ok()
+    }
+    let bytes = json.as_bytes();
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(unit) = unit_at(bytes, i) else {
+            i += 2; // any other escape, including an escaped backslash
+            continue;
+        };
+        let high = (0xD800..0xDC00).contains(&unit);
+        let low = (0xDC00..0xE000).contains(&unit);
+        if high && unit_at(bytes, i + 6).is_some_and(|next| (0xDC00..0xE000).contains(&next)) {
+            i += 12;
+            continue;
+        }
+        if high || low {
+            let out = out.get_or_insert_with(|| String::with_capacity(json.len()));
+            out.push_str(&json[copied..i]);
+            out.push_str("\\uFFFD");
+            copied = i + 6;
+        }
+        i += 6;
+    }
+    out.map(|mut out| {
+        out.push_str(&json[copied..]);
+        out
+    })
+}
+
+fn self_encoded_providers(m: &Execute) -> usize {
+    m.providers
+        .iter()
+        .map(|p| serde_json::to_string(&p.to_value()).map_or(0, |s| s.len()))
+        .sum()
 }
 
 fn decode_execute(f: &Fields<'_>) -> Result<Execute, DecodeError> {
@@ -639,5 +743,60 @@ mod tests {
             done.encode(),
             r#"{"type":"done","id":"a","ok":true,"durationMs":1,"logs":[]}"#
         );
+    }
+
+    #[test]
+    fn a_tool_error_with_a_code_of_the_hosts_own_is_a_runtime_error() {
+        let line = r#"{"type":"tool_result","callId":"c","ok":false,"error":{"code":"quota_exceeded","message":"over quota"}}"#;
+        let Message::ToolResult(r) = Message::decode(line).unwrap() else {
+            panic!("not a tool_result")
+        };
+        let error = r.outcome.unwrap_err();
+        assert_eq!(error.code, ErrorCode::RuntimeError);
+        assert_eq!(error.message, "over quota");
+        // A runner's done must still use one of the seven.
+        let done = r#"{"type":"done","id":"a","ok":false,"durationMs":1,"logs":[],"error":{"code":"quota_exceeded","message":"m"}}"#;
+        assert!(Message::decode(done).is_err());
+    }
+
+    #[test]
+    fn escaped_lone_surrogates_become_replacement_characters() {
+        let line = r#"{"type":"tool_result","callId":"c\udc00","ok":false,"error":{"code":"tool_error","message":"a\ud800b \ud83d\ude00 \\ud800"}}"#;
+        let Message::ToolResult(r) = Message::decode(line).unwrap() else {
+            panic!("not a tool_result")
+        };
+        assert_eq!(r.call_id, "c\u{fffd}");
+        assert_eq!(
+            r.outcome.unwrap_err().message,
+            "a\u{fffd}b \u{1f600} \\ud800"
+        );
+        assert_eq!(replace_lone_surrogates(r#""ok \ud83d\ude00""#), None);
+        assert_eq!(
+            replace_lone_surrogates(r#""\ude00\ud83d""#).as_deref(),
+            Some(r#""\uFFFD\uFFFD""#)
+        );
+    }
+
+    #[test]
+    fn size_hint_bounds_the_encoded_length() {
+        let logs = vec!["\u{1}\"\\".repeat(50), "plain".into(), "é".repeat(10)];
+        let messages = [
+            Message::decode(SPEC_EXECUTE).unwrap(),
+            Message::Done(Done {
+                id: "a\u{0}".into(),
+                duration_ms: u64::MAX,
+                logs,
+                outcome: Err(ErrorBody::new(ErrorCode::RuntimeError, "\u{7}".repeat(9))),
+            }),
+            Message::ToolCall(ToolCall {
+                call_id: "call-1".into(),
+                provider_name: "p".into(),
+                safe_tool_name: "t".into(),
+                input: Some(RawValue::from_string(r#"{"a":[1,2,"\u0000"]}"#.into()).unwrap()),
+            }),
+        ];
+        for message in messages {
+            assert!(message.encode().len() <= message.size_hint(), "{message:?}");
+        }
     }
 }

@@ -25,6 +25,12 @@ pub struct RunnerArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
 
+    /// Tool calls of one execution sent and not yet answered, at most; further calls wait in
+    /// the sandbox (in call order, counted against its memory limit) until results arrive.
+    #[arg(long, value_name = "N", default_value_t = crate::session::DEFAULT_MAX_PENDING_TOOL_CALLS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_pending_tool_calls: u32,
+
     /// DANGEROUS: serve without the OS lockdown (Landlock, seccomp, rlimits), which is otherwise
     /// installed before any guest input is read, and without which the runner refuses to start.
     /// QuickJS still confines the guest, but a bug in the engine would then give guest code
@@ -40,6 +46,7 @@ pub struct RunnerArgs {
 pub fn run(args: &RunnerArgs) -> anyhow::Result<()> {
     let limits = SessionLimits {
         max_message_bytes: args.max_message_bytes,
+        max_pending_tool_calls: args.max_pending_tool_calls as usize,
     };
     let sandbox = if args.insecure_no_sandbox {
         tracing::warn!(

@@ -18,6 +18,7 @@
 //!     listen: Some("127.0.0.1:0".into()),
 //!     max_sessions: 16,
 //!     max_message_bytes: execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES,
+//!     max_pending_tool_calls: 64,
 //!     insecure_no_sandbox: false,
 //! };
 //! execbox_runner::run(&args).unwrap();

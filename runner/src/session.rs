@@ -17,7 +17,7 @@ use execbox_protocol::{
     ToolResult,
 };
 
-use crate::engine::{Engine, Event, Outbound};
+use crate::engine::{oversized, Engine, Event, Outbound, RunLimits};
 
 /// One item from the transport, in arrival order.
 #[derive(Debug)]
@@ -265,8 +265,30 @@ impl Control {
 /// Limits of a session that are not per-execution options.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
-    /// The largest message accepted, in bytes.
+    /// The largest message accepted or sent, in bytes.
     pub max_message_bytes: usize,
+    /// Tool calls of one execution sent and not yet answered, at most.
+    pub max_pending_tool_calls: usize,
+}
+
+/// Default of [`SessionLimits::max_pending_tool_calls`] (`--max-pending-tool-calls`).
+pub const DEFAULT_MAX_PENDING_TOOL_CALLS: usize = 64;
+
+impl SessionLimits {
+    /// Limits with `max_message_bytes` and the default for everything else.
+    pub fn new(max_message_bytes: usize) -> Self {
+        SessionLimits {
+            max_message_bytes,
+            max_pending_tool_calls: DEFAULT_MAX_PENDING_TOOL_CALLS,
+        }
+    }
+
+    fn run(self) -> RunLimits {
+        RunLimits {
+            max_message_bytes: self.max_message_bytes,
+            max_pending_tool_calls: self.max_pending_tool_calls,
+        }
+    }
 }
 
 /// Runs the session until the transport closes. Every accepted or rejected `execute` gets
@@ -297,14 +319,29 @@ fn serve_items(
         let Ok(item) = inbound.recv() else { return };
         match item {
             Inbound::Message(Message::Execute(exec)) => {
+                if let Err((field, reason)) = check_provider_names(&exec) {
+                    tracing::warn!(id = %exec.id, %field, %reason, "rejecting execute");
+                    control.forget(&exec.id);
+                    out.send(&Message::Done(Done {
+                        id: exec.id.clone(),
+                        duration_ms: 0,
+                        logs: Vec::new(),
+                        outcome: Err(ErrorBody::new(
+                            ErrorCode::ValidationError,
+                            format!("invalid execute message: {field} {reason}"),
+                        )),
+                    }));
+                    continue;
+                }
                 control.begin(&exec.id, exec.options.timeout_ms);
                 out.send(&Message::Started(Started {
                     id: exec.id.clone(),
                 }));
                 let started = Instant::now();
-                let finished = engine.run(&exec, started, out.clone(), &mut |deadline| {
-                    wait(inbound, control, &*out, &exec, deadline, limits)
-                });
+                let finished =
+                    engine.run(&exec, started, limits.run(), out.clone(), &mut |deadline| {
+                        wait(inbound, control, &*out, &exec, deadline, limits)
+                    });
                 let (ended, closed, fired) = control.end();
                 // A close aborts the execution whichever way the engine noticed it (the
                 // interrupt flag or the event): nobody is left to read a `done`.
@@ -317,12 +354,13 @@ fn serve_items(
                     last = ended;
                     continue;
                 }
-                out.send(&Message::Done(Done {
+                let done = Done {
                     id: exec.id.clone(),
                     duration_ms: started.elapsed().as_millis() as u64,
                     logs: finished.logs,
                     outcome: finished.outcome,
-                }));
+                };
+                out.send(&fit_done(done, limits.max_message_bytes));
                 engine.prepare();
                 last = ended;
             }
@@ -334,6 +372,233 @@ fn serve_items(
             other => handle_stray(other, control, &*out, None, limits),
         }
     }
+}
+
+/// The names a provider may not take: the globals of the guest's surface (ARCHITECTURE.md
+/// lists them), which a namespace would shadow, and the words that cannot name a variable.
+const RESERVED_NAMES: &[&str] = &[
+    // ECMAScript intrinsics of the sandbox, and console.
+    "AggregateError",
+    "Array",
+    "ArrayBuffer",
+    "AsyncDisposableStack",
+    "Atomics",
+    "BigInt",
+    "BigInt64Array",
+    "BigUint64Array",
+    "Boolean",
+    "DOMException",
+    "DataView",
+    "Date",
+    "DisposableStack",
+    "Error",
+    "EvalError",
+    "FinalizationRegistry",
+    "Float16Array",
+    "Float32Array",
+    "Float64Array",
+    "Function",
+    "Infinity",
+    "Int16Array",
+    "Int32Array",
+    "Int8Array",
+    "InternalError",
+    "Iterator",
+    "JSON",
+    "Map",
+    "Math",
+    "NaN",
+    "Number",
+    "Object",
+    "Promise",
+    "Proxy",
+    "RangeError",
+    "ReferenceError",
+    "Reflect",
+    "RegExp",
+    "Set",
+    "SharedArrayBuffer",
+    "String",
+    "SuppressedError",
+    "Symbol",
+    "SyntaxError",
+    "TypeError",
+    "URIError",
+    "Uint16Array",
+    "Uint32Array",
+    "Uint8Array",
+    "Uint8ClampedArray",
+    "WeakMap",
+    "WeakRef",
+    "WeakSet",
+    "atob",
+    "btoa",
+    "decodeURI",
+    "decodeURIComponent",
+    "encodeURI",
+    "encodeURIComponent",
+    "escape",
+    "eval",
+    "globalThis",
+    "isFinite",
+    "isNaN",
+    "parseFloat",
+    "parseInt",
+    "performance",
+    "queueMicrotask",
+    "undefined",
+    "unescape",
+    "console",
+    // Reserved words, strict-mode reserved words and the names the normaliser relies on.
+    "arguments",
+    "await",
+    "break",
+    "case",
+    "catch",
+    "class",
+    "const",
+    "continue",
+    "debugger",
+    "default",
+    "delete",
+    "do",
+    "else",
+    "enum",
+    "export",
+    "extends",
+    "false",
+    "finally",
+    "for",
+    "function",
+    "if",
+    "implements",
+    "import",
+    "in",
+    "instanceof",
+    "interface",
+    "let",
+    "new",
+    "null",
+    "package",
+    "private",
+    "protected",
+    "public",
+    "return",
+    "static",
+    "super",
+    "switch",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "var",
+    "void",
+    "while",
+    "with",
+    "yield",
+];
+
+/// Checks that every provider name is a JavaScript identifier that shadows nothing the guest
+/// needs. The error is the field (`providers[N].name`) and what is wrong with it.
+pub fn check_provider_names(exec: &Execute) -> Result<(), (String, String)> {
+    for (i, provider) in exec.providers.iter().enumerate() {
+        let name = provider.name.as_str();
+        let field = || format!("providers[{i}].name");
+        let mut chars = name.chars();
+        let identifier = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+        if !identifier {
+            return Err((
+                field(),
+                format!(
+                    "must be a JavaScript identifier (letters, digits, _ and $, not starting \
+                     with a digit), got {name:?}"
+                ),
+            ));
+        }
+        if RESERVED_NAMES.contains(&name) {
+            return Err((
+                field(),
+                format!(
+                    "{name:?} is a global or reserved word the guest needs; give the provider \
+                     another name"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Keeps a `done` within the message size limit: a result that does not fit becomes
+/// `serialization_error`, and logs that still do not fit are dropped from the end, with a
+/// last line saying how many.
+fn fit_done(done: Done, limit: usize) -> Message {
+    let message = Message::Done(done);
+    let Some(size) = oversized(&message, limit) else {
+        return message;
+    };
+    let Message::Done(mut done) = message else {
+        unreachable!("built as a done above")
+    };
+    let logs = std::mem::take(&mut done.logs);
+    let result_too_large = matches!(done.outcome, Ok(Some(_))) && {
+        let bare = Message::Done(done);
+        let over = oversized(&bare, limit).is_some();
+        let Message::Done(back) = bare else {
+            unreachable!("built as a done above")
+        };
+        done = back;
+        over
+    };
+    if result_too_large {
+        tracing::warn!(id = %done.id, size, limit, "result over the message size limit");
+        done.outcome = Err(ErrorBody::new(
+            ErrorCode::SerializationError,
+            format!(
+                "Guest code returned a value too large to send: the done message would be \
+                 {size} bytes, over the runner's message limit of {limit} bytes; return less \
+                 data"
+            ),
+        ));
+    }
+    if let Err(body) = &mut done.outcome {
+        let keep = (limit / 4).min(64 * 1024);
+        if body.message.len() > keep {
+            let mut cut = keep;
+            while !body.message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let dropped = body.message.len() - cut;
+            body.message.truncate(cut);
+            body.message.push_str(&format!(
+                "… [{dropped} bytes of the message cut: over the message limit]"
+            ));
+        }
+    }
+    let bare = Message::Done(done.clone()).encode().len();
+    let total = logs.len();
+    // Room for the kept lines and the closing note (its number has at most 20 digits).
+    let note = |dropped: usize| {
+        format!("[{dropped} log lines dropped: with them the done message would exceed the runner's message limit of {limit} bytes]")
+    };
+    let mut room = limit.saturating_sub(bare + note(usize::MAX).len() + 8);
+    for line in logs {
+        let cost = serde_json::to_string(&line).map_or(usize::MAX, |s| s.len() + 1);
+        if cost > room {
+            break;
+        }
+        room -= cost;
+        done.logs.push(line);
+    }
+    let dropped = total - done.logs.len();
+    if dropped > 0 {
+        tracing::warn!(id = %done.id, dropped, limit, "logs over the message size limit");
+        done.logs.push(note(dropped));
+    }
+    Message::Done(done)
 }
 
 /// Waits, during an execution, for the next event the engine cares about.

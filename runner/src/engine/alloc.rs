@@ -4,6 +4,14 @@
 //! why an allocation failed. Enforcing the limit here instead records the refusal in
 //! [`Budget::exceeded`], so `memory_limit` is decided from the runtime's state, whatever the
 //! guest made of the resulting exception (it may catch it, or throw `null` instead).
+//!
+//! A refusal is final for the execution: from then on every allocation that grows the heap
+//! is refused too. Otherwise a guest that catches the error and lets the garbage collector
+//! free its arrays could go on allocating megabytes per bytecode tick, and the interrupt
+//! handler (polled every 10,000 ticks) would take seconds to stop it. With nothing left to
+//! allocate, each tick is cheap and the handler ends the execution within milliseconds. The
+//! handler then grants a small allowance ([`Budget::allow_unwinding`]) so QuickJS can build
+//! its uncatchable "interrupted" error.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -16,7 +24,13 @@ pub(crate) struct Budget {
     used: Cell<usize>,
     limit: Cell<usize>,
     exceeded: Cell<bool>,
+    /// Bytes that may still be allocated after a refusal (see [`Budget::allow_unwinding`]).
+    allowance: Cell<usize>,
 }
+
+/// What [`Budget::allow_unwinding`] grants: enough for an error object, its message and a
+/// stack trace of a few frames.
+const UNWIND_ALLOWANCE: usize = 64 * 1024;
 
 impl Budget {
     pub(crate) fn new() -> Rc<Budget> {
@@ -24,6 +38,7 @@ impl Budget {
             used: Cell::new(0),
             limit: Cell::new(usize::MAX),
             exceeded: Cell::new(false),
+            allowance: Cell::new(0),
         })
     }
 
@@ -31,6 +46,15 @@ impl Budget {
     pub(crate) fn arm(&self, limit: usize) {
         self.limit.set(limit);
         self.exceeded.set(false);
+        self.allowance.set(0);
+    }
+
+    /// After a refusal, lets the engine allocate a little more, once per call: the interrupt
+    /// handler calls it when it stops the guest, so the uncatchable error can be built.
+    pub(crate) fn allow_unwinding(&self) {
+        if self.exceeded.get() {
+            self.allowance.set(UNWIND_ALLOWANCE);
+        }
     }
 
     /// Lifts the limit (for tear-down, which must never fail) and keeps `exceeded`.
@@ -45,9 +69,18 @@ impl Budget {
 
     fn admit(&self, old: usize, new: usize) -> bool {
         let next = self.used.get() - old + new;
-        if new > old && next > self.limit.get() {
-            self.exceeded.set(true);
-            return false;
+        if new > old && self.limit.get() != usize::MAX {
+            if self.exceeded.get() {
+                // Refused since an earlier refusal, unless the allowance covers it.
+                let grow = new - old;
+                let Some(left) = self.allowance.get().checked_sub(grow) else {
+                    return false;
+                };
+                self.allowance.set(left);
+            } else if next > self.limit.get() {
+                self.exceeded.set(true);
+                return false;
+            }
         }
         self.used.set(next);
         true

@@ -3,6 +3,11 @@
 // globals), captures every intrinsic it uses before the guest can replace it, and returns
 // the private functions the engine calls. Only `console` and the provider namespaces
 // (installed later by `install`) become visible to the guest.
+//
+// Everything here runs with guest code able to interpose (getters, proxies, `toJSON`,
+// `valueOf`), so this file is hostile territory: it never hands the guest a reference to
+// anything of its own, builds descriptors and records without a prototype, and first cuts
+// the only hook that could see its frames (see `sealStackTraceHooks`).
 (function (emitLog, sendToolCall, globalObject) {
   "use strict";
 
@@ -17,6 +22,7 @@
   const JSONStringify = JSON.stringify;
   const JSONParse = JSON.parse;
   const StringCtor = String;
+  const StringToWellFormed = String.prototype.toWellFormed;
   const ErrorCtor = Error;
   const PromiseCtor = Promise;
   const PromiseResolve = Promise.resolve;
@@ -37,6 +43,33 @@
   const RESULT_NOT_SERIALIZABLE = "Guest code returned a non-serializable value";
   const INPUT_NOT_SERIALIZABLE = "Guest code passed a non-serializable tool input";
 
+  // QuickJS implements V8's stack-trace API: `Error.prepareStackTrace` receives CallSite
+  // objects whose `getFunction()` returns the function of every frame, this file's private
+  // functions included, and `Error.stackTraceLimit` runs guest `valueOf` code inside every
+  // error's construction. Both are accessors on `Error` that write engine-internal slots; the
+  // slots keep their defaults (no hook, 10 frames) once the accessors are gone. Plain data
+  // properties take their place, so guest code that sets them still runs, to no effect.
+  function sealStackTraceHooks() {
+    const names = ["prepareStackTrace", "stackTraceLimit"];
+    const values = [undefined, 10];
+    for (let i = 0; i < 2; i++) {
+      ObjectDefineProperty(ErrorCtor, names[i], {
+        __proto__: null,
+        value: values[i],
+        writable: true,
+        enumerable: false,
+        configurable: true,
+      });
+    }
+  }
+  sealStackTraceHooks();
+
+  // Lone surrogates cannot cross the boundary as UTF-8: they become U+FFFD, in logs, tool
+  // inputs and results alike.
+  function wellFormed(text) {
+    return ReflectApply(StringToWellFormed, text, []);
+  }
+
   // callId -> [resolve, reject] of the guest promise waiting for that call.
   const pending = new MapCtor();
   // Error objects this file created from trusted outcomes -> [code, message] at creation.
@@ -45,6 +78,7 @@
 
   function define(target, key, value) {
     ObjectDefineProperty(target, key, {
+      __proto__: null,
       value: value,
       writable: true,
       enumerable: true,
@@ -70,7 +104,7 @@
     function walk(value, depth) {
       switch (typeof value) {
         case "string":
-          return JSONStringify(value);
+          return JSONStringify(wellFormed(value));
         case "boolean":
           return value ? "true" : "false";
         case "number":
@@ -109,7 +143,7 @@
           if (item === undefined) continue;
           if (!first) out += ",";
           first = false;
-          out += JSONStringify(key) + ":" + walk(item, depth + 1);
+          out += JSONStringify(wellFormed(key)) + ":" + walk(item, depth + 1);
         }
         out += "}";
       }
@@ -185,7 +219,7 @@
         if (i > 0) line += " ";
         line += formatValue(arguments[i]);
       }
-      emitLog(line);
+      emitLog(wellFormed(line));
     };
   }
 
@@ -196,6 +230,7 @@
     error: makeLogger(),
   };
   ObjectDefineProperty(globalObject, "console", {
+    __proto__: null,
     value: consoleObject,
     writable: true,
     enumerable: false,
@@ -204,34 +239,83 @@
 
   // ---- tools ----
 
+  // Calls in flight (sent, waiting for their tool_result), at most `maxPending`; the rest
+  // wait in `queued` (sequence number -> record) and are sent in call order as results
+  // arrive. Both live in the sandbox, so a guest that queues without bound meets its own
+  // memory limit, not the runner's.
+  let maxPending = 1;
+  let inflight = 0;
+  const queued = new MapCtor();
+  let queueHead = 0;
+  let queueTail = 0;
+
+  function rejected(error) {
+    return new PromiseCtor(function (_resolve, reject) {
+      reject(error);
+    });
+  }
+
+  // Why a value could not be serialized, for the message: a NotSerializable is the value
+  // itself; anything else was thrown by guest code (a getter, a proxy trap) while reading it.
+  function notSerializable(summary, error) {
+    if (error instanceof NotSerializable) return summary;
+    return summary + ": reading it threw: " + describe(error)[1];
+  }
+
+  // record: [providerName, safeName, json, resolve, reject]
+  function dispatch(record) {
+    const sent = sendToolCall(record[0], record[1], record[2]);
+    if (typeof sent === "string") {
+      inflight++;
+      ReflectApply(MapSet, pending, [sent, [record[3], record[4]]]);
+    } else if (ArrayIsArray(sent)) {
+      // The runner refused to send it (e.g. over the message size limit).
+      record[4](trustedError(sent[0], sent[1]));
+    } else {
+      // The execution is being torn down (cancelled or timed out): nothing is sent.
+      record[4](trustedError("timeout", "Execution timed out"));
+    }
+  }
+
+  function pump() {
+    while (inflight < maxPending && queueHead < queueTail) {
+      const record = ReflectApply(MapGet, queued, [queueHead]);
+      ReflectApply(MapDelete, queued, [queueHead]);
+      queueHead++;
+      dispatch(record);
+    }
+  }
+
   function makeTool(providerName, safeName) {
     return function (input) {
       let json;
       try {
         json = serialize(input);
       } catch (error) {
-        if (!(error instanceof NotSerializable)) throw error;
-        const rejected = trustedError("serialization_error", INPUT_NOT_SERIALIZABLE);
-        return new PromiseCtor(function (_resolve, reject) {
-          reject(rejected);
-        });
+        return rejected(
+          trustedError("serialization_error", notSerializable(INPUT_NOT_SERIALIZABLE, error)),
+        );
       }
-      const callId = sendToolCall(providerName, safeName, json);
-      if (typeof callId !== "string") {
-        // The execution is being torn down (cancelled or timed out): nothing is sent.
-        const rejected = trustedError("timeout", "Execution timed out");
-        return new PromiseCtor(function (_resolve, reject) {
-          reject(rejected);
-        });
-      }
-      return new PromiseCtor(function (resolve, reject) {
-        ReflectApply(MapSet, pending, [callId, [resolve, reject]]);
+      let settleOk;
+      let settleFailed;
+      const promise = new PromiseCtor(function (resolve, reject) {
+        settleOk = resolve;
+        settleFailed = reject;
       });
+      const record = [providerName, safeName, json, settleOk, settleFailed];
+      if (inflight < maxPending && queueHead === queueTail) {
+        dispatch(record);
+      } else {
+        ReflectApply(MapSet, queued, [queueTail, record]);
+        queueTail++;
+      }
+      return promise;
     };
   }
 
-  // providers: [[name, [safeName, ...]], ...]
-  function install(providers) {
+  // providers: [[name, [safeName, ...]], ...]; limit: calls in flight at once.
+  function install(providers, limit) {
+    maxPending = limit > 0 ? limit : 1;
     for (let p = 0; p < providers.length; p++) {
       const name = providers[p][0];
       const tools = providers[p][1];
@@ -240,6 +324,7 @@
         define(namespace, tools[t], makeTool(name, tools[t]));
       }
       ObjectDefineProperty(globalObject, name, {
+        __proto__: null,
         value: namespace,
         writable: true,
         enumerable: false,
@@ -248,23 +333,26 @@
     }
   }
 
-  // Settles a pending call: ok with a value, or failed with a trusted code and message.
+  // Settles a pending call: ok with a value, or failed with a trusted code and message; then
+  // sends what waits in the queue.
   function settle(callId, ok, value, code, message) {
     const entry = ReflectApply(MapGet, pending, [callId]);
     if (entry === undefined) return false;
     ReflectApply(MapDelete, pending, [callId]);
+    inflight--;
     if (ok) entry[0](value);
     else entry[1](trustedError(code, message));
+    pump();
     return true;
   }
 
-  // The final value: ["ok", json | undefined] or ["error", code, message].
+  // The final value: ["ok", json | undefined] or ["error", code, message]. Whatever goes
+  // wrong while reading it (a throwing getter or proxy trap included) is serialization_error.
   function finish(value) {
     try {
       return ["ok", serialize(value)];
     } catch (error) {
-      if (!(error instanceof NotSerializable)) throw error;
-      return ["error", "serialization_error", RESULT_NOT_SERIALIZABLE];
+      return ["error", "serialization_error", notSerializable(RESULT_NOT_SERIALIZABLE, error)];
     }
   }
 
@@ -281,7 +369,7 @@
     } catch (_) {
       message = safeString(reason);
     }
-    return ["runtime_error", message];
+    return ["runtime_error", wellFormed(message)];
   }
 
   // ---- the guest's own promise ----

@@ -14,11 +14,13 @@ mod precompiled;
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use execbox_protocol::{ErrorBody, ErrorCode, Execute, Message, RawValue, ToolCall, ToolResult};
+use execbox_protocol::{
+    replace_lone_surrogates, ErrorBody, ErrorCode, Execute, Message, RawValue, ToolCall, ToolResult,
+};
 use rquickjs::context::EvalOptions;
 use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value};
 
@@ -68,6 +70,20 @@ const MAX_GUEST_STACK_BYTES: usize = 4 * 1024 * 1024;
 /// Stack size for threads that run an [`Engine`].
 pub const ENGINE_STACK_BYTES: usize = 64 * 1024 * 1024;
 
+/// The number of the next `tool_call`, shared by every engine of the process: a callId is
+/// never reused, so a late `tool_result` of one execution can never match a call of another.
+static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+
+/// Limits of one execution that come from the runner's configuration, not from the request.
+#[derive(Debug, Clone, Copy)]
+pub struct RunLimits {
+    /// The largest message the runner may send; a `tool_call` over it is refused in the
+    /// sandbox with `serialization_error`.
+    pub max_message_bytes: usize,
+    /// Tool calls sent and not yet answered, at most; further calls wait in the sandbox.
+    pub max_pending_tool_calls: usize,
+}
+
 /// Runs executions, one at a time, each in a fresh sandbox.
 pub struct Engine {
     spare: Option<Sandbox>,
@@ -104,6 +120,7 @@ impl Engine {
         &mut self,
         exec: &Execute,
         started: Instant,
+        limits: RunLimits,
         out: Arc<dyn Outbound>,
         wait: &mut dyn FnMut(Instant) -> Event,
     ) -> Finished {
@@ -125,7 +142,7 @@ impl Engine {
             },
         };
         let deadline = started + std::time::Duration::from_millis(exec.options.timeout_ms);
-        let finished = sandbox.execute(exec, deadline, out, wait);
+        let finished = sandbox.execute(exec, deadline, limits, out, wait);
         self.retired = Some(sandbox);
         finished
     }
@@ -134,9 +151,9 @@ impl Engine {
 /// Per-execution state the native functions share with the engine.
 struct ExecState {
     logs: LogBuffer,
-    next_call: u64,
     pending: HashSet<String>,
     out: Option<Arc<dyn Outbound>>,
+    max_message_bytes: usize,
 }
 
 /// The private functions `bootstrap.js` returns, kept in the runtime's userdata.
@@ -186,7 +203,13 @@ impl Sandbox {
             let budget = budget.clone();
             let deadline = deadline.clone();
             runtime.set_interrupt_handler(Some(Box::new(move || {
-                must_stop(&interrupt, &budget, &deadline)
+                let stop = must_stop(&interrupt, &budget, &deadline);
+                if stop {
+                    // QuickJS now builds the uncatchable "interrupted" error; a budget that
+                    // refuses everything would leave it a catchable out-of-memory instead.
+                    budget.allow_unwinding();
+                }
+                stop
             })));
         }
         let stopped: Rc<dyn Fn() -> bool> = {
@@ -197,9 +220,9 @@ impl Sandbox {
         let context = Context::full(&runtime)?;
         let state = Rc::new(RefCell::new(ExecState {
             logs: LogBuffer::default(),
-            next_call: 0,
             pending: HashSet::new(),
             out: None,
+            max_message_bytes: usize::MAX,
         }));
         context.with(|ctx| {
             register_guest_surface(&ctx, &state, stopped).map_err(|e| {
@@ -243,21 +266,22 @@ impl Sandbox {
         &self,
         exec: &Execute,
         deadline: Instant,
+        limits: RunLimits,
         out: Arc<dyn Outbound>,
         wait: &mut dyn FnMut(Instant) -> Event,
     ) -> Finished {
         {
             let mut state = self.state.borrow_mut();
             state.logs = LogBuffer::new(&exec.options);
-            state.next_call = 0;
             state.pending.clear();
             state.out = Some(out);
+            state.max_message_bytes = limits.max_message_bytes;
         }
         let limit = usize::try_from(exec.options.memory_limit_bytes).unwrap_or(usize::MAX);
         self.budget.arm(limit);
         self.deadline.set(Some(deadline));
 
-        let outcome = self.drive(exec, wait);
+        let outcome = self.drive(exec, limits, wait);
 
         self.budget.lift();
         self.deadline.set(None);
@@ -293,9 +317,10 @@ impl Sandbox {
     fn drive(
         &self,
         exec: &Execute,
+        limits: RunLimits,
         wait: &mut dyn FnMut(Instant) -> Event,
     ) -> Result<Result<Option<Box<RawValue>>, ErrorBody>, Stop> {
-        let started = self.context.with(|ctx| start_guest(&ctx, exec));
+        let started = self.context.with(|ctx| start_guest(&ctx, exec, limits));
         if let Some(stop) = self.stop_reason() {
             return Err(stop);
         }
@@ -336,7 +361,9 @@ impl Sandbox {
 
     fn settle(&self, result: ToolResult) {
         if !self.state.borrow_mut().pending.remove(&result.call_id) {
-            tracing::warn!(call_id = %result.call_id, "ignoring tool_result for an unknown or settled callId");
+            // Late (its execution ended), answered twice, or never sent: callIds are unique
+            // per process, so it cannot belong to this execution.
+            tracing::warn!(call_id = %result.call_id, "ignoring tool_result: no pending call of the active execution has that callId");
             return;
         }
         self.context.with(|ctx| {
@@ -347,7 +374,10 @@ impl Sandbox {
             let undefined = Value::new_undefined(ctx.clone());
             let settled = match &result.outcome {
                 Ok(None) => hooks.settle.call::<_, Value>((call_id, true, undefined)),
-                Ok(Some(raw)) => match ctx.json_parse(raw.get()) {
+                Ok(Some(raw)) => match ctx.json_parse(
+                    // Escaped lone surrogates become U+FFFD, as on the way out.
+                    replace_lone_surrogates(raw.get()).unwrap_or_else(|| raw.get().to_owned()),
+                ) {
                     Ok(value) => hooks.settle.call::<_, Value>((call_id, true, value)),
                     Err(_) => {
                         let _ = ctx.catch();
@@ -385,8 +415,8 @@ fn must_stop(interrupt: &AtomicBool, budget: &Budget, deadline: &Cell<Option<Ins
 
 /// Registers everything the guest can see besides the ECMAScript intrinsics: `console`, via
 /// `bootstrap.js`. Provider namespaces are added per execution by the `install` hook.
-fn register_guest_surface(
-    ctx: &Ctx<'_>,
+fn register_guest_surface<'js>(
+    ctx: &Ctx<'js>,
     state: &Rc<RefCell<ExecState>>,
     stopped: Rc<dyn Fn() -> bool>,
 ) -> rquickjs::Result<()> {
@@ -397,30 +427,57 @@ fn register_guest_surface(
     let call_state = state.clone();
     let send_tool_call = Function::new(
         ctx.clone(),
-        move |provider: String, tool: String, input: Option<String>| -> Option<String> {
+        move |ctx: Ctx<'js>,
+              provider: String,
+              tool: String,
+              input: Option<String>|
+              -> rquickjs::Result<Value<'js>> {
             // A cancelled, timed-out or out-of-memory execution sends nothing more; the proxy
-            // rejects the call with a trusted timeout instead.
+            // rejects the call with a trusted timeout instead (undefined).
             if stopped() {
-                return None;
+                return Ok(Value::new_undefined(ctx));
             }
             let mut state = call_state.borrow_mut();
             // No sink: the execution is being torn down, and nothing may be sent any more.
-            let out = state.out.clone()?;
-            let input = match input {
-                None => None,
-                Some(json) => Some(RawValue::from_string(json).ok()?),
+            let Some(out) = state.out.clone() else {
+                return Ok(Value::new_undefined(ctx));
             };
-            state.next_call += 1;
-            let call_id = format!("call-{}", state.next_call);
-            state.pending.insert(call_id.clone());
-            drop(state);
-            out.send(&Message::ToolCall(ToolCall {
+            let refuse = |code: ErrorCode, message: String| -> rquickjs::Result<Value<'js>> {
+                let pair = Array::new(ctx.clone())?;
+                pair.set(0, code.as_str())?;
+                pair.set(1, message)?;
+                Ok(pair.into_value())
+            };
+            let input = match input.map(RawValue::from_string).transpose() {
+                Ok(input) => input,
+                Err(e) => {
+                    return refuse(
+                        ErrorCode::SerializationError,
+                        format!("Guest code passed a tool input that is not valid JSON ({e})"),
+                    )
+                }
+            };
+            let call_id = format!("call-{}", NEXT_CALL.fetch_add(1, Ordering::Relaxed));
+            let message = Message::ToolCall(ToolCall {
                 call_id: call_id.clone(),
                 provider_name: provider,
                 safe_tool_name: tool,
                 input,
-            }));
-            Some(call_id)
+            });
+            let limit = state.max_message_bytes;
+            if let Some(size) = oversized(&message, limit) {
+                return refuse(
+                    ErrorCode::SerializationError,
+                    format!(
+                        "Tool input too large: the tool_call message would be {size} bytes, over \
+                         the runner's message limit of {limit} bytes; pass less data per call"
+                    ),
+                );
+            }
+            state.pending.insert(call_id.clone());
+            drop(state);
+            out.send(&message);
+            rquickjs::String::from_str(ctx, &call_id).map(|s| s.into_value())
         },
     )?;
     let factory: Function = precompiled::load(ctx)?.get()?;
@@ -439,7 +496,7 @@ fn register_guest_surface(
 
 /// Installs the providers, compiles the normalised program and calls it.
 /// An `Err` is a failure before the guest's promise exists (e.g. a syntax error).
-fn start_guest(ctx: &Ctx<'_>, exec: &Execute) -> Result<(), ErrorBody> {
+fn start_guest(ctx: &Ctx<'_>, exec: &Execute, limits: RunLimits) -> Result<(), ErrorBody> {
     let hooks = ctx
         .userdata::<Hooks>()
         .ok_or_else(|| ErrorBody::new(ErrorCode::InternalError, "sandbox hooks are missing"))?;
@@ -455,10 +512,26 @@ fn start_guest(ctx: &Ctx<'_>, exec: &Execute) -> Result<(), ErrorBody> {
             entry.set(1, tools)?;
             providers.set(i, entry)?;
         }
-        hooks.install.call::<_, ()>((providers,))
+        let max_pending = u32::try_from(limits.max_pending_tool_calls).unwrap_or(u32::MAX);
+        hooks.install.call::<_, ()>((providers, max_pending))
     };
     install().map_err(|e| engine_failure(ctx, e, "installing the providers"))?;
 
+    if let Some(at) = exec.code.find('\0') {
+        let line = exec.code[..at].matches('\n').count() + 1;
+        let column = exec.code[..at]
+            .rsplit('\n')
+            .next()
+            .map_or(0, |l| l.chars().count())
+            + 1;
+        return Err(ErrorBody::new(
+            ErrorCode::RuntimeError,
+            format!(
+                "SyntaxError: the code contains a NUL character (U+0000) at line {line}, \
+                 column {column}; write it as \\0 or \\u0000 inside a string literal"
+            ),
+        ));
+    }
     let program = normalize(&exec.code);
     let function = match compile(ctx, &program.primary) {
         Ok(f) => f,
@@ -471,6 +544,16 @@ fn start_guest(ctx: &Ctx<'_>, exec: &Execute) -> Result<(), ErrorBody> {
         .start
         .call::<_, ()>((function,))
         .map_err(|e| engine_failure(ctx, e, "starting the guest"))
+}
+
+/// The size of `message` encoded, when it exceeds `limit`. Cheap for small messages: only
+/// one that could be over the limit is encoded to measure it.
+pub fn oversized(message: &Message, limit: usize) -> Option<usize> {
+    if message.size_hint() <= limit {
+        return None;
+    }
+    let size = message.encode().len();
+    (size > limit).then_some(size)
 }
 
 /// Evaluates `(source)`, which must yield the guest's function; no guest code runs here.
