@@ -7,6 +7,8 @@
 //! it spawns later (restricting all threads needs Landlock ABI 8; this machine has 7), while
 //! seccomp reaches every thread at once (TSYNC):
 //!
+//! 0. [`begin`] first drops every **capability** (bounding, ambient, effective, permitted and
+//!    inheritable sets), so a runner started as root holds no privilege a bug could use.
 //! 1. [`begin`], on the main thread before any other thread exists: a **Landlock** domain that
 //!    handles every filesystem right, TCP bind and connect (ABI 4+) and the abstract-socket and
 //!    signal scopes (ABI 6+), with no rule granting any of them. Landlock must exist (the rights
@@ -31,9 +33,13 @@
 //!
 //! The allowlists were derived by tracing both modes (`strace -f`) under the runner's test
 //! suites (the conformance transcripts over stdio and WebSocket included), keeping what runs
-//! after the lockdown, plus what rarer paths need: `brk`, the clocks and sleeps the vDSO
-//! usually answers, and what `abort()` and signal delivery use (`getpid`, `tgkill`,
+//! after the lockdown, plus what rarer paths need: `brk`, every clock and sleep the vDSO
+//! usually answers (QuickJS's `Date` calls `gettimeofday`; a machine whose vDSO lacks a clock
+//! makes them real syscalls), and what `abort()` and signal delivery use (`getpid`, `tgkill`,
 //! `rt_sigreturn`).
+//!
+//! [`close_inherited_fds`] closes every descriptor above 2 that the runner inherited, so a
+//! careless parent cannot hand the guest's process a file, socket or pipe.
 //!
 //! What the lockdown does NOT cover: the CPU and memory limits of an execution (the engine
 //! enforces those), the files and sockets the runner already holds (stdin/stdout, the listener
@@ -101,11 +107,19 @@ impl Pending {
     }
 }
 
-/// Applies the Landlock step on the calling thread. Call it before the process has any other
-/// thread: threads that already exist are not restricted by Landlock.
+/// Drops every capability and applies the Landlock step on the calling thread. Call it before
+/// the process has any other thread: threads that already exist keep their capabilities and
+/// are not restricted by Landlock.
 pub fn begin(mode: Mode) -> anyhow::Result<Pending> {
+    imp::drop_capabilities().map_err(|e| refusal(&e))?;
     imp::landlock().map_err(|e| refusal(&e))?;
     Ok(Pending { mode })
+}
+
+/// Closes every file descriptor above 2. Call it first thing, before the process opens
+/// anything of its own: whatever a parent let the runner inherit is gone.
+pub fn close_inherited_fds() {
+    imp::close_inherited_fds();
 }
 
 /// Both steps at once, for a process that has only the calling thread.
@@ -142,6 +156,9 @@ pub enum Probe {
     LandlockOpen,
     /// Landlock only, then connect to 127.0.0.1:1: exits [`PROBE_DENIED`] (not "refused").
     LandlockConnect,
+    /// Full lockdown, then every time syscall as a real syscall (not through the vDSO):
+    /// exits 0.
+    Clocks,
 }
 
 /// Exit status of a probe whose action was refused with EACCES or EPERM.
@@ -182,6 +199,7 @@ pub fn probe(probe: Probe) -> i32 {
         Probe::Fork => imp::fork_and_exit_child(),
         Probe::Spawn => std::process::Command::new("/bin/true").status().map(drop),
         Probe::LandlockConnect => std::net::TcpStream::connect("127.0.0.1:1").map(drop),
+        Probe::Clocks => imp::raw_clock_syscalls(),
     };
     match outcome {
         Ok(()) => 0,
@@ -321,6 +339,10 @@ mod imp {
         libc::SYS_sched_yield,
         libc::SYS_sched_getaffinity,
         libc::SYS_clock_gettime,
+        libc::SYS_clock_getres,
+        libc::SYS_gettimeofday,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_time,
         libc::SYS_clock_nanosleep,
         libc::SYS_nanosleep,
         libc::SYS_getrandom,
@@ -399,6 +421,128 @@ mod imp {
         )?)
     }
 
+    pub(super) fn close_inherited_fds() {
+        // SAFETY: close_range only closes descriptors; nothing of this process holds one above
+        // 2 yet (it is called first thing in a transport).
+        #[allow(unsafe_code)]
+        let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+        if closed != 0 {
+            // Kernels before 5.9: close them one by one.
+            let max = match std::fs::read_dir("/proc/self/fd") {
+                Ok(entries) => entries
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                    .max()
+                    .unwrap_or(2),
+                Err(_) => 1024,
+            };
+            for fd in 3..=max {
+                // SAFETY: as above; closing a descriptor that is not open is harmless (EBADF).
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::close(fd);
+                }
+            }
+        }
+    }
+
+    /// Capability sets as `capget`/`capset` take them (version 3: two 32-bit words each).
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Default, Clone, Copy)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+    pub(super) fn drop_capabilities() -> anyhow::Result<()> {
+        let mut header = CapHeader {
+            version: CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let mut data = [CapData::default(); 2];
+        // SAFETY: header and data are valid, writable and of the layout version 3 expects.
+        #[allow(unsafe_code)]
+        let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+        if got != 0 {
+            return Err(std::io::Error::last_os_error()).context("cannot read capabilities");
+        }
+        let held = data
+            .iter()
+            .any(|d| d.effective != 0 || d.permitted != 0 || d.inheritable != 0);
+        // SAFETY: plain prctl calls with integer arguments.
+        #[allow(unsafe_code)]
+        unsafe {
+            // Ambient capabilities would survive an exec; there is none to keep.
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            );
+        }
+        if held {
+            // The bounding set needs CAP_SETPCAP to shrink, so it goes before the rest. A
+            // capability the kernel does not know fails with EINVAL: that is the end.
+            for cap in 0..64 {
+                // SAFETY: as above.
+                #[allow(unsafe_code)]
+                let dropped = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+                if dropped != 0 {
+                    // EINVAL: past the last capability. EPERM: no CAP_SETPCAP to shrink it;
+                    // the bounding set only limits what an exec could gain, and seccomp
+                    // forbids exec, so the sets below are what matters.
+                    break;
+                }
+            }
+            let mut header = CapHeader {
+                version: CAPABILITY_VERSION_3,
+                pid: 0,
+            };
+            let none = [CapData::default(); 2];
+            // SAFETY: as for capget; the data is read, not written.
+            #[allow(unsafe_code)]
+            let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, none.as_ptr()) };
+            if set != 0 {
+                return Err(std::io::Error::last_os_error()).context("cannot drop capabilities");
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn raw_clock_syscalls() -> std::io::Result<()> {
+        let mut tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: each call writes only into the local structs passed.
+        #[allow(unsafe_code)]
+        let results = unsafe {
+            [
+                libc::syscall(libc::SYS_gettimeofday, &mut tv, std::ptr::null_mut::<u8>()),
+                libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_REALTIME, &mut ts),
+                libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts),
+                libc::syscall(libc::SYS_clock_getres, libc::CLOCK_MONOTONIC, &mut ts),
+                #[cfg(target_arch = "x86_64")]
+                libc::syscall(libc::SYS_time, std::ptr::null_mut::<libc::time_t>()),
+            ]
+        };
+        if results.iter().any(|&r| r < 0) {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     pub(super) fn fork_and_exit_child() -> std::io::Result<()> {
         // SAFETY: the child calls only `_exit`, which is async-signal-safe.
         #[allow(unsafe_code)]
@@ -465,4 +609,14 @@ mod imp {
     pub(super) fn fork_and_exit_child() -> std::io::Result<()> {
         Err(std::io::Error::other(UNSUPPORTED))
     }
+
+    pub(super) fn raw_clock_syscalls() -> std::io::Result<()> {
+        Err(std::io::Error::other(UNSUPPORTED))
+    }
+
+    pub(super) fn drop_capabilities() -> anyhow::Result<()> {
+        anyhow::bail!(UNSUPPORTED)
+    }
+
+    pub(super) fn close_inherited_fds() {}
 }

@@ -41,6 +41,9 @@ pub const WATCHDOG_EXIT_CODE: i32 = 3;
 /// reach all of them; only then is the reader let go to read stdin. So no thread need be created
 /// under the lockdown, and stdio's allowlist has no `clone`.
 pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> anyhow::Result<()> {
+    if sandbox == Sandbox::Enforce {
+        crate::lockdown::close_inherited_fds();
+    }
     let lockdown = sandbox.begin(Mode::Stdio)?;
     let interrupt = Arc::new(AtomicBool::new(false));
     let control = Control::new(interrupt.clone());
