@@ -229,3 +229,78 @@ fn guest_globals_are_exactly_the_documented_set() {
     let expected: Vec<&str> = DOCUMENTED_GLOBALS.split_whitespace().collect();
     assert_eq!(done["result"], expected.join(" "));
 }
+
+#[test]
+fn tool_calls_beyond_max_pending_wait_in_the_sandbox_and_go_out_in_order() {
+    let mut runner = Runner::spawn(&["--max-pending-tool-calls", "2"]);
+    let mut exec = execute(
+        "cap",
+        "const calls = []; for (let i = 0; i < 5; i++) calls.push(tools.echo(i)); \
+         return await Promise.all(calls)",
+        json!({}),
+    );
+    exec["providers"] = json!([{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}]);
+    runner.send(exec);
+    // Read on a thread, so that silence can be checked with a timeout.
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let mut stdout = std::mem::replace(&mut runner.stdout, BufReader::new(spare_stdout()));
+    std::thread::spawn(move || loop {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap_or(0) == 0
+            || tx.send(serde_json::from_str(&line).unwrap()).is_err()
+        {
+            return;
+        }
+    });
+    let recv = || rx.recv_timeout(Duration::from_secs(5)).expect("a message");
+    let silent = || rx.recv_timeout(Duration::from_millis(200)).is_err();
+    assert_eq!(recv()["type"], "started");
+    let mut out = vec![recv(), recv()];
+    assert!(silent(), "more than two calls were sent before any answer");
+    let mut answered = 0;
+    while let Some(call) = out.first().cloned() {
+        out.remove(0);
+        assert_eq!(call["type"], "tool_call", "{call}");
+        assert_eq!(call["input"], answered, "calls go out in call order");
+        runner.send(json!({"type": "tool_result", "callId": call["callId"], "ok": true, "result": call["input"]}));
+        answered += 1;
+        if answered <= 3 {
+            // Each answer lets exactly one waiting call out.
+            out.push(recv());
+            assert!(silent(), "more than one call was let out by one answer");
+        }
+    }
+    let done = recv();
+    assert_eq!(done["type"], "done", "{done}");
+    assert_eq!(done["result"], json!([0, 1, 2, 3, 4]), "{done}");
+}
+
+/// A stand-in stdout for a [`Runner`] whose real one moved to a reader thread.
+fn spare_stdout() -> ChildStdout {
+    Command::new("true")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn true")
+        .stdout
+        .take()
+        .unwrap()
+}
+
+#[test]
+fn call_ids_never_repeat_across_executions() {
+    let mut runner = Runner::spawn(&[]);
+    let mut ids = std::collections::HashSet::new();
+    for n in 0..3 {
+        let mut exec = execute(&format!("e{n}"), "tools.echo(1); return 0", json!({}));
+        exec["providers"] = json!([{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}]);
+        runner.send(exec);
+        assert_eq!(runner.recv()["type"], "started");
+        let call = runner.recv();
+        assert!(
+            ids.insert(call["callId"].to_string()),
+            "callId {} reused",
+            call["callId"]
+        );
+        assert_eq!(runner.recv()["type"], "done");
+    }
+}
