@@ -55,6 +55,14 @@ const SNIPPETS: &[&str] = &[
     "Object.prototype.x = 1; await t.echo({})",
     "JSON.stringify = () => '{'; ({a: 1})",
     "for (let i = 0; i < 20; i++) await t.echo(i)",
+    // Findings of the security review.
+    "let te; Error.prepareStackTrace = (e, cs) => { for (const c of cs) { const f = c.getFunction(); if (f && f.name === 'trustedError') te = f } }; try { await t.echo(() => 1) } catch {} throw te('memory_limit', 'forged')",
+    "for (;;) { try { const a = []; for (;;) a.push(new Array(1e5).fill(1)) } catch (e) {} }",
+    "t.echo({user: 'alice'}); 'unawaited'",
+    "await Promise.all(Array.from({length: 100}, (_, i) => t.echo(i)))",
+    "console.log('a\\ud800'); await t.echo('\\udc00')",
+    "({get x() { throw new Error('getter') }})",
+    "'y'.repeat(2000)",
 ];
 
 /// Tool result payloads: `None` is `undefined`.
@@ -82,7 +90,8 @@ enum Op {
         logs: u8,
         providers: u8,
     },
-    /// A tool result for "call-N".
+    /// A tool result for the Nth `tool_call` of the session so far (of this execution or a
+    /// finished one: a late answer), or for a callId never used.
     ToolResult {
         call: u8,
         ok: bool,
@@ -149,17 +158,14 @@ fn execute(id: u8, code: &[u8], timeout: u8, memory: u8, logs: u8, providers_: u
     }
 }
 
-fn tool_result(call: u8, ok: bool, payload: u8, code: u8) -> ToolResult {
+fn tool_result(call_id: String, ok: bool, payload: u8, code: u8) -> ToolResult {
     let outcome = if ok {
         Ok(pick(PAYLOADS, payload)
             .map(|json| RawValue::from_string(json.into()).expect("valid payload")))
     } else {
         Err(ErrorBody::new(pick(&ErrorCode::ALL, code), "tool failed"))
     };
-    ToolResult {
-        call_id: format!("call-{}", call % 6),
-        outcome,
-    }
+    ToolResult { call_id, outcome }
 }
 
 /// Keeps guest timeouts and memory tiny even for executes that came out of raw bytes.
@@ -198,9 +204,19 @@ fuzz_target!(|ops: Vec<Op>| {
                 ok,
                 payload,
                 code,
-            } => feed(Inbound::Message(Message::ToolResult(tool_result(
-                call, ok, payload, code,
-            )))),
+            } => {
+                let ids = session.recorder.call_ids();
+                let call_id = match ids.len() {
+                    0 => "call-0".to_owned(),
+                    n => ids
+                        .get(usize::from(call) % (n + 1))
+                        .cloned()
+                        .unwrap_or_else(|| "call-0".to_owned()),
+                };
+                feed(Inbound::Message(Message::ToolResult(tool_result(
+                    call_id, ok, payload, code,
+                ))))
+            }
             Op::Cancel { id } => feed(Inbound::Message(Message::Cancel(Cancel {
                 id: pick(&IDS, id).into(),
             }))),

@@ -88,6 +88,18 @@ impl Recorder {
     }
 
     /// How many messages were sent so far.
+    /// The callIds of every `tool_call` sent so far, oldest first.
+    pub fn call_ids(&self) -> Vec<String> {
+        let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        sent.iter()
+            .filter_map(|m| match m {
+                Message::ToolCall(call) => Some(call.call_id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// How many messages were sent so far.
     pub fn len(&self) -> usize {
         self.sent.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
@@ -284,10 +296,12 @@ pub fn is_rejection(done: &Done) -> bool {
 /// - only `started`, `tool_call` and `done`, each of which encodes to one line that decodes
 ///   back and re-encodes to the identical text;
 /// - runs do not overlap: a `started` opens a run, its `tool_call`s follow with callIds unique
-///   within the run, and a `done` with its id closes it; every run is closed at the end;
+///   across the whole session (a callId is never reused), and a `done` with its id closes it;
+///   every run is closed at the end;
 /// - a `tool_call` names an installed tool (`tools(provider, tool)` holds).
 pub fn check_wire(sent: &[Message], tools: impl Fn(&str, &str) -> bool) {
-    let mut open: Option<(String, HashSet<String>)> = None;
+    let mut open: Option<String> = None;
+    let mut call_ids: HashSet<String> = HashSet::new();
     for (i, message) in sent.iter().enumerate() {
         let line = message.encode();
         assert!(!line.contains('\n'), "message {i} spans lines: {line}");
@@ -296,18 +310,18 @@ pub fn check_wire(sent: &[Message], tools: impl Fn(&str, &str) -> bool) {
         assert_eq!(decoded.encode(), line, "message {i} does not re-encode");
         match message {
             Message::Started(started) => {
-                if let Some((id, _)) = &open {
+                if let Some(id) = &open {
                     panic!("message {i}: started {:?} while {id:?} runs", started.id);
                 }
-                open = Some((started.id.clone(), HashSet::new()));
+                open = Some(started.id.clone());
             }
             Message::ToolCall(call) => {
-                let Some((id, calls)) = &mut open else {
+                let Some(id) = &open else {
                     panic!("message {i}: tool_call {:?} outside a run", call.call_id);
                 };
                 assert!(
-                    calls.insert(call.call_id.clone()),
-                    "message {i}: callId {:?} repeated in run {id:?}",
+                    call_ids.insert(call.call_id.clone()),
+                    "message {i}: callId {:?} reused (in run {id:?})",
                     call.call_id
                 );
                 assert!(
@@ -319,14 +333,14 @@ pub fn check_wire(sent: &[Message], tools: impl Fn(&str, &str) -> bool) {
             }
             Message::Done(done) if is_rejection(done) => {}
             Message::Done(done) => match open.take() {
-                Some((id, _)) if id == done.id => {}
-                Some((id, _)) => panic!("message {i}: done {:?} while {id:?} runs", done.id),
+                Some(id) if id == done.id => {}
+                Some(id) => panic!("message {i}: done {:?} while {id:?} runs", done.id),
                 None => panic!("message {i}: done {:?} without started", done.id),
             },
             other => panic!("message {i}: the runner sent a {}", other.kind()),
         }
     }
-    if let Some((id, _)) = open {
+    if let Some(id) = open {
         panic!("run {id:?} has no done");
     }
 }

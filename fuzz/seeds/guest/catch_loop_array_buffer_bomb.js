@@ -1,0 +1,1 @@
+for(;;){ try { const a=[]; for(;;) a.push(new ArrayBuffer(1e6)) } catch(e) {} }

@@ -1,0 +1,1 @@
+Error.stackTraceLimit = { valueOf() { for (;;) {} } }; Error.captureStackTrace({}); new Error('x').stack
