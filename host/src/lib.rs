@@ -47,7 +47,10 @@ pub mod toolset;
 pub mod types;
 pub mod ws;
 
-pub use connection::{Connection, RunnerEvent, SessionTimings};
+pub use connection::{
+    Connection, RunnerEvent, SessionTimings, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
+    MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
+};
 pub use executor::{ExecuteResult, Executor};
 pub use external::{CommandTool, ToolsFile};
 #[cfg(feature = "runner")]
