@@ -11,7 +11,7 @@
 //! - an [`Executor`] runs code against a tool set and returns an [`ExecuteResult`]:
 //!   [`ProcessExecutor`] (a fresh runner process each time), [`PooledExecutor`] (warm runner
 //!   processes), [`WsExecutor`] (a runner behind `execbox-runner --listen`) and
-//!   [`InProcessExecutor`] (engine threads in this process, feature `runner`);
+//!   [`InProcessExecutor`] (engine threads in this process, feature `runner`; trusted code only);
 //! - underneath, a [`Connection`] speaks the protocol's host side over any transport.
 //!
 //! ```no_run
