@@ -3,19 +3,40 @@
 //! Every transport (child process, WebSocket, in-process thread) is reduced to the same
 //! [`Connection`]: a sender of host messages and a receiver of [`RunnerEvent`]s, plus a way
 //! to terminate it. [`Connection::execute`] then implements the spec's host session once:
-//! it ignores messages for other ids, answers every `tool_call` exactly once (concurrently),
-//! enforces the host's own deadline, and turns a dead or babbling runner into `internal_error`.
+//! it ignores messages for other ids, answers every `tool_call` exactly once, enforces the
+//! host's own deadline, and turns a dead or babbling runner into `internal_error`.
+//!
+//! Tool calls of one execution run concurrently, at most
+//! [`SessionTimings::max_concurrent_tool_calls`] at a time; the rest wait in arrival order,
+//! at most [`MAX_QUEUED_TOOL_CALLS`] calls and [`MAX_QUEUED_TOOL_INPUT_BYTES`] of input, and
+//! a call beyond either bound is answered at once with `tool_error`. The runner is not
+//! trusted to keep its own pending calls in check.
+//!
+//! When an execution ends, however it ends (its `done`, the deadline, a cancel, a dead
+//! runner), its queued calls are dropped unstarted, its running calls are cancelled (their
+//! [`ToolContext::cancel`] fires, command tools are killed) and waited for, and none of their
+//! results is sent to the runner: every `tool_result` goes out from the session loop, which
+//! has stopped by then. Only then does [`Connection::execute`] return, so a pooled runner is
+//! reused only after its previous execution's calls are gone.
+//!
+//! A `tool_call` whose callId this connection has already seen is refused (logged, never run
+//! a second time). Runners number calls per process, so an id never legitimately repeats.
+//! Older runners restarted the numbering at `call-1` in every execution; a connection
+//! recognises one when an execution's first call reuses an id of an earlier execution, and
+//! from then on refuses repeats within an execution only.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use execbox_protocol::{
-    Cancel, Done, ErrorBody, ErrorCode, Execute, Message, RawValue, RuntimeOptions,
+    Cancel, Done, ErrorBody, ErrorCode, Execute, Message, RawValue, RuntimeOptions, ToolCall,
+    ToolResult,
 };
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::executor::ExecuteResult;
@@ -36,13 +57,36 @@ pub enum RunnerEvent {
 /// Terminates the transport for good (kills the process, closes the socket).
 pub type Terminate = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
-/// Timing knobs of the host session.
+/// The default of [`SessionTimings::max_concurrent_tool_calls`].
+pub const DEFAULT_MAX_CONCURRENT_TOOL_CALLS: usize = 16;
+
+/// Tool calls of one execution that may wait for a free slot; a call beyond is answered at
+/// once with `tool_error`.
+pub const MAX_QUEUED_TOOL_CALLS: usize = 1024;
+
+/// Bytes of input the waiting tool calls of one execution may hold together; a call beyond is
+/// answered at once with `tool_error`.
+pub const MAX_QUEUED_TOOL_INPUT_BYTES: usize = 64 << 20;
+
+/// A connection that has seen more callIds than this is retired after its execution, so the
+/// set of seen ids stays bounded.
+const MAX_SEEN_CALL_IDS: usize = 1 << 16;
+
+/// How long an ended execution waits for its cancelled tool calls to stop.
+const TOOL_SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+
+/// Host-side knobs of a session: grace periods and the tool-call cap.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionTimings {
     /// Added to `timeoutMs` before the host itself gives up on the runner and cancels.
     pub deadline_grace: Duration,
     /// How long to wait for `done` after sending `cancel` before terminating the transport.
     pub cancel_grace: Duration,
+    /// At most this many tool calls of one execution run at once; the others wait in arrival
+    /// order (see the module docs for the bound on waiting calls). Default
+    /// [`DEFAULT_MAX_CONCURRENT_TOOL_CALLS`] (16); 0 counts as 1. Enforced by the host
+    /// whatever the runner sends; it does not limit calls across executions.
+    pub max_concurrent_tool_calls: usize,
 }
 
 impl Default for SessionTimings {
@@ -50,8 +94,20 @@ impl Default for SessionTimings {
         SessionTimings {
             deadline_grace: Duration::from_millis(250),
             cancel_grace: Duration::from_millis(250),
+            max_concurrent_tool_calls: DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
         }
     }
+}
+
+/// How the runner of a connection numbers its callIds, as far as the host has seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallIdScope {
+    /// No later execution has made a call yet.
+    Unknown,
+    /// Unique per runner: any repeat on the connection is refused.
+    Connection,
+    /// Restarted with every execution (older runners): repeats within one are refused.
+    Execution,
 }
 
 /// One runner link. Not reusable after [`Connection::is_broken`] turns true.
@@ -63,6 +119,11 @@ pub struct Connection {
     /// Executions completed on this connection.
     pub executions: u64,
     timings: SessionTimings,
+    /// Every callId seen (of this execution only, in [`CallIdScope::Execution`]).
+    seen_calls: HashSet<String>,
+    /// Executions on this connection that made at least one tool call.
+    executions_with_calls: u64,
+    call_id_scope: CallIdScope,
 }
 
 static NEXT_EXECUTION: AtomicU64 = AtomicU64::new(1);
@@ -91,6 +152,9 @@ impl Connection {
             broken: false,
             executions: 0,
             timings,
+            seen_calls: HashSet::new(),
+            executions_with_calls: 0,
+            call_id_scope: CallIdScope::Unknown,
         }
     }
 
@@ -153,6 +217,10 @@ impl Connection {
             // A failed execution may leave a runner in any state: never reuse it.
             self.broken = true;
         }
+        if self.seen_calls.len() > MAX_SEEN_CALL_IDS {
+            tracing::debug!("retiring a runner connection that has seen many tool calls");
+            self.broken = true;
+        }
         if self.broken {
             self.terminate().await;
         }
@@ -167,6 +235,33 @@ impl Connection {
         options: RuntimeOptions,
         cancel: &CancellationToken,
         started: Instant,
+    ) -> ExecuteResult {
+        // Cancels every tool call of this execution when the execution ends, however.
+        let tools_token = CancellationToken::new();
+        let mut calls = ToolCalls::new(
+            self.timings.max_concurrent_tool_calls,
+            tools.clone(),
+            id,
+            tools_token.clone(),
+        );
+        let result = self
+            .session(id, code, tools, options, cancel, started, &mut calls)
+            .await;
+        tools_token.cancel();
+        calls.shutdown().await;
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn session(
+        &mut self,
+        id: &str,
+        code: &str,
+        tools: &ToolSet,
+        options: RuntimeOptions,
+        cancel: &CancellationToken,
+        started: Instant,
+        calls: &mut ToolCalls,
     ) -> ExecuteResult {
         let fail = |code: ErrorCode, message: String| ExecuteResult {
             id: id.to_owned(),
@@ -196,14 +291,21 @@ impl Connection {
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(options.timeout_ms)
             + self.timings.deadline_grace;
-        // Cancels every tool call of this execution when the execution ends, however.
-        let tools_token = CancellationToken::new();
-        let _cancel_tools = tools_token.clone().drop_guard();
-        let mut seen_calls: HashSet<String> = HashSet::new();
+        if self.call_id_scope == CallIdScope::Execution {
+            self.seen_calls.clear();
+        }
+        let mut first_call = true;
+        let tools_token = calls.token().clone();
 
         loop {
             let event = tokio::select! {
                 event = self.rx.recv() => event,
+                Some(result) = calls.next_result() => {
+                    if self.tx.send(Message::ToolResult(result)).is_err() {
+                        tracing::debug!("runner transport closed while answering a tool call");
+                    }
+                    continue;
+                }
                 () = cancel.cancelled() => return self.abandon(id, started, &tools_token, "cancelled by the caller").await,
                 () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, "host deadline passed").await,
             };
@@ -212,20 +314,14 @@ impl Connection {
                     return ExecuteResult::from_done(done);
                 }
                 Some(RunnerEvent::Message(Message::ToolCall(call))) => {
-                    if !seen_calls.insert(call.call_id.clone()) {
-                        tracing::warn!(call_id = %call.call_id, "runner repeated a callId; ignoring");
+                    let admitted = self.admit_call_id(&call.call_id, first_call);
+                    first_call = false;
+                    if !admitted {
                         continue;
                     }
-                    let ctx = ToolContext {
-                        execution_id: id.to_owned(),
-                        cancel: tools_token.child_token(),
-                    };
-                    let tools = tools.clone();
-                    let tx = self.tx.clone();
-                    tokio::spawn(async move {
-                        let result = tools.dispatch(&call, ctx).await;
-                        let _ = tx.send(Message::ToolResult(result));
-                    });
+                    if let Some(refused) = calls.submit(call) {
+                        let _ = self.tx.send(Message::ToolResult(refused));
+                    }
                 }
                 Some(RunnerEvent::Message(Message::Started(_) | Message::Done(_))) => {
                     // `started`, or messages of another execution: the spec lets us ignore them.
@@ -260,6 +356,30 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// Whether a `tool_call` with this callId may run: false for an id this connection has
+    /// already seen (see the module docs for runners that restart their numbering).
+    fn admit_call_id(&mut self, call_id: &str, first_of_execution: bool) -> bool {
+        let repeated = self.seen_calls.contains(call_id);
+        if first_of_execution {
+            if self.call_id_scope == CallIdScope::Unknown && self.executions_with_calls > 0 {
+                if repeated {
+                    tracing::debug!("runner restarts callIds per execution");
+                    self.call_id_scope = CallIdScope::Execution;
+                    self.seen_calls.clear();
+                } else {
+                    self.call_id_scope = CallIdScope::Connection;
+                }
+            }
+            self.executions_with_calls += 1;
+        }
+        if self.seen_calls.contains(call_id) {
+            tracing::warn!(%call_id, "runner repeated a callId; refusing the call");
+            return false;
+        }
+        self.seen_calls.insert(call_id.to_owned());
+        true
     }
 
     /// Cancel path: tell the runner, stop the tools, wait a grace period for its `done`,
@@ -298,6 +418,140 @@ impl Connection {
             duration_ms: started.elapsed().as_millis() as u64,
         }
     }
+}
+
+/// The tool calls of one execution: at most `limit` running, the rest waiting in arrival
+/// order. Results come back through [`ToolCalls::next_result`]; nothing here talks to the
+/// runner, so once the session loop stops, no result can reach it.
+struct ToolCalls {
+    limit: usize,
+    tools: ToolSet,
+    execution_id: String,
+    token: CancellationToken,
+    running: JoinSet<ToolResult>,
+    /// The callId of each running task, to answer for a task that panicked.
+    running_ids: HashMap<tokio::task::Id, String>,
+    queue: VecDeque<ToolCall>,
+    queued_bytes: usize,
+}
+
+impl ToolCalls {
+    fn new(limit: usize, tools: ToolSet, execution_id: &str, token: CancellationToken) -> Self {
+        ToolCalls {
+            limit: limit.max(1),
+            tools,
+            execution_id: execution_id.to_owned(),
+            token,
+            running: JoinSet::new(),
+            running_ids: HashMap::new(),
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+        }
+    }
+
+    fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Starts the call, or queues it; returns the answer of a call refused at once.
+    fn submit(&mut self, call: ToolCall) -> Option<ToolResult> {
+        if self.running.len() < self.limit && self.queue.is_empty() {
+            self.start(call);
+            return None;
+        }
+        let bytes = input_bytes(&call);
+        if self.queue.len() >= MAX_QUEUED_TOOL_CALLS
+            || self.queued_bytes + bytes > MAX_QUEUED_TOOL_INPUT_BYTES
+        {
+            tracing::warn!(call_id = %call.call_id, "too many tool calls waiting; refusing one");
+            let message = format!(
+                "Too many tool calls at once: {} running and {} waiting (at most {} waiting, {} bytes of input)",
+                self.running.len(),
+                self.queue.len(),
+                MAX_QUEUED_TOOL_CALLS,
+                MAX_QUEUED_TOOL_INPUT_BYTES
+            );
+            return Some(ToolResult {
+                call_id: call.call_id,
+                outcome: Err(ErrorBody::new(ErrorCode::ToolError, message)),
+            });
+        }
+        self.queued_bytes += bytes;
+        self.queue.push_back(call);
+        None
+    }
+
+    fn start(&mut self, call: ToolCall) {
+        if self.token.is_cancelled() {
+            return;
+        }
+        let ctx = ToolContext {
+            execution_id: self.execution_id.clone(),
+            cancel: self.token.child_token(),
+        };
+        let tools = self.tools.clone();
+        let call_id = call.call_id.clone();
+        let handle = self
+            .running
+            .spawn(async move { tools.dispatch(&call, ctx).await });
+        self.running_ids.insert(handle.id(), call_id);
+    }
+
+    /// The next finished call's result, after starting the next waiting call in its slot.
+    /// Pending forever while nothing runs. Cancel-safe.
+    async fn next_result(&mut self) -> Option<ToolResult> {
+        if self.running.is_empty() {
+            return std::future::pending().await;
+        }
+        let joined = self.running.join_next_with_id().await?;
+        let result = match joined {
+            Ok((task, result)) => {
+                self.running_ids.remove(&task);
+                result
+            }
+            Err(error) => {
+                let call_id = self.running_ids.remove(&error.id())?;
+                tracing::error!(%call_id, "tool call task failed: {error}");
+                ToolResult {
+                    call_id,
+                    outcome: Err(ErrorBody::new(
+                        ErrorCode::ToolError,
+                        "Tool call failed in the host",
+                    )),
+                }
+            }
+        };
+        while self.running.len() < self.limit {
+            let Some(call) = self.queue.pop_front() else {
+                break;
+            };
+            self.queued_bytes -= input_bytes(&call);
+            self.start(call);
+        }
+        Some(result)
+    }
+
+    /// Drops the waiting calls unstarted, cancels the running ones and waits (boundedly) until
+    /// they are gone: their futures dropped, their command processes killed.
+    async fn shutdown(&mut self) {
+        self.token.cancel();
+        self.queue.clear();
+        self.queued_bytes = 0;
+        self.running.abort_all();
+        let drained = tokio::time::timeout(TOOL_SHUTDOWN_WAIT, async {
+            while self.running.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!("tool calls did not stop within {TOOL_SHUTDOWN_WAIT:?}; detaching them");
+        }
+        self.running.detach_all();
+        self.running_ids.clear();
+    }
+}
+
+fn input_bytes(call: &ToolCall) -> usize {
+    call.input.as_ref().map_or(0, |raw| raw.get().len())
 }
 
 impl ExecuteResult {

@@ -11,7 +11,7 @@
 //! - an [`Executor`] runs code against a tool set and returns an [`ExecuteResult`]:
 //!   [`ProcessExecutor`] (a fresh runner process each time), [`PooledExecutor`] (warm runner
 //!   processes), [`WsExecutor`] (a runner behind `execbox-runner --listen`) and
-//!   [`InProcessExecutor`] (engine threads in this process, feature `runner`);
+//!   [`InProcessExecutor`] (engine threads in this process, feature `runner`; trusted code only);
 //! - underneath, a [`Connection`] speaks the protocol's host side over any transport.
 //!
 //! ```no_run
@@ -47,7 +47,10 @@ pub mod toolset;
 pub mod types;
 pub mod ws;
 
-pub use connection::{Connection, RunnerEvent, SessionTimings};
+pub use connection::{
+    Connection, RunnerEvent, SessionTimings, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
+    MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
+};
 pub use executor::{ExecuteResult, Executor};
 pub use external::{CommandTool, ToolsFile};
 #[cfg(feature = "runner")]

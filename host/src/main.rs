@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use execbox_host::{Executor, ProcessExecutor, RunnerCommand, ToolSet, ToolsFile, WsExecutor};
+use execbox_host::{
+    Executor, ProcessExecutor, RunnerCommand, SessionTimings, ToolSet, ToolsFile, WsExecutor,
+    DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
+};
 use execbox_protocol::RuntimeOptions;
 
 /// Run model-written JavaScript in a sandboxed QuickJS runner, with tools the host owns.
@@ -68,6 +71,9 @@ struct RunArgs {
     /// Keep at most this many log characters (UTF-16 units).
     #[arg(long, value_name = "N", default_value_t = RuntimeOptions::DEFAULT_MAX_LOG_CHARS)]
     max_log_chars: u64,
+    /// Run at most this many tool calls at once; the others wait in arrival order.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_TOOL_CALLS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_tool_calls: u32,
     /// Use the runner at this WebSocket address instead of spawning one.
     #[arg(long, value_name = "ws://ADDR")]
     runner: Option<String>,
@@ -132,12 +138,19 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let timings = SessionTimings {
+        max_concurrent_tool_calls: args.max_concurrent_tool_calls as usize,
+        ..SessionTimings::default()
+    };
     let result = runtime.block_on(async {
         let executor: Box<dyn Executor> = match &args.runner {
-            Some(url) => Box::new(WsExecutor::new(url.clone())),
+            Some(url) => Box::new(WsExecutor::new(url.clone()).with_timings(timings)),
             None => {
                 let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
-                Box::new(ProcessExecutor::new(RunnerCommand::new(exe).arg("runner")))
+                Box::new(
+                    ProcessExecutor::new(RunnerCommand::new(exe).arg("runner"))
+                        .with_timings(timings),
+                )
             }
         };
         let cancel = tokio_util::sync::CancellationToken::new();

@@ -86,3 +86,51 @@ fn bad_configuration_exits_2_with_a_clear_message() {
     let out = execbox(&["run", "-", "--tools", "no/such/tools.yaml"], Some("1"));
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn zero_concurrent_tool_calls_is_refused_with_exit_2() {
+    let out = execbox(&["run", "-", "--max-concurrent-tool-calls", "0"], Some("1"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--max-concurrent-tool-calls") && stderr.contains("0 is not in 1.."),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn max_concurrent_tool_calls_caps_command_tools() {
+    // 12 calls at once of a tool that counts the tools alive when it starts (lock files),
+    // under `--max-concurrent-tool-calls 2`.
+    let dir = std::env::temp_dir().join(format!("execbox-cli-cap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("alive")).unwrap();
+    let tools = dir.join("tools.yaml");
+    let script = "cat > /dev/null; touch \"$1/alive/$$\"; sleep 0.1; \
+                  n=$(ls \"$1/alive\" | wc -l); rm \"$1/alive/$$\"; echo \"{\\\"alive\\\": $n}\"";
+    let yaml = serde_json::json!({
+        "version": 1,
+        "providers": {"t": {"tools": {"count": {
+            "command": "/bin/sh",
+            "args": ["-c", script, "count", dir.display().to_string()],
+        }}}}
+    });
+    // JSON is YAML.
+    std::fs::write(&tools, yaml.to_string()).unwrap();
+    let out = execbox(
+        &[
+            "run",
+            "-",
+            "--tools",
+            tools.to_str().unwrap(),
+            "--max-concurrent-tool-calls",
+            "2",
+        ],
+        Some("(await Promise.all(Array.from({ length: 12 }, () => t.count()))).map(r => r.alive)"),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let alive: Vec<u64> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(alive.len(), 12);
+    assert!(alive.iter().all(|&n| (1..=2).contains(&n)), "{alive:?}");
+}

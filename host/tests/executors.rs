@@ -1,5 +1,6 @@
 //! Executors against real runner processes: pooling, recycling, crashes, garbage, cancellation,
-//! deadlines, WebSocket and in-process runners.
+//! deadlines, WebSocket and in-process runners, the tool-call cap, and tool calls outliving
+//! their execution.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,10 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execbox_host::{
-    Executor, InProcessExecutor, PoolOptions, PooledExecutor, ProcessExecutor, Provider,
-    RunnerCommand, Tool, ToolError, ToolSet, WsExecutor,
+    CommandTool, Connection, Executor, InProcessExecutor, PoolOptions, PooledExecutor,
+    ProcessExecutor, Provider, RunnerCommand, RunnerEvent, SessionTimings, Tool, ToolError,
+    ToolSet, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS, MAX_QUEUED_TOOL_CALLS,
 };
-use execbox_protocol::{ErrorCode, RuntimeOptions};
+use execbox_protocol::{ErrorCode, Message, RawValue, RuntimeOptions, Started, ToolCall};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -427,4 +429,428 @@ async fn in_process_executor_runs_tools_limits_and_cancel() {
         run(&executor, "'still fine'").await.value(),
         Some(json!("still fine"))
     );
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = temp_file(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A command tool (`/bin/sh -c`, so no script file is written while processes start) that
+/// records the nanoseconds it was alive between reading its request and answering as
+/// `<start> <end>` in `dir/<pid>`, and answers `{"pid": <pid>}`.
+fn lifetime_tool(name: &str, dir: &Path, sleep: &str) -> Tool {
+    let script = format!(
+        "cat > /dev/null; s=$(date +%s%N); sleep {sleep}; e=$(date +%s%N); \
+         echo \"$s $e\" > \"$1/$$\"; echo \"{{\\\"pid\\\": $$}}\""
+    );
+    let command = CommandTool::new("t", name, "/bin/sh").args([
+        std::ffi::OsString::from("-c"),
+        script.into(),
+        name.into(),
+        dir.as_os_str().to_owned(),
+    ]);
+    Tool::new(name, command)
+}
+
+/// The `[start, end]` intervals recorded by [`lifetime_tool`].
+fn lifetimes(dir: &Path) -> Vec<(u128, u128)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| std::fs::read_to_string(entry.unwrap().path()).ok())
+        .filter_map(|text| {
+            let mut parts = text.split_whitespace().map(|n| n.parse::<u128>().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .collect()
+}
+
+/// The largest number of intervals that overlap at one instant.
+fn peak_overlap(intervals: &[(u128, u128)]) -> usize {
+    let mut events: Vec<(u128, i32)> = intervals
+        .iter()
+        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    // At equal times, ends come first: touching intervals do not overlap.
+    events.sort();
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, delta) in events {
+        now += delta;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+/// Fires `n` calls of the lifetime tool at once and returns the peak concurrency observed.
+async fn peak_concurrency(executor: &dyn Executor, dir: &Path, n: usize) -> usize {
+    let tools = ToolSet::new(vec![
+        Provider::new("t").tool(lifetime_tool("slow", dir, "0.05"))
+    ])
+    .unwrap();
+    let code = format!(
+        "const r = await Promise.all(Array.from({{ length: {n} }}, () => t.slow({{}}))); r.map(x => x.pid)"
+    );
+    let result = executor
+        .execute(&code, &tools, options(120_000), CancellationToken::new())
+        .await;
+    let pids: Vec<u64> = serde_json::from_value(result.value().expect("a value")).unwrap();
+    let distinct: std::collections::HashSet<_> = pids.iter().collect();
+    assert_eq!(
+        (pids.len(), distinct.len()),
+        (n, n),
+        "every call ran once and answered"
+    );
+    let intervals = lifetimes(dir);
+    assert_eq!(intervals.len(), n);
+    peak_overlap(&intervals)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_of_one_execution_never_run_more_than_the_cap_at_once() {
+    // 200 concurrent calls of a command tool: the default cap holds, all results arrive.
+    let dir = temp_dir("cap-default");
+    let peak = peak_concurrency(&ProcessExecutor::new(runner()), &dir, 200).await;
+    assert!(
+        (2..=DEFAULT_MAX_CONCURRENT_TOOL_CALLS).contains(&peak),
+        "{peak} tool processes alive at once (cap {DEFAULT_MAX_CONCURRENT_TOOL_CALLS})"
+    );
+
+    // A configured cap, through a pool.
+    let dir = temp_dir("cap-three");
+    let pool = PooledExecutor::new(
+        runner(),
+        PoolOptions {
+            size: 1,
+            prewarm: false,
+            timings: SessionTimings {
+                max_concurrent_tool_calls: 3,
+                ..SessionTimings::default()
+            },
+            ..PoolOptions::default()
+        },
+    );
+    let peak = peak_concurrency(&pool, &dir, 40).await;
+    assert!(
+        (1..=3).contains(&peak),
+        "{peak} tool processes alive at once (cap 3)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_execution_never_starts_its_queued_tool_calls() {
+    // Cap 2, 20 calls of a tool that would run for a minute: two start, 18 wait; the
+    // cancel kills the two and the 18 never start.
+    let dir = temp_dir("cancel-queued");
+    let started = dir.join("started");
+    std::fs::create_dir_all(&started).unwrap();
+    let hang = CommandTool::new("t", "hang", "/bin/sh").args([
+        "-c".to_owned(),
+        "echo $$ > \"$1/$$\"; cat > /dev/null; sleep 60".to_owned(),
+        "hang".to_owned(),
+        started.display().to_string(),
+    ]);
+    let tools = ToolSet::new(vec![Provider::new("t").tool(Tool::new("hang", hang))]).unwrap();
+    let executor = ProcessExecutor::new(runner()).with_timings(SessionTimings {
+        max_concurrent_tool_calls: 2,
+        ..SessionTimings::default()
+    });
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let watched = started.clone();
+    tokio::spawn(async move {
+        for _ in 0..1000 {
+            if std::fs::read_dir(&watched).unwrap().count() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let result = executor
+        .execute(
+            "await Promise.all(Array.from({ length: 20 }, () => t.hang({})))",
+            &tools,
+            options(60_000),
+            cancel,
+        )
+        .await;
+    assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
+    let pids: Vec<u32> = std::fs::read_dir(&started)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
+        .collect();
+    for pid in &pids {
+        assert!(
+            wait_gone(*pid).await,
+            "tool process {pid} survived the cancel"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        std::fs::read_dir(&started).unwrap().count(),
+        2,
+        "only the two running calls ever started"
+    );
+}
+
+/// A runner started through `sh`, which records its pid in `pids` and copies everything the
+/// host sends it into `log`.
+fn tapped_runner(pids: &Path, log: &Path) -> RunnerCommand {
+    let script = format!(
+        "echo $$ >> '{}'; tee -a '{}' | '{}' runner",
+        pids.display(),
+        log.display(),
+        env!("CARGO_BIN_EXE_execbox")
+    );
+    RunnerCommand::new("/bin/sh").arg("-c").arg(script)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_answered() {
+    // Execution A fires a slow call without awaiting it and returns; B, on the same pooled
+    // runner, awaits a fast call. B gets its own answer, A's call is killed before it can
+    // finish, and the only `tool_result` the runner ever receives is B's.
+    let dir = temp_dir("stale");
+    let (pids_file, log) = (dir.join("runner.pids"), dir.join("host-to-runner.ndjson"));
+    let slow = CommandTool::new("tools", "slow", "/bin/sh").args([
+        "-c".to_owned(),
+        "cat > /dev/null; echo $$ > \"$1/slow.pid\"; sleep 1; touch \"$1/slow.done\"; \
+         echo '{\"user\": \"alice\"}'"
+            .to_owned(),
+        "slow".to_owned(),
+        dir.display().to_string(),
+    ]);
+    let get = Tool::new("get", |input: Value, _ctx| async move { Ok(input) });
+    let tools = ToolSet::new(vec![Provider::new("tools")
+        .tool(Tool::new("slow", slow))
+        .tool(get)])
+    .unwrap();
+    let pool = PooledExecutor::new(
+        tapped_runner(&pids_file, &log),
+        PoolOptions {
+            size: 1,
+            prewarm: false,
+            ..PoolOptions::default()
+        },
+    );
+    // A keeps running for a moment after firing, so that the slow process surely starts.
+    let a = pool
+        .execute(
+            "tools.slow({ user: 'alice' }); const t0 = Date.now(); while (Date.now() - t0 < 300) {} 'a'",
+            &tools,
+            options(5000),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(a.value(), Some(json!("a")), "{a:?}");
+    let b = pool
+        .execute(
+            "await tools.get({ user: 'bob' })",
+            &tools,
+            options(5000),
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(b.value(), Some(json!({"user": "bob"})), "{b:?}");
+    assert_eq!(pids(&pids_file).len(), 1, "B ran on A's runner");
+
+    let slow_pid: u32 = std::fs::read_to_string(dir.join("slow.pid"))
+        .expect("the slow call started")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_gone(slow_pid).await,
+        "the slow call's process survived"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !dir.join("slow.done").exists(),
+        "the slow call ran to completion"
+    );
+    let sent = std::fs::read_to_string(&log).unwrap();
+    let results: Vec<&str> = sent
+        .lines()
+        .filter(|line| line.contains(r#""type":"tool_result""#))
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].contains("bob"), "{results:?}");
+}
+
+/// The runner's side of a [`Connection`] whose runner the test plays.
+struct ScriptedRunner {
+    events: tokio::sync::mpsc::UnboundedSender<RunnerEvent>,
+    host: tokio::sync::mpsc::UnboundedReceiver<Message>,
+}
+
+fn scripted_connection(timings: SessionTimings) -> (Connection, ScriptedRunner) {
+    let (host_tx, host_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (event_tx, event_rx) = tokio::sync::mpsc::unbounded_channel();
+    let connection = Connection::new(host_tx, event_rx, Box::new(|| Box::pin(async {})), timings);
+    (
+        connection,
+        ScriptedRunner {
+            events: event_tx,
+            host: host_rx,
+        },
+    )
+}
+
+impl ScriptedRunner {
+    async fn recv(&mut self) -> Message {
+        tokio::time::timeout(Duration::from_secs(10), self.host.recv())
+            .await
+            .expect("the host answers")
+            .expect("the host is connected")
+    }
+
+    /// Waits for `execute`, answers `started`, returns the execution id.
+    async fn accept(&mut self) -> String {
+        match self.recv().await {
+            Message::Execute(execute) => {
+                self.send(Message::Started(Started {
+                    id: execute.id.clone(),
+                }));
+                execute.id
+            }
+            other => panic!("expected execute, got {other:?}"),
+        }
+    }
+
+    fn send(&self, message: Message) {
+        self.events.send(RunnerEvent::Message(message)).unwrap();
+    }
+
+    fn call(&self, call_id: &str, tool: &str) {
+        self.send(Message::ToolCall(ToolCall {
+            call_id: call_id.into(),
+            provider_name: "t".into(),
+            safe_tool_name: tool.into(),
+            input: Some(RawValue::from_string("{}".into()).unwrap()),
+        }));
+    }
+
+    fn done(&self, id: &str) {
+        self.send(Message::Done(execbox_protocol::Done {
+            id: id.into(),
+            duration_ms: 0,
+            logs: Vec::new(),
+            outcome: Ok(None),
+        }));
+    }
+
+    /// The callId of the next `tool_result`, and whether it failed (with its message).
+    async fn result(&mut self) -> (String, Result<(), String>) {
+        match self.recv().await {
+            Message::ToolResult(result) => (
+                result.call_id,
+                result.outcome.map(|_| ()).map_err(|e| e.message),
+            ),
+            other => panic!("expected tool_result, got {other:?}"),
+        }
+    }
+}
+
+/// A tool that counts its starts and then waits for its cancellation.
+fn parked_tool(starts: Arc<std::sync::atomic::AtomicUsize>) -> Tool {
+    Tool::new(
+        "park",
+        move |_input: Value, ctx: execbox_host::ToolContext| {
+            starts.fetch_add(1, Ordering::SeqCst);
+            async move {
+                ctx.cancel.cancelled().await;
+                Err(ToolError::cancelled())
+            }
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_runner_flooding_tool_calls_gets_the_excess_refused_and_no_result_after_done() {
+    // A hostile runner sends cap + queue bound + 5 calls at once. The host runs `cap`, queues
+    // the bound and refuses the last 5 at once; after `done` nothing more reaches the runner
+    // and the queued calls never start.
+    let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tools = ToolSet::new(vec![Provider::new("t").tool(parked_tool(starts.clone()))]).unwrap();
+    let cap = 4;
+    let (mut connection, mut runner) = scripted_connection(SessionTimings {
+        max_concurrent_tool_calls: cap,
+        ..SessionTimings::default()
+    });
+    let never = CancellationToken::new();
+    let script = async {
+        let id = runner.accept().await;
+        let total = cap + MAX_QUEUED_TOOL_CALLS + 5;
+        for n in 0..total {
+            runner.call(&format!("flood-{n}"), "park");
+        }
+        for n in total - 5..total {
+            let (call_id, outcome) = runner.result().await;
+            assert_eq!(call_id, format!("flood-{n}"));
+            let message = outcome.unwrap_err();
+            assert!(message.starts_with("Too many tool calls"), "{message}");
+        }
+        runner.done(&id);
+        runner
+    };
+    let (result, mut runner) = tokio::join!(
+        connection.execute("x", &tools, options(5000), &never),
+        script
+    );
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(starts.load(Ordering::SeqCst), cap, "queued calls started");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        runner.host.try_recv().is_err(),
+        "the host answered a call of a finished execution"
+    );
+    assert!(!connection.is_broken());
+}
+
+#[tokio::test]
+async fn a_repeated_call_id_is_never_run_twice_on_a_connection() {
+    let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = starts.clone();
+    let count = Tool::new("count", move |_input: Value, _ctx| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok(json!("ran")) }
+    });
+    let tools = ToolSet::new(vec![Provider::new("t").tool(count)]).unwrap();
+    let (mut connection, mut runner) = scripted_connection(SessionTimings::default());
+
+    let never = CancellationToken::new();
+    // Execution 1: `c-1`, then `c-1` again (ignored), then `c-2`.
+    let script = async {
+        let id = runner.accept().await;
+        runner.call("c-1", "count");
+        runner.call("c-1", "count");
+        runner.call("c-2", "count");
+        let mut answered = vec![runner.result().await.0, runner.result().await.0];
+        answered.sort();
+        assert_eq!(answered, ["c-1", "c-2"]);
+        runner.done(&id);
+    };
+    let (result, ()) = tokio::join!(
+        connection.execute("1", &tools, options(5000), &never),
+        script
+    );
+    assert!(result.is_ok());
+    // Execution 2 on the same connection: a fresh id runs; `c-1` of execution 1 does not.
+    let script = async {
+        let id = runner.accept().await;
+        runner.call("c-3", "count");
+        runner.call("c-1", "count");
+        assert_eq!(runner.result().await.0, "c-3");
+        runner.done(&id);
+    };
+    let (result, ()) = tokio::join!(
+        connection.execute("2", &tools, options(5000), &never),
+        script
+    );
+    assert!(result.is_ok());
+    assert_eq!(starts.load(Ordering::SeqCst), 3, "a callId ran twice");
+    assert!(runner.host.try_recv().is_err());
 }
