@@ -21,9 +21,6 @@
 //!
 //! A `tool_call` whose callId this connection has already seen is refused (logged, never run
 //! a second time). Runners number calls per process, so an id never legitimately repeats.
-//! Older runners restarted the numbering at `call-1` in every execution; a connection
-//! recognises one when an execution's first call reuses an id of an earlier execution, and
-//! from then on refuses repeats within an execution only.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -99,17 +96,6 @@ impl Default for SessionTimings {
     }
 }
 
-/// How the runner of a connection numbers its callIds, as far as the host has seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CallIdScope {
-    /// No later execution has made a call yet.
-    Unknown,
-    /// Unique per runner: any repeat on the connection is refused.
-    Connection,
-    /// Restarted with every execution (older runners): repeats within one are refused.
-    Execution,
-}
-
 /// One runner link. Not reusable after [`Connection::is_broken`] turns true.
 pub struct Connection {
     tx: mpsc::UnboundedSender<Message>,
@@ -119,11 +105,9 @@ pub struct Connection {
     /// Executions completed on this connection.
     pub executions: u64,
     timings: SessionTimings,
-    /// Every callId seen (of this execution only, in [`CallIdScope::Execution`]).
+    /// Every callId the runner sent on this connection: runners never reuse one, so a repeat
+    /// is refused instead of running a tool twice.
     seen_calls: HashSet<String>,
-    /// Executions on this connection that made at least one tool call.
-    executions_with_calls: u64,
-    call_id_scope: CallIdScope,
 }
 
 static NEXT_EXECUTION: AtomicU64 = AtomicU64::new(1);
@@ -153,8 +137,6 @@ impl Connection {
             executions: 0,
             timings,
             seen_calls: HashSet::new(),
-            executions_with_calls: 0,
-            call_id_scope: CallIdScope::Unknown,
         }
     }
 
@@ -291,10 +273,6 @@ impl Connection {
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(options.timeout_ms)
             + self.timings.deadline_grace;
-        if self.call_id_scope == CallIdScope::Execution {
-            self.seen_calls.clear();
-        }
-        let mut first_call = true;
         let tools_token = calls.token().clone();
 
         loop {
@@ -314,9 +292,7 @@ impl Connection {
                     return ExecuteResult::from_done(done);
                 }
                 Some(RunnerEvent::Message(Message::ToolCall(call))) => {
-                    let admitted = self.admit_call_id(&call.call_id, first_call);
-                    first_call = false;
-                    if !admitted {
+                    if !self.admit_call_id(&call.call_id) {
                         continue;
                     }
                     if let Some(refused) = calls.submit(call) {
@@ -359,26 +335,12 @@ impl Connection {
     }
 
     /// Whether a `tool_call` with this callId may run: false for an id this connection has
-    /// already seen (see the module docs for runners that restart their numbering).
-    fn admit_call_id(&mut self, call_id: &str, first_of_execution: bool) -> bool {
-        let repeated = self.seen_calls.contains(call_id);
-        if first_of_execution {
-            if self.call_id_scope == CallIdScope::Unknown && self.executions_with_calls > 0 {
-                if repeated {
-                    tracing::debug!("runner restarts callIds per execution");
-                    self.call_id_scope = CallIdScope::Execution;
-                    self.seen_calls.clear();
-                } else {
-                    self.call_id_scope = CallIdScope::Connection;
-                }
-            }
-            self.executions_with_calls += 1;
-        }
-        if self.seen_calls.contains(call_id) {
+    /// already seen.
+    fn admit_call_id(&mut self, call_id: &str) -> bool {
+        if !self.seen_calls.insert(call_id.to_owned()) {
             tracing::warn!(%call_id, "runner repeated a callId; refusing the call");
             return false;
         }
-        self.seen_calls.insert(call_id.to_owned());
         true
     }
 
