@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::{
     case, compact, execute_line, ok, probe, run_case, tool_result_line, ws_open, Case, Expect,
     Failure, Fault, Host, In, Out, Peer, Ran, Report, Rng, Scale, StdioRunner, WsRunner, GRACE,
+    THIS_CALL,
 };
 
 fn deep_array(depth: usize) -> String {
@@ -122,9 +123,9 @@ async fn stdio_bad_input(
             peer.expect_silence(quiet).await
         }
         "truncated tool_result while waiting" => {
-            let items = vec![Out::Line(
-                "{\"type\":\"tool_result\",\"callId\":\"call-1\",\"ok\":tr".into(),
-            )];
+            let items = vec![Out::Line(format!(
+                "{{\"type\":\"tool_result\",\"callId\":\"{THIS_CALL}\",\"ok\":tr"
+            ))];
             expect_run(
                 peer,
                 id,
@@ -150,7 +151,7 @@ async fn stdio_bad_input(
             peer.expect_silence(quiet).await
         }
         "oversized tool_result while waiting (1 MiB)" => {
-            let big = tool_result_line("call-1", Some(&json!("y".repeat(MIB))));
+            let big = tool_result_line(THIS_CALL, Some(&json!("y".repeat(MIB))));
             let mut waiting = echo();
             waiting.expect = Expect::Code("serialization_error");
             let items = vec![Out::Line(big)];
@@ -208,7 +209,7 @@ async fn stdio_bad_input(
         }
         "100k-deep tool_result while waiting" => {
             let deep = format!(
-                "{{\"type\":\"tool_result\",\"callId\":\"call-1\",\"ok\":true,\"result\":{}}}",
+                "{{\"type\":\"tool_result\",\"callId\":\"{THIS_CALL}\",\"ok\":true,\"result\":{}}}",
                 deep_array(100_000)
             );
             let mut waiting = echo();
@@ -270,8 +271,8 @@ async fn stdio_bad_input(
         }
         "duplicate tool_result" => {
             let items = vec![
-                Out::Line(tool_result_line("call-1", Some(&json!(5)))),
-                Out::Line(tool_result_line("call-1", Some(&json!("duplicate")))),
+                Out::Line(tool_result_line(THIS_CALL, Some(&json!(5)))),
+                Out::Line(tool_result_line(THIS_CALL, Some(&json!("duplicate")))),
             ];
             expect_run(
                 peer,

@@ -245,7 +245,7 @@ pub(crate) async fn run_case(
                 {
                     if !injected {
                         injected = true;
-                        peer.send_all(items.clone());
+                        peer.send_all(for_this_call(items, &call_id));
                         answer = *answer_after;
                     }
                 }
@@ -384,4 +384,25 @@ pub(crate) async fn probe(peer: &mut Peer, id: &str, phase: &str, report: &mut R
             false
         }
     }
+}
+
+/// In injected lines, stands for the callId of the tool call the injection answers (callIds
+/// are unique per runner process, so a case cannot know it in advance).
+pub const THIS_CALL: &str = "@THIS_CALL@";
+
+/// The injected items with [`THIS_CALL`] replaced by `call_id`; a line that answers `call_id`
+/// without naming it through [`THIS_CALL`] (a "stale" id that happens to be this call's) is
+/// left out, so stale answers never settle the live call.
+fn for_this_call(items: &[Out], call_id: &str) -> Vec<Out> {
+    let live = format!("\"callId\":\"{call_id}\"");
+    items
+        .iter()
+        .filter_map(|item| match item {
+            Out::Line(line) if line.contains(THIS_CALL) => {
+                Some(Out::Line(line.replace(THIS_CALL, call_id)))
+            }
+            Out::Line(line) if line.contains(&live) => None,
+            other => Some(other.clone()),
+        })
+        .collect()
 }
