@@ -26,6 +26,7 @@
 
 mod cli;
 pub mod engine;
+pub mod location;
 pub mod lockdown;
 pub mod logs;
 pub mod normalize;

@@ -8,15 +8,101 @@
 /// Result of [`normalize`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Normalized {
-    /// Preferred source: e.g. `async () => {\nconst x = 1;\nreturn (x + 1\n)\n}`.
+    /// Preferred source: e.g. `async () => {const x = 1;\nreturn (x + 1\n)\n}`.
     pub primary: String,
     /// Fallback if `primary` does not compile: the whole (fence-stripped) program wrapped
-    /// as `async () => {\n<src>\n}`. `None` when primary already is that plain wrap.
+    /// as `async () => {<src>\n}`. `None` when primary already is that plain wrap.
     pub fallback: Option<String>,
+    /// Where the program starts in the code as the user wrote it (after the fence).
+    pub origin: Origin,
+    /// For `primary`: where `return (` was inserted before the last expression, as the
+    /// (line, column) of the expression in the code as the user wrote it.
+    pub splice: Option<(u32, u32)>,
+}
+
+/// Where a normalised program's text starts in the code the user wrote. Every wrapper keeps
+/// the user's lines: line N of the user's code (after fence stripping) is line N of the
+/// compiled text, and only columns on the first line and the spliced line move (see
+/// [`Compiled::user_position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Origin {
+    /// Lines of the user's code before the program text (blank lines, a shebang line).
+    pub lines: u32,
+    /// Characters before the program text on its first line.
+    pub columns: u32,
+}
+
+/// A program as the engine compiles it, with what it takes to map positions back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    /// The text to evaluate: `origin.lines` newlines, `(`, the function, `\n)`.
+    pub text: String,
+    origin: Origin,
+    /// Characters of wrapper before the program's first character on its line.
+    prefix: u32,
+    splice: Option<(u32, u32)>,
+}
+
+/// Length of `return (`, inserted before the last expression.
+const RETURN_OPEN: u32 = 8;
+
+impl Normalized {
+    /// `primary`, or with `fallback` the fallback (when there is one), ready to compile.
+    pub fn compiled(&self, fallback: bool) -> Compiled {
+        let use_fallback = fallback && self.fallback.is_some();
+        let source = match (&self.fallback, use_fallback) {
+            (Some(fallback), true) => fallback.as_str(),
+            _ => self.primary.as_str(),
+        };
+        let wrapper = if source.starts_with(WRAP_OPEN) {
+            WRAP_OPEN.len() as u32
+        } else {
+            0
+        };
+        let lines = self.origin.lines as usize;
+        let mut text = String::with_capacity(lines + source.len() + 3);
+        text.extend(std::iter::repeat_n('\n', lines));
+        text.push('(');
+        text.push_str(source);
+        text.push_str("\n)");
+        Compiled {
+            text,
+            origin: self.origin,
+            prefix: wrapper + 1,
+            splice: if use_fallback { None } else { self.splice },
+        }
+    }
+}
+
+impl Compiled {
+    /// The (line, column) in the user's code of a 1-based line and column the engine
+    /// reported for [`Compiled::text`].
+    pub fn user_position(&self, line: u32, column: u32) -> (u32, u32) {
+        let line = line.max(1);
+        let first = self.origin.lines + 1;
+        // Undo the wrapper on the first line: user column = text column - prefix + origin.
+        let to_user = |l: u32, c: u32| {
+            if l == first {
+                (c + self.origin.columns).saturating_sub(self.prefix).max(1)
+            } else {
+                c.max(1)
+            }
+        };
+        let mut column = to_user(line, column);
+        if let Some((splice_line, splice_column)) = self.splice {
+            // Columns right of the splice moved by `return (`; inside it they are the
+            // expression's start.
+            if line == splice_line && column >= splice_column {
+                column = column.saturating_sub(RETURN_OPEN).max(splice_column);
+            }
+        }
+        (line, column)
+    }
 }
 
 /// Normalises guest code into the source text of an async arrow function.
 pub fn normalize(code: &str) -> Normalized {
+    let body = fence_body(code);
     let mut source = strip_code_fence(code.trim()).trim();
     if source.starts_with("#!") {
         source = source.split_once('\n').map_or("", |(_, rest)| rest).trim();
@@ -24,6 +110,8 @@ pub fn normalize(code: &str) -> Normalized {
     let plain = |source: &str| Normalized {
         primary: wrap(source),
         fallback: None,
+        origin: origin(code, body, source),
+        splice: None,
     };
     let Some(mut toks) = lex(source) else {
         return plain(source);
@@ -50,25 +138,64 @@ pub fn normalize(code: &str) -> Normalized {
     let Some(last) = stmts.last() else {
         return plain(source);
     };
-    let spliced = |primary: String| Normalized {
+    let origin = origin(code, body, source);
+    let spliced = |primary: String, splice: Option<(u32, u32)>| Normalized {
         primary,
         fallback: Some(wrap(source)),
+        origin,
+        splice,
     };
     let span = |a: usize, b: usize| source.get(a..b).unwrap_or_default();
     let expr = span(toks[last.start].start, toks[last.end].end);
     if stmts.len() == 1 {
         if last.expr && is_async_arrow(source, &toks, last.start, last.end) {
-            return spliced(expr.to_owned());
+            return spliced(expr.to_owned(), None);
         }
         if let Some(name) = function_decl_name(source, &toks, last) {
-            return spliced(format!("async () => {{\n{source}\nreturn {name}();\n}}"));
+            return spliced(format!("{WRAP_OPEN}{source}\nreturn {name}();\n}}"), None);
         }
     }
     if !last.expr {
         return plain(source);
     }
     let before = span(0, toks[last.start].start);
-    spliced(format!("async () => {{\n{before}return ({expr}\n)\n}}"))
+    // Where the expression starts, in the user's lines and columns.
+    let line = origin.lines + 1 + before.matches('\n').count() as u32;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let mut column = before[line_start..].chars().count() as u32 + 1;
+    if line == origin.lines + 1 {
+        column += origin.columns;
+    }
+    spliced(
+        format!("{WRAP_OPEN}{before}return ({expr}\n)\n}}"),
+        Some((line, column)),
+    )
+}
+
+/// The opening of every wrap; the user's first line follows on the same line.
+const WRAP_OPEN: &str = "async () => {";
+
+/// The code as the user wrote it, after a fence: what line numbers count from.
+pub fn fence_body(code: &str) -> &str {
+    let trimmed = code.trim_start();
+    match trimmed.strip_prefix("```") {
+        Some(rest) => rest.split_once('\n').map_or("", |(_, body)| body),
+        None => code,
+    }
+}
+
+/// Where `source`, a slice of `code`, starts in `body`, the slice of `code` lines count from.
+fn origin(code: &str, body: &str, source: &str) -> Origin {
+    let offset = |inner: &str| (inner.as_ptr() as usize).saturating_sub(code.as_ptr() as usize);
+    let (from, to) = (offset(body), offset(source));
+    let Some(lead) = code.get(from..to.max(from)) else {
+        return Origin::default();
+    };
+    let lines = lead.matches('\n').count() as u32;
+    let columns = lead[lead.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count() as u32;
+    Origin { lines, columns }
 }
 
 /// Strips a surrounding Markdown code fence (with optional language tag), then trims.
@@ -83,12 +210,12 @@ pub fn strip_code_fence(code: &str) -> &str {
     body.strip_suffix("```").unwrap_or(body).trim()
 }
 
-/// The plain wrap `async () => {\n<source>\n}`, or `async () => {}` for empty source.
+/// The plain wrap `async () => {<source>\n}`, or `async () => {}` for empty source.
 fn wrap(source: &str) -> String {
     if source.is_empty() {
         "async () => {}".to_owned()
     } else {
-        format!("async () => {{\n{source}\n}}")
+        format!("{WRAP_OPEN}{source}\n}}")
     }
 }
 
@@ -725,7 +852,7 @@ mod tests {
     ];
 
     fn wrap(src: &str) -> String {
-        format!("async () => {{\n{src}\n}}")
+        format!("async () => {{{src}\n}}")
     }
 
     #[test]
@@ -737,7 +864,7 @@ mod tests {
         assert_eq!(normalize("async () => 1").primary, "async () => 1");
         let n = normalize("const x = 1;\nx + 1").primary;
         assert!(n.contains("const x = 1;") && n.contains("return (x + 1"));
-        assert_eq!(n, "async () => {\nconst x = 1;\nreturn (x + 1\n)\n}");
+        assert_eq!(n, "async () => {const x = 1;\nreturn (x + 1\n)\n}");
         let n = normalize("function run() { return 1; }").primary;
         assert!(n.contains("function run() { return 1; }") && n.contains("return run();"));
     }
@@ -749,7 +876,7 @@ mod tests {
             let (before, rest) = case.split_once('«').unwrap();
             let expr = rest.split_once('»').unwrap().0;
             let n = normalize(&code);
-            let want = format!("async () => {{\n{before}return ({expr}\n)\n}}");
+            let want = format!("async () => {{{before}return ({expr}\n)\n}}");
             assert_eq!(n.primary, want, "code: {code:?}");
             assert_eq!(n.fallback, Some(wrap(&code)), "code: {code:?}");
         }
@@ -758,13 +885,8 @@ mod tests {
     #[test]
     fn plain_wrap() {
         for code in PLAIN {
-            assert_eq!(
-                normalize(code),
-                Normalized {
-                    primary: wrap(code),
-                    fallback: None
-                }
-            );
+            let n = normalize(code);
+            assert_eq!((n.primary, n.fallback), (wrap(code), None));
         }
     }
 
@@ -779,14 +901,11 @@ mod tests {
             Some(wrap("foo()"))
         );
         for code in ["", "   \n\t ", "```js\n```"] {
-            let empty = Normalized {
-                primary: "async () => {}".into(),
-                fallback: None,
-            };
-            assert_eq!(normalize(code), empty);
+            let n = normalize(code);
+            assert_eq!((n.primary.as_str(), n.fallback), ("async () => {}", None));
         }
         let n = normalize("#!/usr/bin/env node\n1");
-        assert_eq!(n.primary, "async () => {\nreturn (1\n)\n}");
+        assert_eq!(n.primary, "async () => {return (1\n)\n}");
     }
 
     #[test]
@@ -796,13 +915,8 @@ mod tests {
             "async (a, b) => { return a + b; }",
             "(async () => 1)",
         ] {
-            assert_eq!(
-                normalize(code),
-                Normalized {
-                    primary: code.into(),
-                    fallback: Some(wrap(code))
-                }
-            );
+            let n = normalize(code);
+            assert_eq!((n.primary.as_str(), n.fallback), (code, Some(wrap(code))));
         }
         assert_eq!(normalize("async () => 1;").primary, "async () => 1");
         assert_eq!(
@@ -815,7 +929,7 @@ mod tests {
     fn function_declarations() {
         let n = normalize("async function main() {\n  return await f();\n}");
         let want =
-            "async () => {\nasync function main() {\n  return await f();\n}\nreturn main();\n}";
+            "async () => {async function main() {\n  return await f();\n}\nreturn main();\n}";
         assert_eq!(n.primary, want);
         assert!(normalize("function* gen() { yield 1 }")
             .primary
@@ -871,5 +985,62 @@ mod tests {
                 &code[..20]
             );
         }
+    }
+
+    /// Where the engine would report `needle` (its first occurrence in the compiled text),
+    /// mapped back to the user's code.
+    fn position_of(code: &str, fallback: bool, needle: &str) -> (u32, u32) {
+        let compiled = normalize(code).compiled(fallback);
+        let at = compiled
+            .text
+            .find(needle)
+            .expect("needle in the compiled text");
+        let before = &compiled.text[..at];
+        let line = before.matches('\n').count() as u32 + 1;
+        let column = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+            .chars()
+            .count() as u32
+            + 1;
+        compiled.user_position(line, column)
+    }
+
+    #[test]
+    fn positions_map_back_to_the_code_as_written() {
+        // Plain wrap, a later line: unchanged.
+        assert_eq!(
+            position_of("const a = 1;\nif (a) {\n  boom()\n}", false, "boom"),
+            (3, 3)
+        );
+        // The first line: the wrapper's columns are taken off.
+        assert_eq!(position_of("boom(); const a = 1;", false, "boom"), (1, 1));
+        assert_eq!(position_of("let a = 1; boom()", false, "boom"), (1, 12));
+        // Leading blank lines and indentation are the user's.
+        assert_eq!(position_of("\n\n   boom()\nx", false, "boom"), (3, 4));
+        // After a fence, lines count from the line after it.
+        assert_eq!(
+            position_of("```js\nconst a = 1;\nboom(a)\n```", false, "boom"),
+            (2, 1)
+        );
+        // The spliced last expression: `return (` is not the user's.
+        assert_eq!(position_of("const a = 1;\na.b.boom", false, "boom"), (2, 5));
+        assert_eq!(
+            position_of("const a = 1;\n  a.b.boom", false, "a.b"),
+            (2, 3)
+        );
+        assert_eq!(position_of("a.b.boom", false, "boom"), (1, 5));
+        assert_eq!(position_of("x; a.b.boom", false, "boom"), (1, 8));
+        assert_eq!(position_of("const a = 1;\na.b.boom", true, "boom"), (2, 5));
+        // An async arrow passes through: only the opening parenthesis is added.
+        assert_eq!(
+            position_of("async () => {\n  boom()\n}", false, "boom"),
+            (2, 3)
+        );
+        assert_eq!(position_of("async () => boom()", false, "boom"), (1, 13));
+        // Lines past the program map to themselves.
+        let n = normalize("1 +\n2");
+        assert!(n
+            .compiled(false)
+            .text
+            .starts_with("(async () => {return (1 +\n2"));
     }
 }

@@ -369,7 +369,20 @@
     } catch (_) {
       message = safeString(reason);
     }
-    return ["runtime_error", wellFormed(message)];
+    // For the location of an uncaught error: its name and the stack it was thrown with.
+    let name;
+    let stack;
+    if (typeof reason === "object" && reason !== null) {
+      try {
+        const n = reason.name;
+        if (typeof n === "string") name = wellFormed(n);
+        const s = reason.stack;
+        if (typeof s === "string") stack = wellFormed(s);
+      } catch (_) {
+        // A throwing getter: no name, no location.
+      }
+    }
+    return ["runtime_error", wellFormed(message), name, stack];
   }
 
   // ---- the guest's own promise ----
@@ -379,7 +392,7 @@
 
   function fail(reason) {
     const described = describe(reason);
-    return ["error", described[0], described[1]];
+    return ["error", described[0], described[1], described[2], described[3]];
   }
 
   function start(program) {

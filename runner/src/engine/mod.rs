@@ -24,8 +24,9 @@ use execbox_protocol::{
 use rquickjs::context::EvalOptions;
 use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value};
 
+use crate::location::{Locator, GUEST_FILENAME};
 use crate::logs::LogBuffer;
-use crate::normalize::normalize;
+use crate::normalize::{normalize, Compiled};
 use alloc::{Budget, BudgetAllocator};
 
 /// Where the engine sends what it emits mid-execution (`tool_call`). Implemented by transports.
@@ -62,8 +63,6 @@ pub struct Finished {
 pub const TIMEOUT_MESSAGE: &str = "Execution timed out";
 /// Message of `memory_limit`.
 pub const MEMORY_MESSAGE: &str = "Execution exceeded its memory limit";
-/// Script name of guest code in stack traces.
-const GUEST_FILENAME: &str = "sandbox-user-code.js";
 /// Stack QuickJS may use for guest code; deeper recursion is a RangeError (runtime_error).
 /// The thread running the engine must have a comfortably larger stack (see `ENGINE_STACK_BYTES`).
 const MAX_GUEST_STACK_BYTES: usize = 4 * 1024 * 1024;
@@ -151,6 +150,8 @@ impl Engine {
 /// Per-execution state the native functions share with the engine.
 struct ExecState {
     logs: LogBuffer,
+    /// Maps positions of the running program back to the user's code.
+    locator: Option<Rc<Locator>>,
     pending: HashSet<String>,
     out: Option<Arc<dyn Outbound>>,
     max_message_bytes: usize,
@@ -220,6 +221,7 @@ impl Sandbox {
         let context = Context::full(&runtime)?;
         let state = Rc::new(RefCell::new(ExecState {
             logs: LogBuffer::default(),
+            locator: None,
             pending: HashSet::new(),
             out: None,
             max_message_bytes: usize::MAX,
@@ -273,6 +275,7 @@ impl Sandbox {
         {
             let mut state = self.state.borrow_mut();
             state.logs = LogBuffer::new(&exec.options);
+            state.locator = None;
             state.pending.clear();
             state.out = Some(out);
             state.max_message_bytes = limits.max_message_bytes;
@@ -320,7 +323,9 @@ impl Sandbox {
         limits: RunLimits,
         wait: &mut dyn FnMut(Instant) -> Event,
     ) -> Result<Result<Option<Box<RawValue>>, ErrorBody>, Stop> {
-        let started = self.context.with(|ctx| start_guest(&ctx, exec, limits));
+        let started = self
+            .context
+            .with(|ctx| start_guest(&ctx, exec, limits, &self.state));
         if let Some(stop) = self.stop_reason() {
             return Err(stop);
         }
@@ -342,7 +347,11 @@ impl Sandbox {
             if let Some(stop) = self.stop_reason() {
                 return Err(stop);
             }
-            if let Some(outcome) = self.context.with(|ctx| poll_outcome(&ctx)) {
+            let locator = self.state.borrow().locator.clone();
+            if let Some(outcome) = self
+                .context
+                .with(|ctx| poll_outcome(&ctx, locator.as_deref()))
+            {
                 // Serialising the result may itself have run out of memory.
                 return match self.stop_reason() {
                     Some(stop) => Err(stop),
@@ -496,7 +505,12 @@ fn register_guest_surface<'js>(
 
 /// Installs the providers, compiles the normalised program and calls it.
 /// An `Err` is a failure before the guest's promise exists (e.g. a syntax error).
-fn start_guest(ctx: &Ctx<'_>, exec: &Execute, limits: RunLimits) -> Result<(), ErrorBody> {
+fn start_guest(
+    ctx: &Ctx<'_>,
+    exec: &Execute,
+    limits: RunLimits,
+    state: &RefCell<ExecState>,
+) -> Result<(), ErrorBody> {
     let hooks = ctx
         .userdata::<Hooks>()
         .ok_or_else(|| ErrorBody::new(ErrorCode::InternalError, "sandbox hooks are missing"))?;
@@ -533,17 +547,31 @@ fn start_guest(ctx: &Ctx<'_>, exec: &Execute, limits: RunLimits) -> Result<(), E
         ));
     }
     let program = normalize(&exec.code);
-    let function = match compile(ctx, &program.primary) {
-        Ok(f) => f,
-        Err(first) => match &program.fallback {
-            Some(fallback) => compile(ctx, fallback).map_err(|_| first)?,
+    let primary = Locator::new(&exec.code, program.compiled(false));
+    let (function, locator) = match compile(ctx, &program.compiled(false), &primary) {
+        Ok(f) => (f, primary),
+        // The fallback is the user's code, wrapped as it is: its error is the one to show.
+        Err(first) => match program.fallback {
+            Some(_) => {
+                let compiled = program.compiled(true);
+                let fallback = Locator::new(&exec.code, compiled.clone());
+                match compile(ctx, &compiled, &fallback) {
+                    Ok(f) => (f, fallback),
+                    Err(second) => return Err(second),
+                }
+            }
             None => return Err(first),
         },
     };
-    hooks
-        .start
-        .call::<_, ()>((function,))
-        .map_err(|e| engine_failure(ctx, e, "starting the guest"))
+    let locator = Rc::new(locator);
+    state.borrow_mut().locator = Some(locator.clone());
+    hooks.start.call::<_, ()>((function,)).map_err(|e| match e {
+        rquickjs::Error::Exception => {
+            let thrown = ctx.catch();
+            describe(ctx, thrown, Some(&locator))
+        }
+        other => engine_failure(ctx, other, "starting the guest"),
+    })
 }
 
 /// The size of `message` encoded, when it exceeds `limit`. Cheap for small messages: only
@@ -556,14 +584,37 @@ pub fn oversized(message: &Message, limit: usize) -> Option<usize> {
     (size > limit).then_some(size)
 }
 
-/// Evaluates `(source)`, which must yield the guest's function; no guest code runs here.
-fn compile<'js>(ctx: &Ctx<'js>, source: &str) -> Result<Value<'js>, ErrorBody> {
+/// Evaluates the compiled text, which must yield the guest's function; no guest code runs
+/// here. A syntax error names its line and column in the user's code.
+fn compile<'js>(
+    ctx: &Ctx<'js>,
+    compiled: &Compiled,
+    locator: &Locator,
+) -> Result<Value<'js>, ErrorBody> {
     let mut options = EvalOptions::default();
     options.strict = false;
     options.filename = Some(GUEST_FILENAME.into());
-    let wrapped = format!("({source}\n)");
-    ctx.eval_with_options::<Value, _>(wrapped, options)
-        .map_err(|e| engine_failure(ctx, e, "compiling the guest program"))
+    ctx.eval_with_options::<Value, _>(compiled.text.as_str(), options)
+        .map_err(|e| match e {
+            rquickjs::Error::Exception => {
+                let thrown = ctx.catch();
+                let (name, message, stack) = match thrown.as_object() {
+                    Some(error) => (
+                        error.get::<_, String>("name").unwrap_or_default(),
+                        error.get::<_, String>("message").unwrap_or_default(),
+                        error.get::<_, String>("stack").unwrap_or_default(),
+                    ),
+                    None => (String::new(), format!("{thrown:?}"), String::new()),
+                };
+                let text = if name.is_empty() {
+                    message
+                } else {
+                    format!("{name}: {message}")
+                };
+                ErrorBody::new(ErrorCode::RuntimeError, locator.locate(&text, &stack))
+            }
+            other => engine_failure(ctx, other, "compiling the guest program"),
+        })
 }
 
 /// Turns an engine error into a wire error, describing a thrown value like the guest's own.
@@ -572,19 +623,14 @@ fn engine_failure(ctx: &Ctx<'_>, error: rquickjs::Error, doing: &str) -> ErrorBo
         return ErrorBody::new(ErrorCode::InternalError, format!("{doing}: {error}"));
     }
     let thrown = ctx.catch();
-    describe(ctx, thrown)
+    describe(ctx, thrown, None)
 }
 
 /// `[code, message]` of a thrown value, via the trusted `describe` in bootstrap.js.
-fn describe<'js>(ctx: &Ctx<'js>, reason: Value<'js>) -> ErrorBody {
+fn describe<'js>(ctx: &Ctx<'js>, reason: Value<'js>, locator: Option<&Locator>) -> ErrorBody {
     let described = ctx.userdata::<Hooks>().and_then(|hooks| {
-        let pair: Array = hooks.describe.call((reason,)).ok()?;
-        let code: String = pair.get(0).ok()?;
-        let message: String = pair.get(1).ok()?;
-        Some(ErrorBody::new(
-            ErrorCode::parse(&code).unwrap_or(ErrorCode::RuntimeError),
-            message,
-        ))
+        let described: Array = hooks.describe.call((reason,)).ok()?;
+        error_body(&described, 0, locator)
     });
     described.unwrap_or_else(|| {
         let _ = ctx.catch();
@@ -596,7 +642,10 @@ fn describe<'js>(ctx: &Ctx<'js>, reason: Value<'js>) -> ErrorBody {
 }
 
 /// The guest's outcome once its promise settled: `None` while pending.
-fn poll_outcome(ctx: &Ctx<'_>) -> Option<Result<Option<Box<RawValue>>, ErrorBody>> {
+fn poll_outcome(
+    ctx: &Ctx<'_>,
+    locator: Option<&Locator>,
+) -> Option<Result<Option<Box<RawValue>>, ErrorBody>> {
     let hooks = ctx.userdata::<Hooks>()?;
     let polled: Value = match hooks.poll.call(()) {
         Ok(v) => v,
@@ -622,8 +671,29 @@ fn poll_outcome(ctx: &Ctx<'_>) -> Option<Result<Option<Box<RawValue>>, ErrorBody
             }),
         });
     }
-    let code: String = array.get(1).ok()?;
-    let message: String = array.get(2).ok()?;
+    Some(Err(error_body(&array, 1, locator)?))
+}
+
+/// The error of a `describe` array from `at`: `[code, message, name, stack]`. An uncaught
+/// guest error (`runtime_error`) gets its name and the location of its innermost guest frame;
+/// a trusted code keeps the host's message as it is.
+fn error_body(described: &Array<'_>, at: usize, locator: Option<&Locator>) -> Option<ErrorBody> {
+    let code: String = described.get(at).ok()?;
+    let message: String = described.get(at + 1).ok()?;
     let code = ErrorCode::parse(&code).unwrap_or(ErrorCode::RuntimeError);
-    Some(Err(ErrorBody::new(code, message)))
+    if code != ErrorCode::RuntimeError {
+        return Some(ErrorBody::new(code, message));
+    }
+    let name: Option<String> = described.get(at + 2).ok().flatten();
+    let stack: Option<String> = described.get(at + 3).ok().flatten();
+    let text = match name.filter(|n| !n.is_empty() && !message.starts_with(n.as_str())) {
+        Some(name) if message.is_empty() => name,
+        Some(name) => format!("{name}: {message}"),
+        None => message,
+    };
+    let text = match (locator, stack) {
+        (Some(locator), Some(stack)) => locator.locate(&text, &stack),
+        _ => text,
+    };
+    Some(ErrorBody::new(code, text))
 }

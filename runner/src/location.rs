@@ -1,0 +1,136 @@
+//! Error locations in the code as the user wrote it: `(line L, column C)` and the line itself.
+//!
+//! The format, documented in the README, is the same for syntax errors and uncaught errors:
+//!
+//! ```text
+//! SyntaxError: unexpected token in expression: ';' (line 2, column 11)
+//!   2 | const b = ;
+//!     |           ^
+//! ```
+
+use crate::normalize::{fence_body, Compiled};
+
+/// The script name guest code is compiled under; stack frames of guest code name it.
+pub const GUEST_FILENAME: &str = "sandbox-user-code.js";
+
+/// Longest source line shown whole; longer ones are shown around the column.
+const SHOWN_CHARS: usize = 120;
+
+/// Maps the engine's positions in one compiled program back to the user's code.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    compiled: Compiled,
+    /// The code after fence stripping: what line numbers count in.
+    body: String,
+}
+
+impl Locator {
+    /// A locator for `compiled`, normalised from `code`.
+    pub fn new(code: &str, compiled: Compiled) -> Locator {
+        Locator {
+            compiled,
+            body: fence_body(code).to_owned(),
+        }
+    }
+
+    /// `message` with the location of the innermost guest frame of `stack` (a QuickJS stack
+    /// or a syntax error's), or `message` alone when the stack names no guest frame.
+    pub fn locate(&self, message: &str, stack: &str) -> String {
+        match innermost_guest_frame(stack) {
+            Some((line, column)) => {
+                let (line, column) = self.compiled.user_position(line, column);
+                self.at(message, line, column)
+            }
+            None => message.to_owned(),
+        }
+    }
+
+    /// `message (line L, column C)`, then the line and a caret under the column.
+    pub fn at(&self, message: &str, line: u32, column: u32) -> String {
+        let mut out = format!("{message} (line {line}, column {column})");
+        let Some(text) = self.body.lines().nth(line.saturating_sub(1) as usize) else {
+            return out;
+        };
+        let chars: Vec<char> = text.chars().collect();
+        let col = (column.max(1) - 1) as usize;
+        // A window of the line around the column when it is long.
+        let start = if chars.len() > SHOWN_CHARS {
+            col.saturating_sub(SHOWN_CHARS / 2)
+                .min(chars.len().saturating_sub(SHOWN_CHARS))
+        } else {
+            0
+        };
+        let end = (start + SHOWN_CHARS).min(chars.len());
+        let mut shown: String = chars[start..end]
+            .iter()
+            .map(|&c| if c == '\t' { ' ' } else { c })
+            .collect();
+        if start > 0 {
+            shown.insert(0, '…');
+        }
+        if end < chars.len() {
+            shown.push('…');
+        }
+        let gutter = line.to_string();
+        let pad = " ".repeat(gutter.len());
+        let caret = " ".repeat(col - start + usize::from(start > 0));
+        out.push_str(&format!("\n  {gutter} | {shown}\n  {pad} | {caret}^"));
+        out
+    }
+}
+
+/// The (line, column) of the first frame of guest code in a QuickJS stack text.
+pub fn innermost_guest_frame(stack: &str) -> Option<(u32, u32)> {
+    let marker = format!("{GUEST_FILENAME}:");
+    stack.match_indices(&marker).find_map(|(at, _)| {
+        let rest = &stack[at + marker.len()..];
+        let (line, rest) = rest.split_once(':')?;
+        let column: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        Some((line.parse().ok()?, column.parse().ok()?))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::normalize::normalize;
+
+    #[test]
+    fn frames_are_read_from_quickjs_stacks() {
+        let stack = "    at f (execbox-bootstrap.js:3:4)\n    at g (sandbox-user-code.js:12:7)\n    at sandbox-user-code.js:1:1\n";
+        assert_eq!(innermost_guest_frame(stack), Some((12, 7)));
+        assert_eq!(
+            innermost_guest_frame("    at sandbox-user-code.js:4:20\n"),
+            Some((4, 20))
+        );
+        assert_eq!(innermost_guest_frame("no frames"), None);
+        assert_eq!(innermost_guest_frame("sandbox-user-code.js:x:1"), None);
+    }
+
+    #[test]
+    fn the_message_shows_the_line_and_a_caret() {
+        let code = "```js\nconst a = 1;\nconst b = ;\n```";
+        let locator = Locator::new(code, normalize(code).compiled(true));
+        assert_eq!(
+            locator.at("SyntaxError: unexpected token", 2, 11),
+            "SyntaxError: unexpected token (line 2, column 11)\n  2 | const b = ;\n    |           ^"
+        );
+        // A line past the code has no snippet.
+        assert_eq!(locator.at("x", 9, 1), "x (line 9, column 1)");
+    }
+
+    #[test]
+    fn long_lines_are_shown_around_the_column() {
+        let code = format!("{}boom{}", "a".repeat(300), "b".repeat(300));
+        let locator = Locator::new(&code, normalize(&code).compiled(true));
+        let message = locator.at("E", 1, 301);
+        let lines: Vec<&str> = message.lines().collect();
+        assert!(
+            lines[1].contains("boom") && lines[1].chars().count() < 140,
+            "{message}"
+        );
+        let caret = lines[2].chars().position(|c| c == '^').unwrap();
+        let under: String = lines[1].chars().skip(caret).take(4).collect();
+        assert_eq!(under, "boom", "{message}");
+    }
+}
