@@ -22,6 +22,8 @@ pub struct Locator {
     compiled: Compiled,
     /// The code after fence stripping: what line numbers count in.
     body: String,
+    /// The provider namespaces of the execution and their tools' safe names.
+    providers: Vec<(String, Vec<String>)>,
 }
 
 impl Locator {
@@ -30,7 +32,44 @@ impl Locator {
         Locator {
             compiled,
             body: fence_body(code).to_owned(),
+            providers: Vec::new(),
         }
+    }
+
+    /// The same, knowing the execution's namespaces, so a call of a tool that does not exist
+    /// can be named (see [`Locator::locate`]).
+    pub fn with_providers(mut self, providers: Vec<(String, Vec<String>)>) -> Locator {
+        self.providers = providers;
+        self
+    }
+
+    /// `TypeError: not a function` at a call `ns.name(` where `ns` is a provider without a
+    /// tool `name` becomes `TypeError: ns.name is not a function; ns has: a, b`.
+    fn missing_tool(&self, message: &str, line: u32, column: u32) -> Option<String> {
+        if message != "TypeError: not a function" {
+            return None;
+        }
+        let text = self.body.lines().nth(line.saturating_sub(1) as usize)?;
+        let column = column.saturating_sub(1) as usize;
+        // The member call nearest the column, preferring one that spans it.
+        let calls = member_calls(text);
+        let (_, namespace, name) = calls
+            .iter()
+            .filter(|(span, namespace, name)| {
+                let tools = self.providers.iter().find(|(n, _)| n == namespace);
+                tools.is_some_and(|(_, tools)| !tools.iter().any(|t| t == name))
+                    && span.end >= column
+            })
+            .min_by_key(|(span, _, _)| span.start.abs_diff(column))?;
+        let tools = &self.providers.iter().find(|(n, _)| n == namespace)?.1;
+        let has = if tools.is_empty() {
+            "no tools".to_owned()
+        } else {
+            tools.join(", ")
+        };
+        Some(format!(
+            "TypeError: {namespace}.{name} is not a function; {namespace} has: {has}"
+        ))
     }
 
     /// `message` with the location of the innermost guest frame of `stack` (a QuickJS stack
@@ -39,7 +78,10 @@ impl Locator {
         match innermost_guest_frame(stack) {
             Some((line, column)) => {
                 let (line, column) = self.compiled.user_position(line, column);
-                self.at(message, line, column)
+                match self.missing_tool(message, line, column) {
+                    Some(better) => self.at(&better, line, column),
+                    None => self.at(message, line, column),
+                }
             }
             None => message.to_owned(),
         }
@@ -77,6 +119,53 @@ impl Locator {
         out.push_str(&format!("\n  {gutter} | {shown}\n  {pad} | {caret}^"));
         out
     }
+}
+
+/// The member calls `a.b(` of a line, by character positions: (span of `a.b`, `a`, `b`).
+fn member_calls(text: &str) -> Vec<(std::ops::Range<usize>, String, String)> {
+    let chars: Vec<char> = text.chars().collect();
+    let ident_start = |c: char| c.is_ascii_alphabetic() || c == '_' || c == '$';
+    let ident_part = |c: char| ident_start(c) || c.is_ascii_digit();
+    let mut calls = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if !ident_start(chars[i]) || (i > 0 && (ident_part(chars[i - 1]) || chars[i - 1] == '.')) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && ident_part(chars[i]) {
+            i += 1;
+        }
+        let namespace: String = chars[start..i].iter().collect();
+        let mut j = i;
+        while j < chars.len() && chars[j] == ' ' {
+            j += 1;
+        }
+        if j >= chars.len() || chars[j] != '.' {
+            continue;
+        }
+        j += 1;
+        while j < chars.len() && chars[j] == ' ' {
+            j += 1;
+        }
+        let name_start = j;
+        while j < chars.len() && ident_part(chars[j]) {
+            j += 1;
+        }
+        if name_start == j {
+            continue;
+        }
+        let name: String = chars[name_start..j].iter().collect();
+        let mut k = j;
+        while k < chars.len() && chars[k] == ' ' {
+            k += 1;
+        }
+        if k < chars.len() && chars[k] == '(' {
+            calls.push((start..j, namespace, name));
+        }
+    }
+    calls
 }
 
 /// The (line, column) of the first frame of guest code in a QuickJS stack text.
@@ -132,5 +221,36 @@ mod tests {
         let caret = lines[2].chars().position(|c| c == '^').unwrap();
         let under: String = lines[1].chars().skip(caret).take(4).collect();
         assert_eq!(under, "boom", "{message}");
+    }
+
+    #[test]
+    fn a_call_of_a_missing_tool_names_it_and_lists_the_namespace() {
+        let code =
+            "const a = await docs.search({ q: 1 });\nconst b = await docs.searchDocs({ q: 2 });";
+        let locator = Locator::new(code, normalize(code).compiled(true)).with_providers(vec![(
+            "docs".into(),
+            vec!["search".into(), "read_file".into()],
+        )]);
+        let message = locator.at(
+            &locator
+                .missing_tool("TypeError: not a function", 2, 21)
+                .unwrap(),
+            2,
+            21,
+        );
+        assert!(
+            message.starts_with("TypeError: docs.searchDocs is not a function; docs has: search, read_file (line 2, column 21)"),
+            "{message}"
+        );
+        // Calls of existing tools and of other objects are left alone.
+        assert_eq!(
+            locator.missing_tool("TypeError: not a function", 1, 21),
+            None
+        );
+        assert_eq!(
+            locator.missing_tool("TypeError: cannot read property", 2, 21),
+            None
+        );
+        assert_eq!(member_calls("x.y (1); a.b.c(2)").len(), 1);
     }
 }

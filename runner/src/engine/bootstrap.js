@@ -95,9 +95,95 @@
 
   // ---- transport-safe serialization (result and tool input) ----
 
-  function NotSerializable() {}
+  // Why a value cannot leave the sandbox: thrown by `serialize` as a record without a
+  // prototype, marked by a private object so that nothing the guest throws passes for one.
+  const NOT_SERIALIZABLE = {};
+  function notSerializableValue(what, fix) {
+    return { __proto__: null, mark: NOT_SERIALIZABLE, why: "is " + what + "; " + fix, path: "" };
+  }
+  function isNotSerializable(error) {
+    return typeof error === "object" && error !== null && error.mark === NOT_SERIALIZABLE;
+  }
 
-  // Returns JSON text, or undefined for a top-level undefined. Throws NotSerializable.
+  const DatePrototype = Date.prototype;
+  const MapPrototype = Map.prototype;
+  const SetPrototype = Set.prototype;
+  const WeakMapPrototype = WeakMap.prototype;
+  const WeakSetPrototype = WeakSet.prototype;
+  const RegExpPrototype = RegExp.prototype;
+  const PromisePrototype = Promise.prototype;
+  const ErrorPrototype = Error.prototype;
+  const ArrayBufferPrototype = ArrayBuffer.prototype;
+  const TypedArrayPrototype = ObjectGetPrototypeOf(Uint8Array.prototype);
+  const StringCharCodeAt = String.prototype.charCodeAt;
+
+  function hasInChain(value, proto) {
+    let p = value;
+    for (let i = 0; i < 16 && p !== null; i++) {
+      p = ObjectGetPrototypeOf(p);
+      if (p === proto) return true;
+    }
+    return false;
+  }
+
+  // [what it is, how to fix it] for a value that cannot be serialized.
+  function unsupported(value) {
+    switch (typeof value) {
+      case "bigint":
+        return ["a BigInt", "convert it with String() or Number()"];
+      case "symbol":
+        return ["a Symbol", "use a string instead"];
+      case "function":
+        return ["a function", "functions cannot leave the sandbox; call it, or leave it out"];
+      case "number":
+        return [value !== value ? "NaN" : value > 0 ? "Infinity" : "-Infinity",
+          "use null, a finite number or a string"];
+      case "undefined":
+        return ["undefined", "use null"];
+    }
+    if (ArrayIsArray(value)) {
+      return ["an array with a custom prototype", "copy it with Array.from()"];
+    }
+    const kinds = [
+      [DatePrototype, "a Date", "convert it with toISOString()"],
+      [MapPrototype, "a Map", "convert it with Object.fromEntries(map)"],
+      [SetPrototype, "a Set", "convert it with Array.from(set)"],
+      [WeakMapPrototype, "a WeakMap", "it cannot be read; use a plain object"],
+      [WeakSetPrototype, "a WeakSet", "it cannot be read; use an array"],
+      [RegExpPrototype, "a RegExp", "convert it with String()"],
+      [PromisePrototype, "a Promise", "await it first"],
+      [ErrorPrototype, "an Error", "send its message (error.message) instead"],
+      [TypedArrayPrototype, "a typed array", "convert it with Array.from()"],
+      [ArrayBufferPrototype, "an ArrayBuffer", "convert it with Array.from(new Uint8Array(buffer))"],
+    ];
+    for (let i = 0; i < kinds.length; i++) {
+      if (hasInChain(value, kinds[i][0])) return [kinds[i][1], kinds[i][2]];
+    }
+    let name;
+    try {
+      const ctor = ObjectGetPrototypeOf(value).constructor;
+      const n = typeof ctor === "function" ? ctor.name : undefined;
+      if (typeof n === "string" && n !== "") name = wellFormed(n);
+    } catch (_) {
+      // A hostile prototype: no name.
+    }
+    return [name === undefined ? "an object with a custom prototype" : "an instance of " + name,
+      "copy its fields into a plain object ({ ...value })"];
+  }
+
+  function isIdentifier(key) {
+    if (key.length === 0) return false;
+    for (let i = 0; i < key.length; i++) {
+      const c = ReflectApply(StringCharCodeAt, key, [i]);
+      const letter = (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c === 95 || c === 36;
+      if (!letter && !(i > 0 && c >= 48 && c <= 57)) return false;
+    }
+    return true;
+  }
+
+  // Returns JSON text, or undefined for a top-level undefined. Throws a record of
+  // `notSerializableValue`, whose `path` says where (e.g. `.items[3]`), for a value that
+  // cannot leave the sandbox, or for a getter or proxy trap that threw while reading it.
   function serialize(root) {
     if (root === undefined) return undefined;
     const ancestors = new SetCtor();
@@ -108,42 +194,66 @@
         case "boolean":
           return value ? "true" : "false";
         case "number":
-          if (!NumberIsFinite(value)) throw new NotSerializable();
+          if (!NumberIsFinite(value)) {
+            const kind = unsupported(value);
+            throw notSerializableValue(kind[0], kind[1]);
+          }
           return JSONStringify(value);
         case "object":
           break;
-        default:
+        default: {
           // bigint, symbol, function, undefined in a position that cannot drop it
-          throw new NotSerializable();
+          const kind = unsupported(value);
+          throw notSerializableValue(kind[0], kind[1]);
+        }
       }
       if (value === null) return "null";
-      if (depth >= MAX_DEPTH) throw new NotSerializable();
-      if (ReflectApply(SetHas, ancestors, [value])) throw new NotSerializable();
+      if (depth >= MAX_DEPTH) {
+        throw notSerializableValue("nested deeper than " + MAX_DEPTH + " levels", "flatten it");
+      }
+      if (ReflectApply(SetHas, ancestors, [value])) {
+        throw notSerializableValue("a reference to one of its own parents (a cycle)",
+          "copy the data without the back-reference");
+      }
       ReflectApply(SetAdd, ancestors, [value]);
       let out;
       if (ArrayIsArray(value)) {
-        if (ObjectGetPrototypeOf(value) !== ArrayPrototype) throw new NotSerializable();
+        if (ObjectGetPrototypeOf(value) !== ArrayPrototype) {
+          const kind = unsupported(value);
+          throw notSerializableValue(kind[0], kind[1]);
+        }
         const length = value.length;
         out = "[";
         for (let i = 0; i < length; i++) {
           if (i > 0) out += ",";
-          const item = value[i];
-          out += item === undefined ? "null" : walk(item, depth + 1);
+          try {
+            const item = value[i];
+            out += item === undefined ? "null" : walk(item, depth + 1);
+          } catch (error) {
+            throw within(error, "[" + i + "]");
+          }
         }
         out += "]";
       } else {
         const proto = ObjectGetPrototypeOf(value);
-        if (proto !== ObjectPrototype && proto !== null) throw new NotSerializable();
+        if (proto !== ObjectPrototype && proto !== null) {
+          const kind = unsupported(value);
+          throw notSerializableValue(kind[0], kind[1]);
+        }
         const keys = ObjectKeys(value);
         out = "{";
         let first = true;
         for (let i = 0; i < keys.length; i++) {
           const key = keys[i];
-          const item = value[key];
-          if (item === undefined) continue;
-          if (!first) out += ",";
-          first = false;
-          out += JSONStringify(wellFormed(key)) + ":" + walk(item, depth + 1);
+          try {
+            const item = value[key];
+            if (item === undefined) continue;
+            if (!first) out += ",";
+            first = false;
+            out += JSONStringify(wellFormed(key)) + ":" + walk(item, depth + 1);
+          } catch (error) {
+            throw within(error, isIdentifier(key) ? "." + key : "[" + JSONStringify(wellFormed(key)) + "]");
+          }
         }
         out += "}";
       }
@@ -151,6 +261,33 @@
       return out;
     }
     return walk(root, 0);
+  }
+
+  // The record to rethrow for `error`, raised while reading `segment` of a value: a record
+  // gets the segment in front of its path; anything else was thrown by guest code (a getter,
+  // a proxy trap) and becomes a record saying so.
+  function within(error, segment) {
+    if (isNotSerializable(error)) {
+      error.path = segment + error.path;
+      return error;
+    }
+    return {
+      __proto__: null,
+      mark: NOT_SERIALIZABLE,
+      why: "could not be read: reading it threw: " + describe(error)[1],
+      path: segment,
+    };
+  }
+
+  // The message for a value that cannot leave the sandbox, e.g.
+  // `Guest code returned a non-serializable value: result.d is a Date; convert it with ...`.
+  function notSerializableMessage(summary, root, error) {
+    if (isNotSerializable(error)) {
+      let path = error.path;
+      if (path.length > 160) path = path.slice(0, 80) + "…" + path.slice(-60);
+      return summary + ": " + root + path + " " + error.why;
+    }
+    return summary + ": " + root + " could not be read: reading it threw: " + describe(error)[1];
   }
 
   // ---- console ----
@@ -255,13 +392,6 @@
     });
   }
 
-  // Why a value could not be serialized, for the message: a NotSerializable is the value
-  // itself; anything else was thrown by guest code (a getter, a proxy trap) while reading it.
-  function notSerializable(summary, error) {
-    if (error instanceof NotSerializable) return summary;
-    return summary + ": reading it threw: " + describe(error)[1];
-  }
-
   // record: [providerName, safeName, json, resolve, reject]
   function dispatch(record) {
     const sent = sendToolCall(record[0], record[1], record[2]);
@@ -292,9 +422,8 @@
       try {
         json = serialize(input);
       } catch (error) {
-        return rejected(
-          trustedError("serialization_error", notSerializable(INPUT_NOT_SERIALIZABLE, error)),
-        );
+        return rejected(trustedError("serialization_error", notSerializableMessage(
+          INPUT_NOT_SERIALIZABLE + " to " + providerName + "." + safeName, "input", error)));
       }
       let settleOk;
       let settleFailed;
@@ -352,7 +481,8 @@
     try {
       return ["ok", serialize(value)];
     } catch (error) {
-      return ["error", "serialization_error", notSerializable(RESULT_NOT_SERIALIZABLE, error)];
+      return ["error", "serialization_error",
+        notSerializableMessage(RESULT_NOT_SERIALIZABLE, "result", error)];
     }
   }
 

@@ -150,8 +150,8 @@ impl Engine {
 /// Per-execution state the native functions share with the engine.
 struct ExecState {
     logs: LogBuffer,
-    /// Maps positions of the running program back to the user's code.
-    locator: Option<Rc<Locator>>,
+    /// Whether the running program is the normaliser's fallback (`None` before it runs).
+    compiled: Option<bool>,
     pending: HashSet<String>,
     out: Option<Arc<dyn Outbound>>,
     max_message_bytes: usize,
@@ -221,7 +221,7 @@ impl Sandbox {
         let context = Context::full(&runtime)?;
         let state = Rc::new(RefCell::new(ExecState {
             logs: LogBuffer::default(),
-            locator: None,
+            compiled: None,
             pending: HashSet::new(),
             out: None,
             max_message_bytes: usize::MAX,
@@ -275,7 +275,7 @@ impl Sandbox {
         {
             let mut state = self.state.borrow_mut();
             state.logs = LogBuffer::new(&exec.options);
-            state.locator = None;
+            state.compiled = None;
             state.pending.clear();
             state.out = Some(out);
             state.max_message_bytes = limits.max_message_bytes;
@@ -347,10 +347,14 @@ impl Sandbox {
             if let Some(stop) = self.stop_reason() {
                 return Err(stop);
             }
-            let locator = self.state.borrow().locator.clone();
+            let locator = self
+                .state
+                .borrow()
+                .compiled
+                .map(|fallback| LazyLocator { exec, fallback });
             if let Some(outcome) = self
                 .context
-                .with(|ctx| poll_outcome(&ctx, locator.as_deref()))
+                .with(|ctx| poll_outcome(&ctx, locator.as_ref()))
             {
                 // Serialising the result may itself have run out of memory.
                 return match self.stop_reason() {
@@ -547,31 +551,69 @@ fn start_guest(
         ));
     }
     let program = normalize(&exec.code);
-    let primary = Locator::new(&exec.code, program.compiled(false));
-    let (function, locator) = match compile(ctx, &program.compiled(false), &primary) {
-        Ok(f) => (f, primary),
+    let compiled = program.compiled(false);
+    let (function, fallback) = match compile(ctx, &compiled) {
+        Ok(f) => (f, false),
         // The fallback is the user's code, wrapped as it is: its error is the one to show.
         Err(first) => match program.fallback {
-            Some(_) => {
-                let compiled = program.compiled(true);
-                let fallback = Locator::new(&exec.code, compiled.clone());
-                match compile(ctx, &compiled, &fallback) {
-                    Ok(f) => (f, fallback),
-                    Err(second) => return Err(second),
-                }
-            }
-            None => return Err(first),
+            Some(_) => match compile(ctx, &program.compiled(true)) {
+                Ok(f) => (f, true),
+                Err(stack) => return Err(located(exec, true, &stack)),
+            },
+            None => return Err(located(exec, false, &first)),
         },
     };
-    let locator = Rc::new(locator);
-    state.borrow_mut().locator = Some(locator.clone());
+    state.borrow_mut().compiled = Some(fallback);
     hooks.start.call::<_, ()>((function,)).map_err(|e| match e {
         rquickjs::Error::Exception => {
             let thrown = ctx.catch();
-            describe(ctx, thrown, Some(&locator))
+            describe(ctx, thrown, Some(&LazyLocator { exec, fallback }))
         }
         other => engine_failure(ctx, other, "starting the guest"),
     })
+}
+
+/// What it takes to locate an error of the running program; the [`Locator`] is built only
+/// when an error needs one (normalising again is cheaper than keeping a copy per execution).
+pub(crate) struct LazyLocator<'a> {
+    exec: &'a Execute,
+    /// Whether the normaliser's fallback is what runs.
+    fallback: bool,
+}
+
+impl LazyLocator<'_> {
+    fn get(&self) -> Locator {
+        let namespaces = self
+            .exec
+            .providers
+            .iter()
+            .map(|p| {
+                let tools = p.tools.iter().map(|t| t.safe_name.clone()).collect();
+                (p.name.clone(), tools)
+            })
+            .collect();
+        let compiled = normalize(&self.exec.code).compiled(self.fallback);
+        Locator::new(&self.exec.code, compiled).with_providers(namespaces)
+    }
+}
+
+/// A compile failure as a wire error: the syntax error's text and stack, located.
+fn located(exec: &Execute, fallback: bool, failure: &CompileFailure) -> ErrorBody {
+    match failure {
+        CompileFailure::Syntax { text, stack } => ErrorBody::new(
+            ErrorCode::RuntimeError,
+            LazyLocator { exec, fallback }.get().locate(text, stack),
+        ),
+        CompileFailure::Other(body) => body.clone(),
+    }
+}
+
+/// Why the guest program did not compile.
+enum CompileFailure {
+    /// A syntax error: `Name: message` and the stack QuickJS gave it.
+    Syntax { text: String, stack: String },
+    /// Anything else, already a wire error.
+    Other(ErrorBody),
 }
 
 /// The size of `message` encoded, when it exceeds `limit`. Cheap for small messages: only
@@ -585,12 +627,8 @@ pub fn oversized(message: &Message, limit: usize) -> Option<usize> {
 }
 
 /// Evaluates the compiled text, which must yield the guest's function; no guest code runs
-/// here. A syntax error names its line and column in the user's code.
-fn compile<'js>(
-    ctx: &Ctx<'js>,
-    compiled: &Compiled,
-    locator: &Locator,
-) -> Result<Value<'js>, ErrorBody> {
+/// here.
+fn compile<'js>(ctx: &Ctx<'js>, compiled: &Compiled) -> Result<Value<'js>, CompileFailure> {
     let mut options = EvalOptions::default();
     options.strict = false;
     options.filename = Some(GUEST_FILENAME.into());
@@ -611,9 +649,11 @@ fn compile<'js>(
                 } else {
                     format!("{name}: {message}")
                 };
-                ErrorBody::new(ErrorCode::RuntimeError, locator.locate(&text, &stack))
+                CompileFailure::Syntax { text, stack }
             }
-            other => engine_failure(ctx, other, "compiling the guest program"),
+            other => {
+                CompileFailure::Other(engine_failure(ctx, other, "compiling the guest program"))
+            }
         })
 }
 
@@ -627,7 +667,11 @@ fn engine_failure(ctx: &Ctx<'_>, error: rquickjs::Error, doing: &str) -> ErrorBo
 }
 
 /// `[code, message]` of a thrown value, via the trusted `describe` in bootstrap.js.
-fn describe<'js>(ctx: &Ctx<'js>, reason: Value<'js>, locator: Option<&Locator>) -> ErrorBody {
+fn describe<'js>(
+    ctx: &Ctx<'js>,
+    reason: Value<'js>,
+    locator: Option<&LazyLocator<'_>>,
+) -> ErrorBody {
     let described = ctx.userdata::<Hooks>().and_then(|hooks| {
         let described: Array = hooks.describe.call((reason,)).ok()?;
         error_body(&described, 0, locator)
@@ -644,7 +688,7 @@ fn describe<'js>(ctx: &Ctx<'js>, reason: Value<'js>, locator: Option<&Locator>) 
 /// The guest's outcome once its promise settled: `None` while pending.
 fn poll_outcome(
     ctx: &Ctx<'_>,
-    locator: Option<&Locator>,
+    locator: Option<&LazyLocator<'_>>,
 ) -> Option<Result<Option<Box<RawValue>>, ErrorBody>> {
     let hooks = ctx.userdata::<Hooks>()?;
     let polled: Value = match hooks.poll.call(()) {
@@ -677,7 +721,11 @@ fn poll_outcome(
 /// The error of a `describe` array from `at`: `[code, message, name, stack]`. An uncaught
 /// guest error (`runtime_error`) gets its name and the location of its innermost guest frame;
 /// a trusted code keeps the host's message as it is.
-fn error_body(described: &Array<'_>, at: usize, locator: Option<&Locator>) -> Option<ErrorBody> {
+fn error_body(
+    described: &Array<'_>,
+    at: usize,
+    locator: Option<&LazyLocator<'_>>,
+) -> Option<ErrorBody> {
     let code: String = described.get(at).ok()?;
     let message: String = described.get(at + 1).ok()?;
     let code = ErrorCode::parse(&code).unwrap_or(ErrorCode::RuntimeError);
@@ -692,7 +740,7 @@ fn error_body(described: &Array<'_>, at: usize, locator: Option<&Locator>) -> Op
         None => message,
     };
     let text = match (locator, stack) {
-        (Some(locator), Some(stack)) => locator.locate(&text, &stack),
+        (Some(locator), Some(stack)) => locator.get().locate(&text, &stack),
         _ => text,
     };
     Some(ErrorBody::new(code, text))
