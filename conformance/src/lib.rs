@@ -14,6 +14,9 @@
 //!   `--listen 127.0.0.1:0` and reads the address it prints.
 //! - [`replay`] / [`Replayer`]: plays a transcript over a transport and returns the first
 //!   divergence as a [`Failure`] (line, reason, expected and actual message, stderr tail).
+//! - [`run_bench`]: times a runner ([`BenchTarget`], [`BenchOptions`]) through a low-overhead
+//!   driver and returns a [`BenchReport`] (trivial execution and tool call round trips,
+//!   executions per second, spawn or connect to first `done`), printable as JSON or Markdown.
 //!
 //! # Transcript format
 //!
@@ -110,12 +113,14 @@
 //! }
 //! ```
 
+mod bench;
 mod json;
 mod matcher;
 mod replay;
 mod transcript;
 mod transport;
 
+pub use bench::{run_bench, BenchError, BenchOptions, BenchReport, BenchTarget, Percentiles};
 pub use json::MAX_PARSE_DEPTH;
 pub use replay::{replay, Failure, Replayer, DEFAULT_RECV_TIMEOUT};
 pub use transcript::{load_dir, Action, Expected, LoadError, Step, Transcript};

@@ -1,4 +1,4 @@
-//! `execbox-conformance`: replays the golden transcripts against a runner and prints one line per transcript.
+//! `execbox-conformance`: replays the golden transcripts against a runner (one line per transcript), or benchmarks it (`bench`).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -8,9 +8,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::{ArgGroup, Parser};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use execbox_conformance::{
-    load_dir, replay, Failure, StdioRunner, Transcript, Transport, WsRunner, TRANSCRIPTS_DIR,
+    load_dir, replay, run_bench, BenchOptions, BenchTarget, Failure, StdioRunner, Transcript,
+    Transport, WsRunner, TRANSCRIPTS_DIR,
 };
 
 const AFTER_HELP: &str = "\
@@ -25,7 +26,26 @@ Examples:
   execbox-conformance --runner target/release/execbox-runner
   execbox-conformance --runner \"node my-runner.js --quiet\" --filter cancel/
   execbox-conformance --ws ws://127.0.0.1:8080 --jobs 8
-  execbox-conformance --runner ./runner --transcripts ./my-transcripts --jobs 1";
+  execbox-conformance --runner ./runner --transcripts ./my-transcripts --jobs 1
+  execbox-conformance bench --runner target/release/execbox-runner";
+
+const BENCH_AFTER_HELP: &str = "\
+Measures, through one sequential driver: the trivial execution round trip (`execute` of `1 + 1`
+on a warm runner, to its `done`), the tool call round trip (a `tool_result` sent to the next
+`tool_call` received, in a loop of awaited `t.echo` calls), executions per second (sequential,
+one runner) and spawn to first `done` (--runner; with --ws, connect to first `done`).
+Prints a Markdown table, or with --json exactly one object with the keys trivial_p50_us,
+trivial_p99_us, tool_call_p50_us, tool_call_p99_us, exec_per_s, spawn_to_first_done_ms.
+
+With --ws, EXECBOX_TOKEN (when set) is sent as `Authorization: Bearer TOKEN`.
+
+Exit status: 0 when the benchmark ran, 2 when it could not (the runner failed to start, sent
+something that is not a protocol message, or answered wrongly) or on a usage error.
+
+Examples:
+  execbox-conformance bench --runner target/release/execbox-runner
+  execbox-conformance bench --runner \"node stdio-adapter.mjs\" --iterations 1000 --spawns 10
+  execbox-conformance bench --ws ws://127.0.0.1:7070 --quick --json";
 
 /// Command-line flags.
 #[derive(Parser, Debug)]
@@ -34,9 +54,13 @@ Examples:
     version,
     about = "Check an execbox runner against the protocol's golden transcripts",
     after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
     group(ArgGroup::new("target").required(true).args(["runner", "ws"]))
 )]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
     /// Runner command line, split like a shell would; spawned once per transcript.
     #[arg(long, value_name = "\"CMD ARGS\"")]
     runner: Option<String>,
@@ -54,8 +78,50 @@ struct Cli {
     jobs: usize,
 }
 
+/// Subcommands; without one, the flags above replay transcripts.
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Time a runner: round trips, executions per second, spawn to first done.
+    #[command(after_help = BENCH_AFTER_HELP)]
+    Bench(BenchArgs),
+}
+
+/// Flags of `bench`.
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("bench_target").required(true).args(["runner", "ws"])))]
+struct BenchArgs {
+    /// Runner command line, split like a shell would; one warm process, then one per spawn.
+    #[arg(long, value_name = "\"CMD ARGS\"")]
+    runner: Option<String>,
+    /// WebSocket URL of a listening runner; one warm connection, then one per spawn.
+    #[arg(long, value_name = "ws://ADDR")]
+    ws: Option<String>,
+    /// Measured trivial executions, and measured tool calls [default: 5000; --quick: 200].
+    #[arg(long, value_name = "N")]
+    iterations: Option<usize>,
+    /// Measured spawns (or connections) to first done [default: 50; --quick: 5].
+    #[arg(long, value_name = "N")]
+    spawns: Option<usize>,
+    /// Small counts, for smoke tests.
+    #[arg(long)]
+    quick: bool,
+    /// Print exactly one JSON object instead of a Markdown table.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Sub::Bench(args)) = &cli.command {
+        return match bench(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("execbox-conformance bench: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     match run(&cli) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -73,6 +139,46 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
             .downcast_ref::<io::Error>()
             .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
     })
+}
+
+/// Runs the benchmark and prints its table or JSON object.
+fn bench(args: &BenchArgs) -> Result<()> {
+    let target = match (&args.runner, &args.ws) {
+        (Some(line), None) => BenchTarget::Stdio(
+            StdioRunner::from_command_line(line)
+                .context("reading --runner")?
+                .command,
+        ),
+        (None, Some(url)) => BenchTarget::Ws {
+            url: url.clone(),
+            token: std::env::var("EXECBOX_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
+        },
+        _ => bail!("give exactly one of --runner and --ws"),
+    };
+    let mut options = if args.quick {
+        BenchOptions::quick()
+    } else {
+        BenchOptions::default()
+    };
+    if let Some(n) = args.iterations {
+        options.executions = n;
+        options.tool_calls = n;
+    }
+    if let Some(n) = args.spawns {
+        options.spawns = n;
+    }
+    let report = run_bench(&target, &options)?;
+    let text = if args.json {
+        report.to_json()
+    } else {
+        report.to_markdown()
+    };
+    let mut out = io::stdout().lock();
+    writeln!(out, "{}", text.trim_end())?;
+    out.flush()?;
+    Ok(())
 }
 
 /// Replays the selected transcripts; `Ok(true)` when all passed.

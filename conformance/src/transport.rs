@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tungstenite::client::IntoClientRequest;
+use tungstenite::http::header::{HeaderValue, AUTHORIZATION};
 use tungstenite::protocol::WebSocket;
 
 /// How long to wait for a TCP connection and a WebSocket handshake.
@@ -171,12 +173,12 @@ fn read_lines(stdout: ChildStdout, events: Sender<Event>) {
 }
 
 /// The last bytes a process wrote to stderr.
-struct Tail {
+pub(crate) struct Tail {
     bytes: VecDeque<u8>,
 }
 
 impl Tail {
-    fn shared() -> Arc<Mutex<Tail>> {
+    pub(crate) fn shared() -> Arc<Mutex<Tail>> {
         Arc::new(Mutex::new(Tail {
             bytes: VecDeque::new(),
         }))
@@ -189,7 +191,7 @@ impl Tail {
     }
 
     /// The last [`STDERR_TAIL_LINES`] lines, or `None` when nothing was written.
-    fn lines(&self) -> Option<String> {
+    pub(crate) fn lines(&self) -> Option<String> {
         let (a, b) = self.bytes.as_slices();
         let text = String::from_utf8_lossy(&[a, b].concat()).into_owned();
         let lines: Vec<&str> = text.lines().collect();
@@ -199,7 +201,7 @@ impl Tail {
     }
 }
 
-fn drain_into(mut from: impl Read, tail: &Mutex<Tail>) {
+pub(crate) fn drain_into(mut from: impl Read, tail: &Mutex<Tail>) {
     let mut buf = [0u8; 8192];
     loop {
         match from.read(&mut buf) {
@@ -297,53 +299,62 @@ pub struct WsRunner {
 
 impl Transport for WsRunner {
     fn connect(&self) -> io::Result<Box<dyn Connection>> {
-        let invalid = |why: &str| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{:?}: {why}", self.url),
-            )
-        };
-        let rest = self
-            .url
-            .strip_prefix("ws://")
-            .ok_or_else(|| invalid("only ws:// URLs are supported"))?;
-        let authority = rest.split('/').next().unwrap_or_default();
-        if authority.is_empty() {
-            return Err(invalid("no host"));
-        }
-        let has_port = authority
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| !p.contains(']'));
-        let address = if has_port {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
-        };
-        let mut last_error = invalid("the host resolves to no address");
-        let mut stream = None;
-        for addr in address.to_socket_addrs()? {
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last_error = e,
-            }
-        }
-        let stream = stream.ok_or(last_error)?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-        stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-        let (ws, _response) = tungstenite::client(self.url.as_str(), stream)
-            .map_err(|e| io::Error::other(format!("WebSocket handshake with {}: {e}", self.url)))?;
-        Ok(Box::new(WsConnection {
-            ws,
-            closed_because: None,
-        }))
+        Ok(Box::new(connect_ws(&self.url, None)?))
     }
 }
 
-struct WsConnection {
+/// Opens one WebSocket session with `url`, sending `Authorization: Bearer TOKEN` when given a token.
+pub(crate) fn connect_ws(url: &str, bearer: Option<&str>) -> io::Result<WsConnection> {
+    let invalid =
+        |why: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{url:?}: {why}"));
+    let rest = url
+        .strip_prefix("ws://")
+        .ok_or_else(|| invalid("only ws:// URLs are supported"))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() {
+        return Err(invalid("no host"));
+    }
+    let has_port = authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.contains(']'));
+    let address = if has_port {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| invalid(&e.to_string()))?;
+    if let Some(token) = bearer {
+        let value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| invalid("the bearer token is not a valid header value"))?;
+        request.headers_mut().insert(AUTHORIZATION, value);
+    }
+    let mut last_error = invalid("the host resolves to no address");
+    let mut stream = None;
+    for addr in address.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last_error = e,
+        }
+    }
+    let stream = stream.ok_or(last_error)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let (ws, _response) = tungstenite::client(request, stream)
+        .map_err(|e| io::Error::other(format!("WebSocket handshake with {url}: {e}")))?;
+    Ok(WsConnection {
+        ws,
+        closed_because: None,
+    })
+}
+
+/// One WebSocket session; one message per text frame.
+pub(crate) struct WsConnection {
     ws: WebSocket<TcpStream>,
     closed_because: Option<String>,
 }
