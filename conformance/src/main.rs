@@ -73,6 +73,10 @@ struct Cli {
     /// Only replay transcripts whose name (`area/name`) contains this.
     #[arg(long, value_name = "SUBSTR")]
     filter: Option<String>,
+    /// Leave out an optional tier (an area, e.g. `typescript`) the runner does not claim;
+    /// repeatable.
+    #[arg(long, value_name = "AREA")]
+    without: Vec<String>,
     /// How many transcripts replay at once.
     #[arg(long, value_name = "N", default_value_t = 4)]
     jobs: usize,
@@ -200,6 +204,10 @@ fn run(cli: &Cli) -> Result<bool> {
         .with_context(|| format!("loading transcripts from {}", cli.transcripts.display()))?;
     if let Some(filter) = &cli.filter {
         transcripts.retain(|t| t.name.contains(filter.as_str()));
+    }
+    for area in &cli.without {
+        let prefix = format!("{}/", area.trim_end_matches('/'));
+        transcripts.retain(|t| !t.name.starts_with(&prefix));
     }
     if transcripts.is_empty() {
         bail!(

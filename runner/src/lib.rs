@@ -32,6 +32,7 @@ pub mod logs;
 pub mod normalize;
 pub mod session;
 pub mod stdio;
+pub mod typescript;
 pub mod ws;
 
 pub use cli::{init_tracing, run, RunnerArgs};

@@ -184,6 +184,17 @@ pub fn fence_body(code: &str) -> &str {
     }
 }
 
+/// [`fence_body`] without a closing fence (and what trails it): the program as written, with
+/// its lines where they were.
+pub fn fenced_program(code: &str) -> &str {
+    let body = fence_body(code);
+    if body.len() == code.len() {
+        return body;
+    }
+    let trimmed = body.trim_end();
+    trimmed.strip_suffix("```").unwrap_or(trimmed)
+}
+
 /// Where `source`, a slice of `code`, starts in `body`, the slice of `code` lines count from.
 fn origin(code: &str, body: &str, source: &str) -> Origin {
     let offset = |inner: &str| (inner.as_ptr() as usize).saturating_sub(code.as_ptr() as usize);

@@ -26,7 +26,8 @@ use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value
 
 use crate::location::{Locator, GUEST_FILENAME};
 use crate::logs::LogBuffer;
-use crate::normalize::{normalize, Compiled};
+use crate::normalize::{fenced_program, normalize, Compiled};
+use crate::typescript::{self, StripError};
 use alloc::{Budget, BudgetAllocator};
 
 /// Where the engine sends what it emits mid-execution (`tool_call`). Implemented by transports.
@@ -150,8 +151,9 @@ impl Engine {
 /// Per-execution state the native functions share with the engine.
 struct ExecState {
     logs: LogBuffer,
-    /// Whether the running program is the normaliser's fallback (`None` before it runs).
-    compiled: Option<bool>,
+    /// Whether the running program is the normaliser's fallback, and its code when it is
+    /// not the request's (TypeScript, erased); `None` before it runs.
+    compiled: Option<(bool, Option<String>)>,
     pending: HashSet<String>,
     out: Option<Arc<dyn Outbound>>,
     max_message_bytes: usize,
@@ -347,11 +349,12 @@ impl Sandbox {
             if let Some(stop) = self.stop_reason() {
                 return Err(stop);
             }
-            let locator = self
-                .state
-                .borrow()
-                .compiled
-                .map(|fallback| LazyLocator { exec, fallback });
+            let compiled = self.state.borrow().compiled.clone();
+            let locator = compiled.as_ref().map(|(fallback, stripped)| LazyLocator {
+                exec,
+                stripped: stripped.as_deref(),
+                fallback: *fallback,
+            });
             if let Some(outcome) = self
                 .context
                 .with(|ctx| poll_outcome(&ctx, locator.as_ref()))
@@ -550,33 +553,102 @@ fn start_guest(
             ),
         ));
     }
-    let program = normalize(&exec.code);
-    let compiled = program.compiled(false);
-    let (function, fallback) = match compile(ctx, &compiled) {
-        Ok(f) => (f, false),
-        // The fallback is the user's code, wrapped as it is: its error is the one to show.
-        Err(first) => match program.fallback {
-            Some(_) => match compile(ctx, &program.compiled(true)) {
-                Ok(f) => (f, true),
-                Err(stack) => return Err(located(exec, true, &stack)),
+    // TypeScript is erased first when the fence says so, and otherwise only when the code
+    // does not compile as JavaScript: plain JavaScript pays nothing for it.
+    let mut stripped: Option<String> = None;
+    if typescript::is_typescript_fence(&exec.code) {
+        match typescript::strip(fenced_program(&exec.code)) {
+            Ok(js) => stripped = Some(js),
+            Err(failure @ StripError::Unsupported { .. }) => {
+                return Err(not_erasable(exec, &failure));
+            }
+            Err(StripError::Invalid) => {}
+        }
+    }
+    let (function, fallback) = match compile_program(ctx, stripped.as_deref().unwrap_or(&exec.code))
+    {
+        Ok(compiled) => compiled,
+        Err((failure, fallback)) if stripped.is_some() => {
+            return Err(located(exec, stripped.as_deref(), fallback, &failure))
+        }
+        Err((failure, fallback)) => match typescript::strip(fenced_program(&exec.code)) {
+            Ok(js) if js != fenced_program(&exec.code) => match compile_program(ctx, &js) {
+                Ok(compiled) => {
+                    stripped = Some(js);
+                    compiled
+                }
+                Err((failure, fallback)) => {
+                    return Err(located(exec, Some(&js), fallback, &failure))
+                }
             },
-            None => return Err(located(exec, false, &first)),
+            Err(unsupported @ StripError::Unsupported { .. }) => {
+                return Err(not_erasable(exec, &unsupported))
+            }
+            _ => return Err(located(exec, None, fallback, &failure)),
         },
     };
-    state.borrow_mut().compiled = Some(fallback);
+    let mut state = state.borrow_mut();
+    state.compiled = Some((fallback, stripped));
+    let code = state.compiled.as_ref().and_then(|(_, s)| s.clone());
+    drop(state);
     hooks.start.call::<_, ()>((function,)).map_err(|e| match e {
         rquickjs::Error::Exception => {
             let thrown = ctx.catch();
-            describe(ctx, thrown, Some(&LazyLocator { exec, fallback }))
+            let locator = LazyLocator {
+                exec,
+                stripped: code.as_deref(),
+                fallback,
+            };
+            describe(ctx, thrown, Some(&locator))
         }
         other => engine_failure(ctx, other, "starting the guest"),
     })
+}
+
+/// Normalises and compiles `code`: the primary form, then the fallback. On failure, the error
+/// to show (the fallback's, which is the user's code wrapped as it is) and which form it was.
+fn compile_program<'js>(
+    ctx: &Ctx<'js>,
+    code: &str,
+) -> Result<(Value<'js>, bool), (CompileFailure, bool)> {
+    let program = normalize(code);
+    match compile(ctx, &program.compiled(false)) {
+        Ok(f) => Ok((f, false)),
+        Err(first) => match program.fallback {
+            Some(_) => compile(ctx, &program.compiled(true))
+                .map(|f| (f, true))
+                .map_err(|second| (second, true)),
+            None => Err((first, false)),
+        },
+    }
+}
+
+/// TypeScript that cannot be erased, as a wire error naming the construct and its line.
+fn not_erasable(exec: &Execute, failure: &StripError) -> ErrorBody {
+    let StripError::Unsupported { what, line, column } = failure else {
+        return ErrorBody::new(ErrorCode::RuntimeError, "TypeScript could not be erased");
+    };
+    let text = format!(
+        "SyntaxError: {what}: only type annotations that can be erased are run (no enum, \
+         namespace or parameter property); write plain JavaScript for it"
+    );
+    let locator = LazyLocator {
+        exec,
+        stripped: None,
+        fallback: true,
+    };
+    ErrorBody::new(
+        ErrorCode::RuntimeError,
+        locator.get().at(&text, *line, *column),
+    )
 }
 
 /// What it takes to locate an error of the running program; the [`Locator`] is built only
 /// when an error needs one (normalising again is cheaper than keeping a copy per execution).
 pub(crate) struct LazyLocator<'a> {
     exec: &'a Execute,
+    /// The code that runs when it is not `exec.code`: TypeScript with its types erased.
+    stripped: Option<&'a str>,
     /// Whether the normaliser's fallback is what runs.
     fallback: bool,
 }
@@ -592,18 +664,28 @@ impl LazyLocator<'_> {
                 (p.name.clone(), tools)
             })
             .collect();
-        let compiled = normalize(&self.exec.code).compiled(self.fallback);
+        let code = self.stripped.unwrap_or(&self.exec.code);
+        let compiled = normalize(code).compiled(self.fallback);
         Locator::new(&self.exec.code, compiled).with_providers(namespaces)
     }
 }
 
 /// A compile failure as a wire error: the syntax error's text and stack, located.
-fn located(exec: &Execute, fallback: bool, failure: &CompileFailure) -> ErrorBody {
+fn located(
+    exec: &Execute,
+    stripped: Option<&str>,
+    fallback: bool,
+    failure: &CompileFailure,
+) -> ErrorBody {
     match failure {
-        CompileFailure::Syntax { text, stack } => ErrorBody::new(
-            ErrorCode::RuntimeError,
-            LazyLocator { exec, fallback }.get().locate(text, stack),
-        ),
+        CompileFailure::Syntax { text, stack } => {
+            let locator = LazyLocator {
+                exec,
+                stripped,
+                fallback,
+            };
+            ErrorBody::new(ErrorCode::RuntimeError, locator.get().locate(text, stack))
+        }
         CompileFailure::Other(body) => body.clone(),
     }
 }

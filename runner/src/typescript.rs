@@ -1,0 +1,161 @@
+//! TypeScript guest code: type annotations erased in place, so JavaScript runs.
+//!
+//! Models primed with TypeScript declarations write TypeScript. swc's strip-only mode
+//! replaces every annotation with whitespace of the same length, keeping each line and column
+//! where it was, so errors still point at the code as written; what cannot be erased (`enum`,
+//! `namespace`, parameter properties) is refused with its line. Plain JavaScript never comes
+//! here unless it fails to compile, so it pays nothing.
+
+/// Why code could not be stripped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StripError {
+    /// TypeScript that needs code generated for it, which strip-only mode refuses; the
+    /// message names the construct.
+    Unsupported {
+        /// What is not supported, in swc's words, e.g. `TypeScript enum is not supported`.
+        what: String,
+        /// 1-based line in the code given.
+        line: u32,
+        /// 1-based column.
+        column: u32,
+    },
+    /// Not valid TypeScript either (nor JavaScript): the JavaScript error is the one to show.
+    Invalid,
+}
+
+/// Whether a fenced program says it is TypeScript (```` ```ts ````, `typescript`, `tsx`,
+/// `mts`, `cts`).
+pub fn is_typescript_fence(code: &str) -> bool {
+    let Some(rest) = code.trim_start().strip_prefix("```") else {
+        return false;
+    };
+    let tag = rest.split(['\n', ' ', '\r']).next().unwrap_or_default();
+    matches!(
+        tag.to_ascii_lowercase().as_str(),
+        "ts" | "typescript" | "tsx" | "mts" | "cts"
+    )
+}
+
+/// The prefix that makes a program body (top-level `await` and `return`) parse as script
+/// code; it is JavaScript, so it comes out of the stripper unchanged and is cut off again.
+#[cfg(feature = "typescript")]
+const PREFIX: &str = "async function __execbox_body__() {";
+
+/// `body` with its type annotations replaced by spaces: same length, same lines and columns.
+#[cfg(feature = "typescript")]
+pub fn strip(body: &str) -> Result<String, StripError> {
+    use std::sync::{Arc, Mutex};
+
+    use swc_common::errors::{DiagnosticBuilder, Emitter, Handler};
+    use swc_common::sync::Lrc;
+    use swc_common::{BytePos, SourceMap};
+
+    type Found = Arc<Mutex<Vec<(String, Option<BytePos>)>>>;
+    struct Collect(Found);
+    impl Emitter for Collect {
+        fn emit(&mut self, diagnostic: &mut DiagnosticBuilder<'_>) {
+            let at = diagnostic.span.primary_span().map(|span| span.lo);
+            if let Ok(mut found) = self.0.lock() {
+                found.push((diagnostic.message(), at));
+            }
+        }
+    }
+
+    let source = format!("{PREFIX}{body}\n}}");
+    let map: Lrc<SourceMap> = Default::default();
+    let found: Found = Default::default();
+    let handler = Handler::with_emitter(true, false, Box::new(Collect(found.clone())));
+    let options = swc_ts_fast_strip::Options {
+        module: Some(false),
+        mode: swc_ts_fast_strip::Mode::StripOnly,
+        ..Default::default()
+    };
+    match swc_ts_fast_strip::operate(&map, &handler, source, options) {
+        Ok(output) => {
+            let code = output.code;
+            let stripped = code
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.strip_suffix("\n}"))
+                .ok_or(StripError::Invalid)?;
+            Ok(stripped.to_owned())
+        }
+        Err(error) => {
+            if !matches!(error.code, swc_ts_fast_strip::ErrorCode::UnsupportedSyntax) {
+                return Err(StripError::Invalid);
+            }
+            let found = found.lock().map(|f| f.clone()).unwrap_or_default();
+            let Some((what, at)) = found.into_iter().next() else {
+                return Err(StripError::Invalid);
+            };
+            let (line, column) = match at {
+                Some(at) => {
+                    let loc = map.lookup_char_pos(at);
+                    let column = loc.col_display as u32 + 1;
+                    let column = if loc.line == 1 {
+                        column.saturating_sub(PREFIX.len() as u32).max(1)
+                    } else {
+                        column
+                    };
+                    (loc.line as u32, column)
+                }
+                None => (1, 1),
+            };
+            let what = what
+                .trim_end_matches(" in strip-only mode")
+                .trim_end_matches('.')
+                .to_owned();
+            Err(StripError::Unsupported { what, line, column })
+        }
+    }
+}
+
+/// Without the `typescript` feature, TypeScript is not recognised: the JavaScript error stands.
+#[cfg(not(feature = "typescript"))]
+pub fn strip(_body: &str) -> Result<String, StripError> {
+    Err(StripError::Invalid)
+}
+
+#[cfg(all(test, feature = "typescript"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotations_become_spaces_and_positions_stay() {
+        let code = "const r: { total: number } = await f();\nconst x = r as any;\nreturn x.total";
+        let js = strip(code).unwrap();
+        assert_eq!(js.len(), code.len());
+        assert_eq!(js.lines().count(), code.lines().count());
+        assert!(
+            js.starts_with("const r                    = await f();"),
+            "{js}"
+        );
+        assert!(js.contains("const x = r       ;"), "{js}");
+        assert!(js.ends_with("return x.total"), "{js}");
+    }
+
+    #[test]
+    fn what_cannot_be_erased_is_refused_with_its_line() {
+        let err = strip("let a = 1;\nenum Color { Red }").unwrap_err();
+        assert_eq!(
+            err,
+            StripError::Unsupported {
+                what: "TypeScript enum is not supported".into(),
+                line: 2,
+                column: 1,
+            }
+        );
+        assert!(matches!(
+            strip("class A { constructor(private x: number) {} }"),
+            Err(StripError::Unsupported { line: 1, .. })
+        ));
+        assert_eq!(strip("const a = ;"), Err(StripError::Invalid));
+    }
+
+    #[test]
+    fn fences_that_say_typescript() {
+        assert!(is_typescript_fence("```ts\nx"));
+        assert!(is_typescript_fence("  ```TypeScript\nx"));
+        assert!(!is_typescript_fence("```js\nx"));
+        assert!(!is_typescript_fence("x"));
+    }
+}
