@@ -80,7 +80,11 @@ fn main() -> ExitCode {
     execbox_runner::init_tracing();
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Runner(args) => execbox_runner::run(&args).map(|()| ExitCode::SUCCESS),
+        // With --listen, each session is served by `execbox runner` in stdio mode.
+        Command::Runner(args) => execbox_runner::run(&args, || {
+            execbox_runner::ChildCommand::current_exe().map(|c| c.arg("runner"))
+        })
+        .map(|()| ExitCode::SUCCESS),
         Command::Types { tools } => types(&tools),
         Command::Run(args) => run(args),
     };

@@ -46,13 +46,29 @@ pub enum Mode {
     /// One NDJSON session on stdin/stdout. Its threads all exist before [`Pending::finish`], so
     /// it may create no thread (nor process) afterwards.
     Stdio,
-    /// WebSocket server: accepts connections on a listener bound before the lockdown and
-    /// spawns one engine thread per connection (threads only, never processes).
+    /// The allowlist of a process that serves connections on a listener bound before the
+    /// lockdown and creates threads (never processes). No transport uses it since `--listen`
+    /// became a supervisor of stdio runners ([`Mode::Supervisor`]); the `--lockdown-probe`
+    /// actions run under it (it is stdio's allowlist plus threads and sockets).
     WebSocket {
         /// `--max-sessions`, which sizes the file limit.
         max_sessions: usize,
     },
+    /// The `--listen` supervisor ([`crate::listen`]): runs no guest code, but parses network
+    /// input and starts one stdio runner process per session. Its Landlock domain grants read
+    /// and execute on the child executable and the system library directories
+    /// ([`SUPERVISOR_LIBRARY_DIRS`]) and nothing else (no other file, no TCP bind or connect);
+    /// its rlimits forbid core dumps and bound open files. It installs no seccomp filter (the
+    /// children's filters stack on any it had, and process creation needs fork and exec):
+    /// [`begin_supervisor`] starts it, [`Pending::finish`] sets the rlimits.
+    Supervisor {
+        /// `--max-sessions`, which sizes the file limit.
+        max_sessions: usize,
+    },
 }
+
+/// Where the dynamic loader finds the libraries of a child runner (read and execute only).
+pub const SUPERVISOR_LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
 
 impl Mode {
     /// RLIMIT_NOFILE under the lockdown: 64 in stdio mode; 4 per session plus 64 over WebSocket.
@@ -61,6 +77,11 @@ impl Mode {
             Mode::Stdio => 64,
             Mode::WebSocket { max_sessions } => {
                 (max_sessions as u64).saturating_mul(4).saturating_add(64)
+            }
+            // Per session: the connection, the child's stdin and stdout, a pidfd; plus pending
+            // handshakes, warm children and the runtime's own descriptors.
+            Mode::Supervisor { max_sessions } => {
+                (max_sessions as u64).saturating_mul(4).saturating_add(128)
             }
         }
     }
@@ -80,6 +101,18 @@ impl Sandbox {
     pub fn begin(self, mode: Mode) -> anyhow::Result<Option<Pending>> {
         match self {
             Sandbox::Enforce => begin(mode).map(Some),
+            Sandbox::Off => Ok(None),
+        }
+    }
+
+    /// Runs [`begin_supervisor`] when enforcing; `None` when off.
+    pub fn begin_supervisor(
+        self,
+        max_sessions: usize,
+        child_program: &std::path::Path,
+    ) -> anyhow::Result<Option<Pending>> {
+        match self {
+            Sandbox::Enforce => begin_supervisor(max_sessions, child_program).map(Some),
             Sandbox::Off => Ok(None),
         }
     }
@@ -104,8 +137,24 @@ impl Pending {
 /// Applies the Landlock step on the calling thread. Call it before the process has any other
 /// thread: threads that already exist are not restricted by Landlock.
 pub fn begin(mode: Mode) -> anyhow::Result<Pending> {
+    if let Mode::Supervisor { .. } = mode {
+        anyhow::bail!("the supervisor's lockdown starts with `begin_supervisor`");
+    }
     imp::landlock().map_err(|e| refusal(&e))?;
     Ok(Pending { mode })
+}
+
+/// The Landlock step of [`Mode::Supervisor`], on the calling thread (call it before the process
+/// has any other thread): read and execute on `child_program` and the system library
+/// directories, nothing else. [`Pending::finish`] then sets its rlimits.
+pub fn begin_supervisor(
+    max_sessions: usize,
+    child_program: &std::path::Path,
+) -> anyhow::Result<Pending> {
+    imp::landlock_supervisor(child_program).map_err(|e| refusal(&e))?;
+    Ok(Pending {
+        mode: Mode::Supervisor { max_sessions },
+    })
 }
 
 /// Both steps at once, for a process that has only the calling thread.
@@ -204,8 +253,8 @@ mod imp {
 
     use anyhow::Context as _;
     use landlock::{
-        Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset, RulesetAttr,
-        RulesetStatus, Scope, ABI,
+        path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus,
+        Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
     };
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -238,10 +287,44 @@ mod imp {
         Ok(())
     }
 
+    /// Like [`landlock`], with read and execute granted on the child program and the library
+    /// directories (those that exist).
+    pub(super) fn landlock_supervisor(child_program: &std::path::Path) -> anyhow::Result<()> {
+        let program = child_program
+            .canonicalize()
+            .with_context(|| format!("cannot resolve {}", child_program.display()))?;
+        let read_exec = AccessFs::Execute | AccessFs::ReadFile;
+        let status = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(ABI::V1))
+            .context("Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)")?
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(NEWEST_ABI))?
+            .handle_access(AccessNet::from_all(NEWEST_ABI))?
+            .scope(Scope::from_all(NEWEST_ABI))?
+            .create()?
+            .add_rules(path_beneath_rules([program.as_path()], read_exec))?
+            .add_rules(path_beneath_rules(
+                super::SUPERVISOR_LIBRARY_DIRS,
+                read_exec,
+            ))?
+            .restrict_self()
+            .context("cannot restrict the supervisor with Landlock")?;
+        if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
+            anyhow::bail!("Landlock is not enforced ({status:?})");
+        }
+        Ok(())
+    }
+
     pub(super) fn finish(mode: Mode) -> anyhow::Result<()> {
         set_rlimit(libc::RLIMIT_CORE, 0).context("cannot set RLIMIT_CORE")?;
         set_rlimit(libc::RLIMIT_NOFILE, mode.max_open_files())
             .context("cannot set RLIMIT_NOFILE")?;
+        if let Mode::Supervisor { .. } = mode {
+            // It starts processes (fork, exec) and its children's filters stack on its own:
+            // see `Mode::Supervisor`.
+            return Ok(());
+        }
         if mode == Mode::Stdio {
             // NPROC counts threads too (of the whole user, and not for root); only stdio mode,
             // whose threads all exist by now, can afford it. WebSocket mode relies on seccomp.
@@ -455,6 +538,10 @@ mod imp {
     const UNSUPPORTED: &str = "the OS lockdown exists only on Linux (x86_64, aarch64)";
 
     pub(super) fn landlock() -> anyhow::Result<()> {
+        anyhow::bail!(UNSUPPORTED)
+    }
+
+    pub(super) fn landlock_supervisor(_child_program: &std::path::Path) -> anyhow::Result<()> {
         anyhow::bail!(UNSUPPORTED)
     }
 
