@@ -289,10 +289,21 @@ impl Drop for StdioConnection {
 }
 
 /// Connects to a runner's WebSocket endpoint afresh for every transcript; one message per text frame.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WsRunner {
     /// `ws://HOST:PORT[/PATH]`.
     pub url: String,
+    /// Sent as `Authorization: Bearer TOKEN` on each upgrade, for a token-protected runner.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for WsRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsRunner")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Transport for WsRunner {
@@ -334,8 +345,21 @@ impl Transport for WsRunner {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
         stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-        let (ws, _response) = tungstenite::client(self.url.as_str(), stream)
-            .map_err(|e| io::Error::other(format!("WebSocket handshake with {}: {e}", self.url)))?;
+        let handshake_failed = |e: &dyn std::fmt::Display| {
+            io::Error::other(format!("WebSocket handshake with {}: {e}", self.url))
+        };
+        let mut request =
+            tungstenite::client::IntoClientRequest::into_client_request(self.url.as_str())
+                .map_err(|e| handshake_failed(&e))?;
+        if let Some(token) = &self.token {
+            let value = tungstenite::http::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| handshake_failed(&"the token is not a valid header value"))?;
+            request
+                .headers_mut()
+                .insert(tungstenite::http::header::AUTHORIZATION, value);
+        }
+        let (ws, _response) =
+            tungstenite::client(request, stream).map_err(|e| handshake_failed(&e))?;
         Ok(Box::new(WsConnection {
             ws,
             closed_because: None,
@@ -517,6 +541,7 @@ impl ListeningRunner {
     pub fn ws_runner(&self) -> WsRunner {
         WsRunner {
             url: self.url.clone(),
+            token: None,
         }
     }
 
