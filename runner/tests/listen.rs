@@ -473,12 +473,24 @@ async fn token_from_the_environment_and_allowed_origins() {
 
 #[test]
 fn non_loopback_address_needs_a_token_or_the_insecure_flag() {
-    let refused = Command::new(RUNNER)
+    let mut child = Command::new(RUNNER)
         .args(["--listen", "0.0.0.0:0"])
         .env_remove("EXECBOX_TOKEN")
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let until = Instant::now() + PATIENCE;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the runner is serving 0.0.0.0 without a token");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let refused = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(refused.stdout.is_empty(), "no address is printed");
