@@ -252,11 +252,12 @@ async fn guest_stuck_in_a_native_call_gives_back_its_slot_and_cpu_after_the_dead
 async fn client_that_never_reads_is_cut_off_with_bounded_memory() {
     let runner = Listener::spawn(&["--max-sessions", "1"]);
     let mut ws = connect(&runner.url).await;
-    let flood = "for (;;) tools.echo('x'.repeat(1 << 20))";
+    // 1 MiB tool calls, never awaited: the former server queued them all (400+ MiB in 5 s).
+    let flood = "const s = 'x'.repeat(1 << 20); for (;;) tools.echo(s)";
     send(&mut ws, execute("a", flood, json!({"timeoutMs": 30000}))).await;
-    // Read nothing for 3 s while the guest floods 1 MiB tool calls.
+    // Read nothing for 5 s while the guest floods.
     let mut peak_kib = 0;
-    let until = Instant::now() + Duration::from_secs(3);
+    let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
         let total: u64 = std::iter::once(runner.pid())
             .chain(children_of(runner.pid()))
