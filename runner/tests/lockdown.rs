@@ -194,7 +194,8 @@ async fn listening_supervisor_and_its_session_runners_are_locked_down() {
     let url = runner.line();
     assert!(url.starts_with("ws://127.0.0.1:"), "{url}");
     // The address is printed only once the supervisor's lockdown is complete: Landlock (which
-    // sets no_new_privs) and rlimits. It runs no guest code and has no seccomp filter.
+    // sets no_new_privs), rlimits and its own seccomp allowlist.
+    assert_eq!(runner.status("Seccomp"), "2", "seccomp filter mode");
     assert_eq!(runner.status("NoNewPrivs"), "1");
     assert_eq!(runner.limit("Max core file size"), ("0".into(), "0".into()));
     assert_eq!(runner.limit("Max open files"), ("132".into(), "132".into()));
@@ -215,11 +216,28 @@ async fn listening_supervisor_and_its_session_runners_are_locked_down() {
     // as a stdio runner is.
     let children = children_of(runner.child.id());
     assert!(!children.is_empty(), "no runner processes");
+    let own: u32 = runner.status("Seccomp_filters").parse().unwrap();
     for child in &children {
         assert_eq!(
             status_of(*child, "Seccomp").as_deref(),
             Some("2"),
             "runner {child}"
+        );
+        // The supervisor's filters (inherited) with the runner's own stacked on them, once it
+        // has locked itself down (a warm runner may still be starting).
+        let until = Instant::now() + Duration::from_secs(10);
+        let filters = || -> u32 {
+            status_of(*child, "Seccomp_filters")
+                .and_then(|f| f.parse().ok())
+                .unwrap_or(0)
+        };
+        while filters() <= own && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            filters() > own,
+            "runner {child}: {} filters, supervisor {own}",
+            filters()
         );
         assert_eq!(
             status_of(*child, "NoNewPrivs").as_deref(),
@@ -368,7 +386,8 @@ fn run_without_landlock(args: &[&str], stdin: &[u8]) -> Output {
         command.pre_exec(hide_landlock);
     }
     let mut child = command.spawn().expect("spawn runner");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A runner that refuses to start may be gone before its input is written (EPIPE).
+    let _ = child.stdin.take().unwrap().write_all(stdin);
     child.wait_with_output().unwrap()
 }
 

@@ -79,7 +79,8 @@ struct Server {
 ///
 /// The order is what the lockdown needs: resolve and bind (Landlock forbids binding later),
 /// Landlock on this thread, then build the runtime (its threads inherit Landlock), then the
-/// rlimits, and only then start runner processes and accept connections.
+/// rlimits and seccomp on all threads, and only then start runner processes and accept
+/// connections.
 pub fn serve(
     addr: &str,
     options: ListenOptions,
