@@ -51,7 +51,8 @@ pub struct RunnerArgs {
     #[arg(long)]
     pub insecure_no_auth: bool,
 
-    /// Refuse any message (line or frame) larger than N bytes, before parsing it.
+    /// Refuse any message (line or frame) larger than N bytes, before parsing it. With --listen,
+    /// passed to each session's runner; a frame over N + 4 KiB closes the session with 1009.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
 
@@ -60,6 +61,7 @@ pub struct RunnerArgs {
     /// QuickJS still confines the guest, but a bug in the engine would then give guest code
     /// the runner's full access to files, the network and process creation. Only for
     /// debugging, or where the lockdown cannot be applied (not Linux, no Landlock, no seccomp).
+    /// With --listen, neither the supervisor nor the session runners lock down.
     #[arg(long)]
     pub insecure_no_sandbox: bool,
 }
