@@ -544,3 +544,21 @@ async fn frame_far_over_the_limit_is_closed_with_1009() {
         Next::Message(m) => panic!("unexpected {m}"),
     }
 }
+
+#[tokio::test]
+async fn frames_with_raw_newlines_and_binary_frames_are_one_message_each() {
+    let runner = Listener::spawn(&[]);
+    let mut ws = connect(&runner.url).await;
+    // Pretty-printed JSON: its newlines (and CRs) are whitespace, not message boundaries.
+    let pretty = serde_json::to_string_pretty(&execute("a", "6 * 7", json!({}))).unwrap();
+    ws.send(Frame::text(pretty.replace('\n', "\r\n")))
+        .await
+        .unwrap();
+    assert_eq!(recv(&mut ws).await["type"], "started");
+    assert_eq!(recv(&mut ws).await["result"], 42);
+    // A binary frame is read as text.
+    let binary = execute("b", "'bin'", json!({})).to_string().into_bytes();
+    ws.send(Frame::binary(binary)).await.unwrap();
+    assert_eq!(recv(&mut ws).await["type"], "started");
+    assert_eq!(recv(&mut ws).await["result"], "bin");
+}
