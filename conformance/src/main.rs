@@ -16,7 +16,8 @@ use execbox_conformance::{
 
 const AFTER_HELP: &str = "\
 Each transcript runs in a fresh session: --runner spawns the command anew and speaks NDJSON
-over its stdin/stdout; --ws opens a new WebSocket connection (one message per text frame).
+over its stdin/stdout; --ws opens a new WebSocket connection (one message per text frame),
+sending `Authorization: Bearer $EXECBOX_TOKEN` when that variable is set.
 Output is one line per transcript in name order, failure details indented below it, then
 exactly `N passed, M failed`.
 
@@ -191,7 +192,13 @@ fn run(cli: &Cli) -> Result<bool> {
         (Some(line), None) => {
             Box::new(StdioRunner::from_command_line(line).context("reading --runner")?)
         }
-        (None, Some(url)) => Box::new(WsRunner { url: url.clone() }),
+        (None, Some(url)) => Box::new(WsRunner {
+            url: url.clone(),
+            // A token-protected runner (`--listen` with --token-file or EXECBOX_TOKEN).
+            token: std::env::var("EXECBOX_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
+        }),
         _ => bail!("give exactly one of --runner and --ws"),
     };
     // Fail fast, once, when the runner cannot even be started or reached.

@@ -291,15 +291,26 @@ impl Drop for StdioConnection {
 }
 
 /// Connects to a runner's WebSocket endpoint afresh for every transcript; one message per text frame.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WsRunner {
     /// `ws://HOST:PORT[/PATH]`.
     pub url: String,
+    /// Sent as `Authorization: Bearer TOKEN` on each upgrade, for a token-protected runner.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for WsRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsRunner")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Transport for WsRunner {
     fn connect(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(connect_ws(&self.url, None)?))
+        Ok(Box::new(connect_ws(&self.url, self.token.as_deref())?))
     }
 }
 
@@ -528,6 +539,7 @@ impl ListeningRunner {
     pub fn ws_runner(&self) -> WsRunner {
         WsRunner {
             url: self.url.clone(),
+            token: None,
         }
     }
 

@@ -21,7 +21,8 @@ use execbox_protocol::RuntimeOptions;
         execbox run examples/hello.js --tools examples/tools.yaml\n  \
         echo 'await text.word_count({ text: \"a b c\" })' | execbox run - --tools examples/tools.yaml\n  \
         execbox types --tools examples/tools.yaml\n  \
-        execbox runner --listen 127.0.0.1:7070 &  execbox run script.js --runner ws://127.0.0.1:7070\n\n\
+        execbox runner --listen 127.0.0.1:7070 &  execbox run script.js --runner ws://127.0.0.1:7070\n  \
+        EXECBOX_TOKEN=... execbox run script.js --runner ws://10.0.0.5:7070   # a token-protected runner\n\n\
         Exit status: 0 when the execution succeeded, 1 when it failed, 2 on bad usage or configuration."
 )]
 struct Cli {
@@ -77,6 +78,10 @@ struct RunArgs {
     /// Use the runner at this WebSocket address instead of spawning one.
     #[arg(long, value_name = "ws://ADDR")]
     runner: Option<String>,
+    /// With --runner: send this file's content (one trailing newline trimmed) as the bearer
+    /// token; without it, the EXECBOX_TOKEN environment variable is used if set.
+    #[arg(long, value_name = "FILE", requires = "runner")]
+    token_file: Option<PathBuf>,
     /// Print the whole `done` envelope as JSON on stdout, whatever the outcome.
     #[arg(long)]
     json: bool,
@@ -86,7 +91,11 @@ fn main() -> ExitCode {
     execbox_runner::init_tracing();
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Runner(args) => execbox_runner::run(&args).map(|()| ExitCode::SUCCESS),
+        // With --listen, each session is served by `execbox runner` in stdio mode.
+        Command::Runner(args) => execbox_runner::run(&args, || {
+            execbox_runner::ChildCommand::current_exe().map(|c| c.arg("runner"))
+        })
+        .map(|()| ExitCode::SUCCESS),
         Command::Types { tools } => types(&tools),
         Command::Run(args) => run(args),
     };
@@ -144,7 +153,13 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let result = runtime.block_on(async {
         let executor: Box<dyn Executor> = match &args.runner {
-            Some(url) => Box::new(WsExecutor::new(url.clone()).with_timings(timings)),
+            Some(url) => {
+                let executor = WsExecutor::new(url.clone()).with_timings(timings);
+                match execbox_runner::listen::load_token(args.token_file.as_deref())? {
+                    Some(token) => Box::new(executor.with_token(token)),
+                    None => Box::new(executor),
+                }
+            }
             None => {
                 let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
                 Box::new(

@@ -3,6 +3,8 @@
 use execbox_protocol::{Frame, Message, RuntimeOptions};
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::{header, HeaderValue};
 use tokio_tungstenite::tungstenite::Message as WsFrame;
 use tokio_util::sync::CancellationToken;
 
@@ -11,10 +13,21 @@ use crate::executor::{ExecuteFuture, ExecuteResult, Executor};
 use crate::toolset::ToolSet;
 
 /// Connects to a remote runner for each execution.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WsExecutor {
     url: String,
+    token: Option<String>,
     timings: SessionTimings,
+}
+
+impl std::fmt::Debug for WsExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsExecutor")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("timings", &self.timings)
+            .finish()
+    }
 }
 
 impl WsExecutor {
@@ -22,8 +35,16 @@ impl WsExecutor {
     pub fn new(url: impl Into<String>) -> Self {
         WsExecutor {
             url: url.into(),
+            token: None,
             timings: SessionTimings::default(),
         }
+    }
+
+    /// Sends `Authorization: Bearer TOKEN` on every upgrade request, for a runner started with
+    /// `--token-file` or `EXECBOX_TOKEN`.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
     }
 
     /// Overrides the host-side grace periods.
@@ -34,9 +55,22 @@ impl WsExecutor {
 
     /// Opens one session.
     pub async fn connect(&self) -> Result<Connection, String> {
-        let (ws, _) = tokio_tungstenite::connect_async(self.url.as_str())
+        let failed =
+            |e: &dyn std::fmt::Display| format!("cannot connect to runner at {}: {e}", self.url);
+        let mut request = self
+            .url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| failed(&e))?;
+        if let Some(token) = &self.token {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| failed(&"the token is not a valid header value"))?;
+            value.set_sensitive(true);
+            request.headers_mut().insert(header::AUTHORIZATION, value);
+        }
+        let (ws, _) = tokio_tungstenite::connect_async(request)
             .await
-            .map_err(|e| format!("cannot connect to runner at {}: {e}", self.url))?;
+            .map_err(|e| failed(&e))?;
         let (mut sink, mut stream) = ws.split();
         let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
         let (event_tx, event_rx) = mpsc::unbounded_channel::<RunnerEvent>();

@@ -8,6 +8,7 @@ use serde_json::Value;
 fn execbox(args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_execbox"))
         .args(args)
+        .env_remove("EXECBOX_TOKEN")
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -133,4 +134,43 @@ fn max_concurrent_tool_calls_caps_command_tools() {
     let alive: Vec<u64> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(alive.len(), 12);
     assert!(alive.iter().all(|&n| (1..=2).contains(&n)), "{alive:?}");
+}
+
+#[test]
+fn run_sends_the_token_file_to_a_protected_runner() {
+    let dir = std::env::temp_dir().join(format!("execbox-cli-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let token = token.to_str().unwrap();
+    let mut runner = Command::new(env!("CARGO_BIN_EXE_execbox"))
+        .args(["runner", "--listen", "127.0.0.1:0", "--token-file", token])
+        .env_remove("EXECBOX_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(runner.stdout.take().unwrap()),
+        &mut url,
+    )
+    .unwrap();
+    let url = url.trim();
+    let out = execbox(
+        &["run", "-", "--runner", url, "--token-file", token],
+        Some("6 * 7"),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "42");
+    let refused = execbox(&["run", "-", "--runner", url], Some("6 * 7"));
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("401"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let _ = runner.kill();
+    let _ = runner.wait();
+    let _ = std::fs::remove_dir_all(&dir);
 }

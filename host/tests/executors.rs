@@ -405,6 +405,37 @@ async fn websocket_executor_runs_against_a_listening_runner() {
 }
 
 #[tokio::test]
+async fn websocket_executor_sends_its_token_to_a_protected_runner() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execbox"))
+        .args(["runner", "--listen", "127.0.0.1:0"])
+        .env("EXECBOX_TOKEN", "s3cret")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line.trim();
+    let with_token = WsExecutor::new(url).with_token("s3cret");
+    let result = run(&with_token, "(await t.echo([1, 2])).length").await;
+    assert_eq!(result.value(), Some(json!(2)), "{result:?}");
+    for refused in [
+        WsExecutor::new(url),
+        WsExecutor::new(url).with_token("wrong"),
+    ] {
+        let error = run(&refused, "1").await.error().unwrap().clone();
+        assert_eq!(error.code, ErrorCode::InternalError);
+        assert!(error.message.contains("401"), "{}", error.message);
+    }
+    assert!(!format!("{with_token:?}").contains("s3cret"));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test]
 async fn in_process_executor_runs_tools_limits_and_cancel() {
     let executor = InProcessExecutor::new(PoolOptions {
         size: 2,

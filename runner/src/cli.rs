@@ -1,10 +1,13 @@
 //! Command-line surface of the runner, shared by `execbox-runner` and `execbox runner`.
 
 use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES;
 
+use crate::listen::{ChildCommand, ListenOptions};
 use crate::lockdown::Sandbox;
 use crate::session::SessionLimits;
 
@@ -12,16 +15,44 @@ use crate::session::SessionLimits;
 #[derive(Debug, Clone, Args)]
 pub struct RunnerArgs {
     /// Serve WebSocket on ADDR (e.g. 127.0.0.1:0) instead of stdio; prints `ws://HOST:PORT` on
-    /// one stdout line once bound. Each connection is one session.
+    /// one stdout line once bound. Each connection is one session, served by its own
+    /// locked-down runner process (this program in stdio mode). A non-loopback ADDR needs a
+    /// token (--token-file or EXECBOX_TOKEN) or --insecure-no-auth.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
 
-    /// With --listen: at most N concurrent sessions; further connections are closed at once
-    /// with close code 1013 (try again later).
+    /// With --listen: at most N concurrent sessions; further connections are closed after the
+    /// upgrade with close code 1013 (try again later).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_sessions: usize,
 
-    /// Refuse any message (line or frame) larger than N bytes, before parsing it.
+    /// With --listen: close a connection that has not completed its WebSocket upgrade within MS.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub handshake_timeout_ms: u64,
+
+    /// With --listen: close (1001) a session with no execution in flight and no frame from the
+    /// client for MS. A client waiting on a long execution or tool call is not idle.
+    #[arg(long, value_name = "MS", default_value_t = 300_000)]
+    pub idle_timeout_ms: u64,
+
+    /// With --listen: require `Authorization: Bearer TOKEN` (or the subprotocols `execbox` and
+    /// `execbox.bearer.TOKEN`) on every upgrade, TOKEN being this file's content (one trailing
+    /// newline trimmed). Without it, the EXECBOX_TOKEN environment variable is used if set.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// With --listen: accept upgrade requests carrying this `Origin` (exact match; repeatable).
+    /// Requests with any other Origin header are refused with 403.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+
+    /// DANGEROUS: with --listen on a non-loopback address, serve without a token: anyone who
+    /// can reach the port can run code.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+
+    /// Refuse any message (line or frame) larger than N bytes, before parsing it. With --listen,
+    /// passed to each session's runner; a frame over N + 4 KiB closes the session with 1009.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
 
@@ -36,14 +67,40 @@ pub struct RunnerArgs {
     /// QuickJS still confines the guest, but a bug in the engine would then give guest code
     /// the runner's full access to files, the network and process creation. Only for
     /// debugging, or where the lockdown cannot be applied (not Linux, no Landlock, no seccomp).
+    /// With --listen, neither the supervisor nor the session runners lock down.
     #[arg(long)]
     pub insecure_no_sandbox: bool,
 }
 
+impl Default for RunnerArgs {
+    /// The defaults of the flags: one stdio session, locked down.
+    fn default() -> RunnerArgs {
+        RunnerArgs {
+            listen: None,
+            max_sessions: 64,
+            handshake_timeout_ms: 10_000,
+            idle_timeout_ms: 300_000,
+            token_file: None,
+            allow_origin: Vec::new(),
+            insecure_no_auth: false,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_pending_tool_calls: crate::session::DEFAULT_MAX_PENDING_TOOL_CALLS as u32,
+            insecure_no_sandbox: false,
+        }
+    }
+}
+
 /// Runs the runner with parsed flags until its transport ends. Unless `insecure_no_sandbox`
-/// is set, the transport locks the process down (see [`crate::lockdown`]) before it reads
-/// guest input, and fails if it cannot.
-pub fn run(args: &RunnerArgs) -> anyhow::Result<()> {
+/// is set, the process locks itself down (see [`crate::lockdown`]) before it reads any input,
+/// and fails if it cannot.
+///
+/// With `--listen`, `child` says how to start the stdio runner that serves each session
+/// (usually [`ChildCommand::current_exe`], plus `runner` inside `execbox`); it is not called
+/// in stdio mode.
+pub fn run(
+    args: &RunnerArgs,
+    child: impl FnOnce() -> std::io::Result<ChildCommand>,
+) -> anyhow::Result<()> {
     let limits = SessionLimits {
         max_message_bytes: args.max_message_bytes,
         max_pending_tool_calls: args.max_pending_tool_calls as usize,
@@ -59,12 +116,29 @@ pub fn run(args: &RunnerArgs) -> anyhow::Result<()> {
     };
     match &args.listen {
         None => crate::stdio::serve(limits, sandbox),
-        Some(addr) => crate::ws::serve(addr, args.max_sessions, limits, sandbox, |bound| {
-            let mut stdout = std::io::stdout().lock();
-            let _ = writeln!(stdout, "ws://{bound}");
-            let _ = stdout.flush();
-            tracing::info!("listening on ws://{bound}");
-        }),
+        Some(addr) => {
+            let child =
+                child().map_err(|e| anyhow::anyhow!("cannot locate the runner program: {e}"))?;
+            let options = ListenOptions {
+                max_sessions: args.max_sessions,
+                max_message_bytes: args.max_message_bytes,
+                max_pending_tool_calls: args.max_pending_tool_calls,
+                handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
+                idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+                auth: crate::listen::Auth {
+                    token: crate::listen::load_token(args.token_file.as_deref())?,
+                    allowed_origins: args.allow_origin.clone(),
+                },
+                insecure_no_auth: args.insecure_no_auth,
+                insecure_no_sandbox: args.insecure_no_sandbox,
+            };
+            crate::listen::serve(addr, options, child, sandbox, |bound| {
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "ws://{bound}");
+                let _ = stdout.flush();
+                tracing::info!("listening on ws://{bound}");
+            })
+        }
     }
 }
 

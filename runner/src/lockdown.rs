@@ -52,13 +52,31 @@ pub enum Mode {
     /// One NDJSON session on stdin/stdout. Its threads all exist before [`Pending::finish`], so
     /// it may create no thread (nor process) afterwards.
     Stdio,
-    /// WebSocket server: accepts connections on a listener bound before the lockdown and
-    /// spawns one engine thread per connection (threads only, never processes).
+    /// The allowlist of a process that serves connections on a listener bound before the
+    /// lockdown and creates threads (never processes). No transport uses it since `--listen`
+    /// became a supervisor of stdio runners ([`Mode::Supervisor`]); the `--lockdown-probe`
+    /// actions run under it (it is stdio's allowlist plus threads and sockets).
     WebSocket {
         /// `--max-sessions`, which sizes the file limit.
         max_sessions: usize,
     },
+    /// The `--listen` supervisor ([`crate::listen`]): runs no guest code, but parses network
+    /// input and starts one stdio runner process per session. Its Landlock domain grants read
+    /// and execute on the child executable and the system library directories
+    /// ([`SUPERVISOR_LIBRARY_DIRS`]) and nothing else (no other file, no TCP bind or connect);
+    /// its rlimits forbid core dumps and bound open files; its seccomp allowlist (inherited by
+    /// the session processes, whose own filters stack on it) admits serving connections,
+    /// starting and reaping processes, and what a runner does before its own lockdown; any
+    /// other syscall fails with EPERM. [`begin_supervisor`] starts it, [`Pending::finish`]
+    /// completes it.
+    Supervisor {
+        /// `--max-sessions`, which sizes the file limit.
+        max_sessions: usize,
+    },
 }
+
+/// Where the dynamic loader finds the libraries of a child runner (read and execute only).
+pub const SUPERVISOR_LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
 
 impl Mode {
     /// RLIMIT_NOFILE under the lockdown: 64 in stdio mode; 4 per session plus 64 over WebSocket.
@@ -67,6 +85,11 @@ impl Mode {
             Mode::Stdio => 64,
             Mode::WebSocket { max_sessions } => {
                 (max_sessions as u64).saturating_mul(4).saturating_add(64)
+            }
+            // Per session: the connection, the child's stdin and stdout, a pidfd; plus pending
+            // handshakes, warm children and the runtime's own descriptors.
+            Mode::Supervisor { max_sessions } => {
+                (max_sessions as u64).saturating_mul(4).saturating_add(128)
             }
         }
     }
@@ -86,6 +109,18 @@ impl Sandbox {
     pub fn begin(self, mode: Mode) -> anyhow::Result<Option<Pending>> {
         match self {
             Sandbox::Enforce => begin(mode).map(Some),
+            Sandbox::Off => Ok(None),
+        }
+    }
+
+    /// Runs [`begin_supervisor`] when enforcing; `None` when off.
+    pub fn begin_supervisor(
+        self,
+        max_sessions: usize,
+        child_program: &std::path::Path,
+    ) -> anyhow::Result<Option<Pending>> {
+        match self {
+            Sandbox::Enforce => begin_supervisor(max_sessions, child_program).map(Some),
             Sandbox::Off => Ok(None),
         }
     }
@@ -112,6 +147,9 @@ impl Pending {
 /// are not restricted by Landlock.
 pub fn begin(mode: Mode) -> anyhow::Result<Pending> {
     imp::drop_capabilities().map_err(|e| refusal(&e))?;
+    if let Mode::Supervisor { .. } = mode {
+        anyhow::bail!("the supervisor's lockdown starts with `begin_supervisor`");
+    }
     imp::landlock().map_err(|e| refusal(&e))?;
     Ok(Pending { mode })
 }
@@ -120,6 +158,20 @@ pub fn begin(mode: Mode) -> anyhow::Result<Pending> {
 /// anything of its own: whatever a parent let the runner inherit is gone.
 pub fn close_inherited_fds() {
     imp::close_inherited_fds();
+}
+
+/// The Landlock step of [`Mode::Supervisor`], on the calling thread (call it before the process
+/// has any other thread): read and execute on `child_program` and the system library
+/// directories, nothing else. [`Pending::finish`] then sets its rlimits.
+pub fn begin_supervisor(
+    max_sessions: usize,
+    child_program: &std::path::Path,
+) -> anyhow::Result<Pending> {
+    imp::drop_capabilities().map_err(|e| refusal(&e))?;
+    imp::landlock_supervisor(child_program).map_err(|e| refusal(&e))?;
+    Ok(Pending {
+        mode: Mode::Supervisor { max_sessions },
+    })
 }
 
 /// Both steps at once, for a process that has only the calling thread.
@@ -222,8 +274,8 @@ mod imp {
 
     use anyhow::Context as _;
     use landlock::{
-        Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset, RulesetAttr,
-        RulesetStatus, Scope, ABI,
+        path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus,
+        Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
     };
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -256,10 +308,42 @@ mod imp {
         Ok(())
     }
 
+    /// Like [`landlock`], with read and execute granted on the child program and the library
+    /// directories (those that exist).
+    pub(super) fn landlock_supervisor(child_program: &std::path::Path) -> anyhow::Result<()> {
+        let program = child_program
+            .canonicalize()
+            .with_context(|| format!("cannot resolve {}", child_program.display()))?;
+        let read_exec = AccessFs::Execute | AccessFs::ReadFile;
+        let status = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(ABI::V1))
+            .context("Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)")?
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(NEWEST_ABI))?
+            .handle_access(AccessNet::from_all(NEWEST_ABI))?
+            .scope(Scope::from_all(NEWEST_ABI))?
+            .create()?
+            .add_rules(path_beneath_rules([program.as_path()], read_exec))?
+            .add_rules(path_beneath_rules(
+                super::SUPERVISOR_LIBRARY_DIRS,
+                read_exec,
+            ))?
+            .restrict_self()
+            .context("cannot restrict the supervisor with Landlock")?;
+        if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
+            anyhow::bail!("Landlock is not enforced ({status:?})");
+        }
+        Ok(())
+    }
+
     pub(super) fn finish(mode: Mode) -> anyhow::Result<()> {
         set_rlimit(libc::RLIMIT_CORE, 0).context("cannot set RLIMIT_CORE")?;
         set_rlimit(libc::RLIMIT_NOFILE, mode.max_open_files())
             .context("cannot set RLIMIT_NOFILE")?;
+        if let Mode::Supervisor { .. } = mode {
+            return supervisor_seccomp();
+        }
         if mode == Mode::Stdio {
             // NPROC counts threads too (of the whole user, and not for root); only stdio mode,
             // whose threads all exist by now, can afford it. WebSocket mode relies on seccomp.
@@ -285,6 +369,119 @@ mod imp {
                 .context("cannot install the seccomp filter")?;
         }
         Ok(())
+    }
+
+    /// The supervisor's filter, inherited by every session process it starts (whose own filter
+    /// then stacks on it). No errno filter for `open`: the session processes' loader needs it
+    /// (Landlock confines it to the program and the libraries). Anything not allowed fails
+    /// with EPERM rather than killing the process, which serves every session.
+    fn supervisor_seccomp() -> anyhow::Result<()> {
+        let arch = TargetArch::try_from(std::env::consts::ARCH)?;
+        let filters = [
+            only(&[libc::SYS_clone3], libc::ENOSYS, arch)?,
+            SeccompFilter::new(
+                supervisor_allowlist()?,
+                SeccompAction::Errno(libc::EPERM as u32),
+                SeccompAction::Allow,
+                arch,
+            )?,
+        ];
+        for filter in filters {
+            let program: BpfProgram = filter.try_into()?;
+            seccompiler::apply_filter_all_threads(&program)
+                .context("cannot install the seccomp filter")?;
+        }
+        Ok(())
+    }
+
+    /// What the supervisor does after its lockdown (serve connections; start, signal and reap
+    /// session processes) and what a session process does before its own (the dynamic loader,
+    /// std's start-up, installing its lockdown); derived with `strace -f` under
+    /// `runner/tests/listen.rs` and the conformance transcripts over WebSocket. A session
+    /// process's own allowlist ([`BOTH`]) is included, so stacking never narrows it.
+    const SUPERVISOR: &[i64] = &[
+        // Serving connections on the listener bound before the lockdown.
+        libc::SYS_accept4,
+        libc::SYS_setsockopt,
+        libc::SYS_recvfrom,
+        libc::SYS_sendto,
+        libc::SYS_writev,
+        libc::SYS_shutdown,
+        libc::SYS_close,
+        libc::SYS_epoll_ctl,
+        libc::SYS_epoll_pwait,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_epoll_wait,
+        libc::SYS_ppoll,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_poll,
+        libc::SYS_restart_syscall,
+        // Starting, signalling and reaping session processes (clone3 fails with ENOSYS).
+        libc::SYS_clone,
+        libc::SYS_clone3,
+        libc::SYS_execve,
+        libc::SYS_pipe2,
+        libc::SYS_dup3,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_dup2,
+        libc::SYS_wait4,
+        libc::SYS_waitid,
+        libc::SYS_kill,
+        libc::SYS_tgkill,
+        libc::SYS_pidfd_open,
+        libc::SYS_pidfd_send_signal,
+        libc::SYS_rt_sigaction,
+        // A session process before its lockdown: the loader and std's start-up...
+        libc::SYS_faccessat,
+        libc::SYS_faccessat2,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_access,
+        libc::SYS_newfstatat,
+        libc::SYS_fstat,
+        libc::SYS_pread64,
+        libc::SYS_lseek,
+        libc::SYS_mmap,
+        libc::SYS_mprotect,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_arch_prctl,
+        libc::SYS_set_tid_address,
+        // ... and its own lockdown.
+        libc::SYS_prlimit64,
+        libc::SYS_landlock_create_ruleset,
+        libc::SYS_landlock_add_rule,
+        libc::SYS_landlock_restrict_self,
+        libc::SYS_seccomp,
+    ];
+
+    fn supervisor_allowlist() -> anyhow::Result<BTreeMap<i64, Vec<SeccompRule>>> {
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BOTH
+            .iter()
+            .chain(SUPERVISOR)
+            .map(|&nr| (nr, Vec::new()))
+            .collect();
+        // isatty() (tracing's colour check) is the only ioctl. (TCGETS's type varies by libc.)
+        #[allow(clippy::unnecessary_cast)]
+        let tcgets = libc::TCGETS as u64;
+        rules.insert(libc::SYS_ioctl, vec![rule(1, SeccompCmpOp::Eq, tcgets)?]);
+        // Descriptor flags (non-blocking pipes, close-on-exec), nothing else.
+        let fcntl = [libc::F_GETFD, libc::F_SETFD, libc::F_GETFL, libc::F_SETFL];
+        rules.insert(
+            libc::SYS_fcntl,
+            fcntl
+                .iter()
+                .map(|&cmd| rule(1, SeccompCmpOp::Eq, cmd as u64))
+                .collect::<Result<_, _>>()?,
+        );
+        // Thread names, and no_new_privs (set by each session process's Landlock step).
+        let prctl = [libc::PR_SET_NAME, libc::PR_SET_NO_NEW_PRIVS];
+        rules.insert(
+            libc::SYS_prctl,
+            prctl
+                .iter()
+                .map(|&op| rule(0, SeccompCmpOp::Eq, op as u64))
+                .collect::<Result<_, _>>()?,
+        );
+        Ok(rules)
     }
 
     #[cfg(target_env = "gnu")]
@@ -558,7 +755,39 @@ mod imp {
 
     #[cfg(test)]
     mod tests {
-        use super::{allowlist, Mode};
+        use super::{allowlist, supervisor_allowlist, Mode};
+
+        #[test]
+        fn supervisor_allowlist_keeps_every_runner_syscall_and_no_new_sockets() {
+            let supervisor = supervisor_allowlist().unwrap();
+            // A session process's filter stacks on the supervisor's: the supervisor's must
+            // admit everything a runner's admits.
+            let stdio = allowlist(Mode::Stdio).unwrap();
+            assert!(stdio.keys().all(|nr| supervisor.contains_key(nr)));
+            for forbidden in [
+                libc::SYS_socket,
+                libc::SYS_socketpair,
+                libc::SYS_connect,
+                libc::SYS_bind,
+                libc::SYS_listen,
+                libc::SYS_ptrace,
+                libc::SYS_process_vm_readv,
+                libc::SYS_mount,
+                libc::SYS_unshare,
+                libc::SYS_setns,
+                libc::SYS_bpf,
+                libc::SYS_io_uring_setup,
+                libc::SYS_userfaultfd,
+                libc::SYS_perf_event_open,
+                libc::SYS_keyctl,
+            ] {
+                assert!(
+                    !supervisor.contains_key(&forbidden),
+                    "syscall {forbidden} is allowed"
+                );
+            }
+            eprintln!("supervisor allowlist: {} syscalls", supervisor.len());
+        }
 
         #[test]
         fn stdio_allowlist_is_a_subset_of_websockets() {
@@ -599,6 +828,10 @@ mod imp {
     const UNSUPPORTED: &str = "the OS lockdown exists only on Linux (x86_64, aarch64)";
 
     pub(super) fn landlock() -> anyhow::Result<()> {
+        anyhow::bail!(UNSUPPORTED)
+    }
+
+    pub(super) fn landlock_supervisor(_child_program: &std::path::Path) -> anyhow::Result<()> {
         anyhow::bail!(UNSUPPORTED)
     }
 

@@ -11,10 +11,12 @@ use clap::Parser;
     after_help = "Examples:\n  \
         execbox-runner                         # one NDJSON session on stdin/stdout\n  \
         execbox-runner --listen 127.0.0.1:0    # WebSocket; prints ws://127.0.0.1:PORT\n  \
+        EXECBOX_TOKEN=... execbox-runner --listen 0.0.0.0:7070   # clients send Authorization: Bearer ...\n  \
         echo '{\"type\":\"execute\",\"id\":\"a\",\"code\":\"1 + 1\",\"providers\":[]}' | execbox-runner\n\n\
         Diagnostics go to stderr (RUST_LOG=info for more); stdout carries protocol messages only.\n\
         Exit status: 0 when the transport closed normally, 1 on a startup error (including an \
-        OS lockdown that cannot be applied)."
+        OS lockdown that cannot be applied, or a non-loopback --listen without a token), 3 when the \
+        watchdog ended a stdio session stuck in a native call."
 )]
 struct Cli {
     #[command(flatten)]
@@ -31,7 +33,8 @@ fn main() {
     if let Some(probe) = cli.lockdown_probe {
         std::process::exit(execbox_runner::lockdown::probe(probe));
     }
-    if let Err(e) = execbox_runner::run(&cli.runner) {
+    // With --listen, each session is served by this same program in stdio mode.
+    if let Err(e) = execbox_runner::run(&cli.runner, execbox_runner::ChildCommand::current_exe) {
         eprintln!("execbox-runner: {e:#}");
         std::process::exit(1);
     }

@@ -1,5 +1,6 @@
-//! The OS lockdown seen from outside: `/proc/PID/{status,limits}` of a serving runner in both
-//! modes, the hidden `--lockdown-probe` actions (each in its own process), and fail-closed start.
+//! The OS lockdown seen from outside: `/proc/PID/{status,limits}` of a stdio runner and of a
+//! `--listen` supervisor and its session runners, the hidden `--lockdown-probe` actions (each
+//! in its own process), and fail-closed start.
 #![cfg(target_os = "linux")]
 
 use std::io::{BufRead, BufReader, Write};
@@ -199,16 +200,49 @@ fn insecure_no_sandbox_runs_without_seccomp() {
     assert_eq!(runner.status("NoNewPrivs"), "0");
 }
 
+/// The pids of `pid`'s child processes (from `/proc/*/stat`, whose comm field may hold spaces).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            children.push(child);
+        }
+    }
+    children
+}
+
+/// A field of `/proc/PID/status`.
+fn status_of(pid: u32, field: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:\t")))
+        .map(str::to_owned)
+}
+
 #[tokio::test]
-async fn websocket_runner_is_locked_down_and_serves_sessions() {
+async fn listening_supervisor_and_its_session_runners_are_locked_down() {
     let mut runner = Runner::spawn(&["--listen", "127.0.0.1:0", "--max-sessions", "1"]);
     let url = runner.line();
     assert!(url.starts_with("ws://127.0.0.1:"), "{url}");
-    // The address is printed only once the lockdown is complete.
-    runner.assert_locked_down();
-    assert_eq!(runner.limit("Max open files"), ("68".into(), "68".into()));
+    // The address is printed only once the supervisor's lockdown is complete: Landlock (which
+    // sets no_new_privs), rlimits and its own seccomp allowlist.
+    assert_eq!(runner.status("Seccomp"), "2", "seccomp filter mode");
+    assert_eq!(runner.status("NoNewPrivs"), "1");
+    assert_eq!(runner.limit("Max core file size"), ("0".into(), "0".into()));
+    assert_eq!(runner.limit("Max open files"), ("132".into(), "132".into()));
 
-    // A session with a tool call, served by an engine thread created under the lockdown.
+    // A session with a tool call, served by its own runner process.
     let (mut first, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
         .unwrap();
@@ -220,6 +254,39 @@ async fn websocket_runner_is_locked_down_and_serves_sessions() {
         json!({"type": "tool_result", "callId": call["callId"], "ok": true, "result": {"n": 41}});
     send(&mut first, result).await;
     assert_eq!(recv(&mut first).await["result"], 42);
+    // Every runner process of the supervisor (the session's and the warm ones) is locked down
+    // as a stdio runner is.
+    let children = children_of(runner.child.id());
+    assert!(!children.is_empty(), "no runner processes");
+    let own: u32 = runner.status("Seccomp_filters").parse().unwrap();
+    for child in &children {
+        assert_eq!(
+            status_of(*child, "Seccomp").as_deref(),
+            Some("2"),
+            "runner {child}"
+        );
+        // The supervisor's filters (inherited) with the runner's own stacked on them, once it
+        // has locked itself down (a warm runner may still be starting).
+        let until = Instant::now() + Duration::from_secs(10);
+        let filters = || -> u32 {
+            status_of(*child, "Seccomp_filters")
+                .and_then(|f| f.parse().ok())
+                .unwrap_or(0)
+        };
+        while filters() <= own && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            filters() > own,
+            "runner {child}: {} filters, supervisor {own}",
+            filters()
+        );
+        assert_eq!(
+            status_of(*child, "NoNewPrivs").as_deref(),
+            Some("1"),
+            "runner {child}"
+        );
+    }
 
     // Over --max-sessions, a connection is refused with 1013 (the refusal path, locked down).
     let (mut second, _) = tokio_tungstenite::connect_async(url.as_str())
@@ -230,7 +297,7 @@ async fn websocket_runner_is_locked_down_and_serves_sessions() {
         other => panic!("expected a 1013 close, got {other:?}"),
     }
 
-    // Once the first session ends, a new one (a new thread) executes.
+    // Once the first session ends, a new one (a new process) executes.
     first.close(None).await.unwrap();
     let until = Instant::now() + Duration::from_secs(10);
     let done = loop {
@@ -246,7 +313,7 @@ async fn websocket_runner_is_locked_down_and_serves_sessions() {
                 );
                 break recv(&mut ws).await;
             }
-            // The first session's permit is released a moment after its close.
+            // The first session's slot is released once its runner process is reaped.
             Some(Ok(Frame::Close(_))) if Instant::now() < until => {
                 tokio::time::sleep(Duration::from_millis(20)).await
             }
@@ -255,7 +322,6 @@ async fn websocket_runner_is_locked_down_and_serves_sessions() {
     };
     assert_eq!(done["result"], 42);
     assert_eq!(runner.child.try_wait().unwrap(), None, "the runner died");
-    runner.assert_locked_down();
 }
 
 type Ws =
@@ -362,7 +428,8 @@ fn run_without_landlock(args: &[&str], stdin: &[u8]) -> Output {
         command.pre_exec(hide_landlock);
     }
     let mut child = command.spawn().expect("spawn runner");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A runner that refuses to start may be gone before its input is written (EPIPE).
+    let _ = child.stdin.take().unwrap().write_all(stdin);
     child.wait_with_output().unwrap()
 }
 

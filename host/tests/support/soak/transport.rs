@@ -33,6 +33,34 @@ pub(crate) fn proc_status(pid: u32, key: &str) -> Option<u64> {
         .and_then(|n| n.parse().ok())
 }
 
+/// The pids of `pid`'s child processes (a listening runner's session and warm runners).
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|&child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// VmRSS of `pid` and all its children, in KiB.
+pub(crate) fn tree_rss(pid: u32) -> u64 {
+    std::iter::once(pid)
+        .chain(children_of(pid))
+        .filter_map(|p| proc_status(p, "VmRSS"))
+        .sum()
+}
+
 /// True when the process is gone entirely: not running, not a zombie.
 fn is_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

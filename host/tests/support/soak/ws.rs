@@ -6,22 +6,25 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    catalog, choose_fault, pick, probe_case, proc_status, run_case, ws_open, Case, Failure, Fault,
-    Host, In, Ran, Report, Rng, Scale, WsRunner, GRACE, MAX_SESSIONS, WS_WAVES,
+    catalog, children_of, choose_fault, pick, probe_case, run_case, tree_rss, wait_gone, ws_open,
+    Case, Failure, Fault, Host, In, Ran, Report, Rng, Scale, WsRunner, GRACE, MAX_SESSIONS,
+    WS_WAVES,
 };
 
 /// `scale.ws_sessions` concurrent sessions against one `--listen` runner, each completing
 /// `scale.ws_executions_per_session` executions among cancels and abrupt disconnects; then
 /// `scale.ws_fresh_sessions` new sessions at once, each of which must complete an execution,
-/// and the runner's session threads must all be gone.
+/// and every session's runner process must be gone (reaped) afterwards.
 pub(crate) async fn ws_storm(scale: &Scale) -> Report {
     const PHASE: &str = "WebSocket sessions";
     let began = std::time::Instant::now();
     let mut report = Report::default();
     let server = WsRunner::spawn(&["--max-sessions", &MAX_SESSIONS.to_string()]).await;
     report.pids.push(server.pid);
-    let idle_threads = proc_status(server.pid, "Threads").unwrap_or(0);
-    let rss_before = proc_status(server.pid, "VmRSS").unwrap_or(0);
+    // The supervisor keeps a few runner processes warm; each session takes one.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let idle_children = children_of(server.pid).len();
+    let rss_before = tree_rss(server.pid);
     let cases = Arc::new(catalog());
     let mut wave_rss = Vec::new();
     for wave in 0..WS_WAVES {
@@ -43,7 +46,7 @@ pub(crate) async fn ws_storm(scale: &Scale) -> Report {
                 Err(e) => report.violation(format!("{PHASE}: a session task panicked: {e}")),
             }
         }
-        wave_rss.push(proc_status(server.pid, "VmRSS").unwrap_or(0));
+        wave_rss.push(tree_rss(server.pid));
     }
     report.measure(
         "WebSocket storm: waves x sessions x executions, wall time",
@@ -85,32 +88,31 @@ pub(crate) async fn ws_storm(scale: &Scale) -> Report {
         ),
     );
 
-    // Every session's engine thread ends with its session.
+    // Every session's runner process is reaped once its session ends: only the warm ones stay.
     let until = Instant::now() + GRACE;
-    let mut threads = proc_status(server.pid, "Threads").unwrap_or(0);
-    while threads > idle_threads && Instant::now() < until {
+    let mut children = children_of(server.pid);
+    while children.len() > idle_children && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        threads = proc_status(server.pid, "Threads").unwrap_or(0);
+        children = children_of(server.pid);
     }
-    if threads > idle_threads {
+    if children.len() > idle_children {
         report.violation(format!(
-            "{PHASE}: {} session thread(s) still alive {GRACE:?} after every session closed ({threads} threads, {idle_threads} when idle)",
-            threads - idle_threads
+            "{PHASE}: {} session process(es) still alive {GRACE:?} after every session closed ({} children, {idle_children} when idle)",
+            children.len() - idle_children,
+            children.len()
         ));
     }
-    // The listening runner's RSS is reported, not bounded: with one engine thread per session,
-    // glibc spreads their heaps over per-thread arenas (at most 8 per core) that keep freed
-    // memory, so after a wave it lands anywhere between 55 and 120 MiB at full scale, with no
-    // upward trend over 8 waves. The stdio runner (one engine thread) is where a leak shows.
-    let rss_after = proc_status(server.pid, "VmRSS").unwrap_or(0);
+    // The RSS of the supervisor and its runner processes is reported, not bounded: each
+    // session is a process of its own (about 6 MiB each when idle), freed when it is reaped.
+    let rss_after = tree_rss(server.pid);
     let mib = |kib: &u64| format!("{:.1} MiB", *kib as f64 / 1024.0);
     let waves: Vec<String> = wave_rss.iter().map(mib).collect();
     report.measure(
-        "listening runner: threads when idle / after the storm",
-        format!("{idle_threads} / {threads}"),
+        "listening runner: runner processes when idle / after the storm",
+        format!("{idle_children} / {}", children.len()),
     );
     report.measure(
-        "listening runner RSS: idle / after each wave / at the end",
+        "listening runner + its runner processes, RSS: idle / after each wave / at the end",
         format!(
             "{} / {} / {}",
             mib(&rss_before),
@@ -120,6 +122,14 @@ pub(crate) async fn ws_storm(scale: &Scale) -> Report {
     );
     if let Err(e) = server.stop().await {
         report.violation(format!("{PHASE}: {e}"));
+    }
+    // Its warm runner processes see their stdin close with it, and exit.
+    for child in children {
+        if !wait_gone(child, GRACE).await {
+            report.violation(format!(
+                "{PHASE}: runner process {child} outlived its supervisor"
+            ));
+        }
     }
     report.check_orphans().await;
     report

@@ -1,0 +1,232 @@
+//! Who may open a session: the bearer token, the `Origin` check, and the refusal to expose an
+//! unauthenticated runner beyond loopback. Checked on the upgrade request, before the upgrade.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::Context as _;
+use subtle::ConstantTimeEq;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{header, HeaderValue, StatusCode};
+
+/// The environment variable holding the bearer token (when no `--token-file` is given).
+pub const TOKEN_ENV: &str = "EXECBOX_TOKEN";
+/// The subprotocol a browser offers, and the server selects, alongside the token's.
+pub const SUBPROTOCOL: &str = "execbox";
+/// The prefix of the subprotocol that carries the token: `execbox.bearer.TOKEN`.
+pub const BEARER_SUBPROTOCOL_PREFIX: &str = "execbox.bearer.";
+
+/// Reads the bearer token: from `file` if given (one trailing newline trimmed), otherwise from
+/// [`TOKEN_ENV`]; `None` when neither is set. An empty token is an error, never "no auth".
+pub fn load_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    let (token, source) = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the token file {}", path.display()))?;
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            let text = text.strip_suffix('\r').unwrap_or(text);
+            (text.to_owned(), format!("token file {}", path.display()))
+        }
+        None => match std::env::var(TOKEN_ENV) {
+            Ok(token) => (token, TOKEN_ENV.to_owned()),
+            Err(std::env::VarError::NotPresent) => return Ok(None),
+            Err(e) => anyhow::bail!("{TOKEN_ENV}: {e}"),
+        },
+    };
+    if token.is_empty() {
+        anyhow::bail!("the bearer token from {source} is empty");
+    }
+    Ok(Some(token))
+}
+
+/// The access policy of a listening runner.
+#[derive(Clone, Default)]
+pub struct Auth {
+    /// The bearer token every upgrade request must carry; `None`: no token required.
+    pub token: Option<String>,
+    /// Origins allowed to connect (exact match); a request with any other `Origin` is refused.
+    pub allowed_origins: Vec<String>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
+}
+
+impl Auth {
+    /// Refuses to serve a non-loopback address without a token, unless `insecure_no_auth`.
+    pub fn check_exposure(
+        &self,
+        addrs: &[SocketAddr],
+        insecure_no_auth: bool,
+    ) -> anyhow::Result<()> {
+        let exposed: Vec<String> = addrs
+            .iter()
+            .filter(|a| !a.ip().is_loopback())
+            .map(ToString::to_string)
+            .collect();
+        if self.token.is_some() || exposed.is_empty() {
+            return Ok(());
+        }
+        if insecure_no_auth {
+            tracing::warn!(
+                "--insecure-no-auth: serving {} WITHOUT authentication; anyone who can reach \
+                 the port can run code and use the sessions' resources",
+                exposed.join(", ")
+            );
+            return Ok(());
+        }
+        anyhow::bail!(
+            "refusing to listen on {} without authentication: set a bearer token with \
+             --token-file FILE or the {TOKEN_ENV} environment variable (or pass \
+             --insecure-no-auth, at your own risk)",
+            exposed.join(", ")
+        )
+    }
+
+    /// The handshake callback: checks `Origin` (403) and the token (401, with
+    /// `WWW-Authenticate: Bearer`) before the upgrade, and selects the `execbox` subprotocol
+    /// when the client offers it (never the token's). The error type is tungstenite's.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn check(
+        &self,
+        request: &Request,
+        mut response: Response,
+    ) -> Result<Response, ErrorResponse> {
+        let headers = request.headers();
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let allowed = origin
+                .to_str()
+                .is_ok_and(|o| self.allowed_origins.iter().any(|a| a == o));
+            if !allowed {
+                tracing::debug!(?origin, "refusing an upgrade from an origin not allowed");
+                return Err(refusal(StatusCode::FORBIDDEN, "origin not allowed\n"));
+            }
+        }
+        let offered: Vec<&str> = headers
+            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .collect();
+        if let Some(token) = &self.token {
+            let from_header = headers
+                .get_all(header::AUTHORIZATION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .filter_map(bearer)
+                .any(|t| same(t, token));
+            let from_subprotocol = offered
+                .iter()
+                .filter_map(|p| p.strip_prefix(BEARER_SUBPROTOCOL_PREFIX))
+                .any(|t| same(t, token));
+            if !(from_header || from_subprotocol) {
+                tracing::debug!("refusing an upgrade without a valid bearer token");
+                let mut refused = refusal(
+                    StatusCode::UNAUTHORIZED,
+                    "missing or invalid bearer token\n",
+                );
+                refused
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return Err(refused);
+            }
+        }
+        if offered.contains(&SUBPROTOCOL) {
+            response.headers_mut().insert(
+                header::SEC_WEBSOCKET_PROTOCOL,
+                HeaderValue::from_static(SUBPROTOCOL),
+            );
+        }
+        Ok(response)
+    }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` value (the scheme is case-insensitive).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Constant-time in the token's bytes (a length mismatch returns early: lengths are not secret).
+fn same(offered: &str, token: &str) -> bool {
+    offered.as_bytes().ct_eq(token.as_bytes()).into()
+}
+
+fn refusal(status: StatusCode, body: &str) -> ErrorResponse {
+    let mut response = ErrorResponse::new(Some(body.to_owned()));
+    *response.status_mut() = status;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(headers: &[(&str, &str)]) -> Request {
+        let mut builder = Request::builder().uri("/");
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        builder.body(()).unwrap()
+    }
+
+    fn auth(token: Option<&str>) -> Auth {
+        Auth {
+            token: token.map(str::to_owned),
+            allowed_origins: vec!["https://app.example".into()],
+        }
+    }
+
+    fn status(auth: &Auth, headers: &[(&str, &str)]) -> u16 {
+        match auth.check(&request(headers), Response::default()) {
+            Ok(_) => 101,
+            Err(e) => e.status().as_u16(),
+        }
+    }
+
+    #[test]
+    fn tokens_are_checked_in_the_header_and_the_subprotocol() {
+        let a = auth(Some("s3cret"));
+        assert_eq!(status(&a, &[]), 401);
+        assert_eq!(status(&a, &[("authorization", "Bearer wrong")]), 401);
+        assert_eq!(status(&a, &[("authorization", "Bearer s3cret")]), 101);
+        assert_eq!(status(&a, &[("authorization", "bearer s3cret")]), 101);
+        assert_eq!(status(&a, &[("authorization", "Basic s3cret")]), 401);
+        let proto = [("sec-websocket-protocol", "execbox, execbox.bearer.s3cret")];
+        let ok = a.check(&request(&proto), Response::default()).unwrap();
+        assert_eq!(ok.headers()["sec-websocket-protocol"], "execbox");
+        assert_eq!(
+            status(
+                &a,
+                &[("sec-websocket-protocol", "execbox, execbox.bearer.x")]
+            ),
+            401
+        );
+        let refused = a.check(&request(&[]), Response::default()).unwrap_err();
+        assert_eq!(refused.headers()["www-authenticate"], "Bearer");
+    }
+
+    #[test]
+    fn origins_must_be_allowed_even_without_a_token() {
+        let a = auth(None);
+        assert_eq!(status(&a, &[]), 101);
+        assert_eq!(status(&a, &[("origin", "http://evil.example")]), 403);
+        assert_eq!(status(&a, &[("origin", "https://app.example")]), 101);
+    }
+
+    #[test]
+    fn exposure_beyond_loopback_needs_a_token_or_the_insecure_flag() {
+        let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert!(auth(None).check_exposure(&[lo], false).is_ok());
+        assert!(auth(None).check_exposure(&[any], false).is_err());
+        assert!(auth(None).check_exposure(&[any], true).is_ok());
+        assert!(auth(Some("t")).check_exposure(&[any], false).is_ok());
+    }
+}

@@ -1,0 +1,408 @@
+//! One session: WebSocket frames to NDJSON lines on a runner process's stdin, its stdout lines
+//! back as text frames, with bounded output buffering, an idle timeout, and a close frame that
+//! says why the session ended.
+
+use std::io;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use execbox_protocol::{peek_envelope, PEEK_BYTES};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as Frame};
+use tokio_tungstenite::WebSocketStream;
+
+use super::child::RunnerChild;
+
+/// A session's WebSocket.
+pub(crate) type Ws = WebSocketStream<TcpStream>;
+
+/// How long a runner has to exit once its stdin is closed, before SIGKILL.
+pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// How long the last frames and the close frame may take to reach the client.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The limits of one session.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// `--max-message-bytes`.
+    pub(crate) max_message_bytes: usize,
+    /// `--idle-timeout-ms`.
+    pub(crate) idle_timeout: Duration,
+}
+
+/// Most bytes of runner output a session holds for a client that does not read:
+/// twice `--max-message-bytes` plus 1 MiB (a whole message being written, another queued, and
+/// room for small ones). Past it the session is closed with 1008 and its runner killed.
+pub fn outbound_bound(max_message_bytes: usize) -> usize {
+    max_message_bytes.saturating_mul(2).saturating_add(1 << 20)
+}
+
+/// What the client did last, for the idle timeout.
+struct Activity {
+    /// The last frame from the client, or the last `done` out.
+    last: Instant,
+    /// `execute` frames in minus `done` lines out.
+    in_flight: usize,
+}
+
+type Shared = Arc<Mutex<Activity>>;
+
+fn lock(activity: &Shared) -> std::sync::MutexGuard<'_, Activity> {
+    activity.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+enum Out {
+    Line(String),
+    Close(Option<CloseFrame>),
+}
+
+enum FromClient {
+    /// The client closed or the connection failed.
+    Gone(String),
+    /// A frame over `--max-message-bytes` + [`PEEK_BYTES`].
+    TooBig(String),
+    /// The runner's stdin is closed: it is exiting.
+    StdinClosed,
+}
+
+enum FromRunner {
+    /// Its stdout ended: it exited (the watchdog) or crashed.
+    Eof,
+    /// The client does not read fast enough.
+    Overflow(usize),
+}
+
+enum End {
+    Client(FromClient),
+    Runner(FromRunner),
+    WriteFailed,
+    Idle,
+}
+
+/// Serves one session with `child` until either side ends it; returns once the runner is reaped.
+pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits) {
+    let (sink, stream) = ws.split();
+    let activity: Shared = Arc::new(Mutex::new(Activity {
+        last: Instant::now(),
+        in_flight: 0,
+    }));
+    let queued = Arc::new(AtomicUsize::new(0));
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Out>();
+    let (abort_tx, abort_rx) = oneshot::channel::<CloseFrame>();
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        tracing::error!("a runner process without stdin or stdout");
+        return;
+    };
+    let mut writer = Some(tokio::spawn(write(sink, out_rx, abort_rx, queued.clone())));
+    let mut inbound = Some(tokio::spawn(read_client(
+        stream,
+        stdin,
+        activity.clone(),
+        limits.max_message_bytes,
+    )));
+    let bound = outbound_bound(limits.max_message_bytes);
+    let mut outbound = Some(tokio::spawn(read_runner(
+        stdout,
+        out_tx.clone(),
+        queued,
+        bound,
+        activity.clone(),
+    )));
+
+    let idle = limits.idle_timeout;
+    let end = loop {
+        let deadline = {
+            let a = lock(&activity);
+            if a.in_flight > 0 {
+                Instant::now() + idle
+            } else {
+                a.last + idle
+            }
+        };
+        tokio::select! {
+            r = inbound.as_mut().expect("running") => {
+                inbound = None;
+                break End::Client(r.unwrap_or_else(|e| FromClient::Gone(format!("reader failed: {e}"))));
+            }
+            r = outbound.as_mut().expect("running") => {
+                outbound = None;
+                break End::Runner(r.unwrap_or(FromRunner::Eof));
+            }
+            _ = writer.as_mut().expect("running") => {
+                writer = None;
+                break End::WriteFailed;
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                let a = lock(&activity);
+                if a.in_flight == 0 && a.last.elapsed() >= idle {
+                    break End::Idle;
+                }
+            }
+        }
+    };
+
+    let pid = child.pid();
+    let close = |code: CloseCode, reason: String| {
+        let _ = out_tx.send(Out::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })));
+    };
+    let status = match end {
+        End::Client(FromClient::Gone(why)) => {
+            tracing::debug!(?pid, "session ended by the client: {why}");
+            let _ = out_tx.send(Out::Close(None));
+            child.finish(EXIT_GRACE).await
+        }
+        End::Client(FromClient::TooBig(why)) => {
+            tracing::debug!(?pid, "closing the session: {why}");
+            let limit = limits.max_message_bytes;
+            close(
+                CloseCode::Size,
+                format!("frame over the message limit ({limit} bytes + 4 KiB)"),
+            );
+            child.finish(EXIT_GRACE).await
+        }
+        End::Client(FromClient::StdinClosed) | End::Runner(FromRunner::Eof) => {
+            // Flush its last lines (the watchdog's `done`), then say why the session ended.
+            if let Some(reader) = outbound.take() {
+                let _ = tokio::time::timeout(EXIT_GRACE, reader).await;
+            }
+            let status = child.finish(EXIT_GRACE).await;
+            let (code, reason) = ended_by_runner(&status);
+            close(code, reason);
+            status
+        }
+        End::Runner(FromRunner::Overflow(bytes)) => {
+            tracing::warn!(?pid, "closing a session whose client does not read: {bytes} bytes of output waiting (bound {bound})");
+            let _ = abort_tx.send(CloseFrame {
+                code: CloseCode::Policy,
+                reason: format!("client too slow: over {bound} bytes of output waiting").into(),
+            });
+            child.kill().await
+        }
+        End::Idle => {
+            tracing::debug!(?pid, "closing an idle session");
+            close(
+                CloseCode::Away,
+                format!(
+                    "idle: no execution and no message for {} ms",
+                    idle.as_millis()
+                ),
+            );
+            stop(&mut inbound).await;
+            child.finish(EXIT_GRACE).await
+        }
+        End::WriteFailed => {
+            tracing::debug!(?pid, "session ended: cannot write to the client");
+            stop(&mut inbound).await;
+            child.finish(EXIT_GRACE).await
+        }
+    };
+    tracing::debug!(?pid, ?status, "runner process reaped");
+    drop(out_tx);
+    stop(&mut inbound).await;
+    stop(&mut outbound).await;
+    if let Some(mut w) = writer.take() {
+        if tokio::time::timeout(CLOSE_GRACE * 2, &mut w).await.is_err() {
+            w.abort();
+            let _ = w.await;
+        }
+    }
+}
+
+async fn stop<T>(task: &mut Option<JoinHandle<T>>) {
+    if let Some(task) = task.take() {
+        task.abort();
+        let _ = task.await;
+    }
+}
+
+/// The close frame after the runner ended on its own.
+fn ended_by_runner(status: &io::Result<ExitStatus>) -> (CloseCode, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) if s.code() == Some(crate::stdio::WATCHDOG_EXIT_CODE) => (
+            CloseCode::Error,
+            "session ended: an execution did not stop at its deadline (watchdog)".into(),
+        ),
+        Ok(s) if s.success() => (CloseCode::Normal, "session ended by the runner".into()),
+        Ok(s) => match s.signal() {
+            Some(signal) => (
+                CloseCode::Error,
+                format!("runner process killed by signal {signal}"),
+            ),
+            None => (
+                CloseCode::Error,
+                format!(
+                    "runner process exited with status {}",
+                    s.code().unwrap_or(-1)
+                ),
+            ),
+        },
+        Err(e) => (CloseCode::Error, format!("runner process lost: {e}")),
+    }
+}
+
+/// Client frames to runner lines. Each frame is one line: its raw `\n` and `\r` (JSON
+/// whitespace, or invalid inside a string anyway) become spaces. Binary frames are text too.
+async fn read_client(
+    mut stream: SplitStream<Ws>,
+    mut stdin: ChildStdin,
+    activity: Shared,
+    max_message_bytes: usize,
+) -> FromClient {
+    loop {
+        let frame = match stream.next().await {
+            None => return FromClient::Gone("connection closed".into()),
+            Some(Err(WsError::Capacity(e))) => {
+                return FromClient::TooBig(format!(
+                    "{e} (limit {max_message_bytes} + {PEEK_BYTES})"
+                ))
+            }
+            Some(Err(e)) => return FromClient::Gone(format!("read failed: {e}")),
+            Some(Ok(frame)) => frame,
+        };
+        let mut line: Vec<u8> = match frame {
+            Frame::Text(text) => Vec::from(bytes_of(text)),
+            Frame::Binary(bytes) => Vec::from(bytes),
+            Frame::Close(_) => return FromClient::Gone("the client closed the session".into()),
+            Frame::Ping(_) | Frame::Pong(_) | Frame::Frame(_) => {
+                lock(&activity).last = Instant::now();
+                continue;
+            }
+        };
+        {
+            let mut a = lock(&activity);
+            a.last = Instant::now();
+            let head = &line[..PEEK_BYTES.min(line.len())];
+            // The runner answers every execute it can read; one that is not UTF-8 it drops.
+            if peek_envelope(head).kind.as_deref() == Some("execute")
+                && std::str::from_utf8(&line).is_ok()
+            {
+                a.in_flight += 1;
+            }
+        }
+        for b in &mut line {
+            if *b == b'\n' || *b == b'\r' {
+                *b = b' ';
+            }
+        }
+        line.push(b'\n');
+        // Waits while the runner does not read: the client is slowed, nothing piles up here.
+        if stdin.write_all(&line).await.is_err() {
+            return FromClient::StdinClosed;
+        }
+    }
+}
+
+fn bytes_of(
+    text: tokio_tungstenite::tungstenite::Utf8Bytes,
+) -> tokio_tungstenite::tungstenite::Bytes {
+    text.into()
+}
+
+/// Runner lines to the writer, counting the bytes waiting for the client. Reads on whatever
+/// the client does, so the runner never blocks on a full pipe; past `bound` it gives up.
+async fn read_runner(
+    mut stdout: ChildStdout,
+    out: mpsc::UnboundedSender<Out>,
+    queued: Arc<AtomicUsize>,
+    bound: usize,
+    activity: Shared,
+) -> FromRunner {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stdout.read(&mut buf).await {
+            Ok(0) | Err(_) => return FromRunner::Eof,
+            Ok(n) => n,
+        };
+        let mut search = pending.len();
+        pending.extend_from_slice(&buf[..n]);
+        let mut start = 0;
+        while let Some(pos) = pending[search..].iter().position(|&b| b == b'\n') {
+            let end = search + pos;
+            let line = &pending[start..end];
+            start = end + 1;
+            search = start;
+            if line.is_empty() {
+                continue;
+            }
+            if peek_envelope(&line[..PEEK_BYTES.min(line.len())])
+                .kind
+                .as_deref()
+                == Some("done")
+            {
+                let mut a = lock(&activity);
+                a.in_flight = a.in_flight.saturating_sub(1);
+                a.last = Instant::now();
+            }
+            let text = String::from_utf8_lossy(line).into_owned();
+            let waiting = queued.fetch_add(text.len(), Ordering::SeqCst) + text.len();
+            if waiting > bound {
+                return FromRunner::Overflow(waiting);
+            }
+            // A closed channel means the session is ending; keep draining until it does.
+            let _ = out.send(Out::Line(text));
+        }
+        pending.drain(..start);
+        let waiting = queued.load(Ordering::SeqCst) + pending.len();
+        if waiting > bound {
+            return FromRunner::Overflow(waiting);
+        }
+    }
+}
+
+/// Sends lines as text frames, then a close frame. An abort (a close frame) goes first,
+/// even while a frame is blocked on a client that does not read.
+async fn write(
+    mut sink: SplitSink<Ws, Frame>,
+    mut out: mpsc::UnboundedReceiver<Out>,
+    mut abort: oneshot::Receiver<CloseFrame>,
+    queued: Arc<AtomicUsize>,
+) {
+    loop {
+        let next = tokio::select! {
+            biased;
+            Ok(frame) = &mut abort => return close(&mut sink, Some(frame)).await,
+            next = out.recv() => next,
+        };
+        match next {
+            Some(Out::Line(text)) => {
+                let len = text.len();
+                let sent = tokio::select! {
+                    biased;
+                    Ok(frame) = &mut abort => return close(&mut sink, Some(frame)).await,
+                    sent = sink.send(Frame::text(text)) => sent,
+                };
+                queued.fetch_sub(len, Ordering::SeqCst);
+                if sent.is_err() {
+                    return;
+                }
+            }
+            Some(Out::Close(frame)) => return close(&mut sink, frame).await,
+            None => return close(&mut sink, None).await,
+        }
+    }
+}
+
+async fn close(sink: &mut SplitSink<Ws, Frame>, frame: Option<CloseFrame>) {
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        if frame.is_some() {
+            let _ = sink.send(Frame::Close(frame)).await;
+        }
+        let _ = sink.close().await;
+    })
+    .await;
+}
