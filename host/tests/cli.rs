@@ -1,4 +1,5 @@
-//! The `execbox` CLI end to end: the README's example, exit codes, `--json`, `types`, stdin.
+//! The `execbox` CLI end to end: the README's example, exit codes, `--json`, `types`, stdin,
+//! and the messages of failing tool calls as the guest sees them.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -39,7 +40,9 @@ fn readme_example_prints_the_result_and_the_logs() {
     assert_eq!(result["capitals"][0], "France: Paris");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("lookup failed (tool_error): unknown country 'Atlantis'"),
+        stderr.contains(
+            "lookup failed (tool_error): data.lookup: exited with status 1; stderr: unknown country 'Atlantis'"
+        ),
         "{stderr}"
     );
 }
@@ -133,4 +136,108 @@ fn max_concurrent_tool_calls_caps_command_tools() {
     let alive: Vec<u64> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(alive.len(), 12);
     assert!(alive.iter().all(|&n| (1..=2).contains(&n)), "{alive:?}");
+}
+
+/// A temporary directory with a tools file of `sh` tools, removed on drop.
+struct ToolsDir(std::path::PathBuf);
+
+impl ToolsDir {
+    /// `tools`: (name, script, extra YAML lines of the tool); one provider `t`.
+    fn new(name: &str, tools: &[(&str, &str, &str)]) -> ToolsDir {
+        let dir = std::env::temp_dir().join(format!("execbox-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut yaml = String::from("version: 1\nproviders:\n  t:\n    tools:\n");
+        for (tool, script, extra) in tools {
+            let path = dir.join(format!("{tool}.sh"));
+            std::fs::write(&path, script).unwrap();
+            yaml.push_str(&format!(
+                "      {tool}:\n        command: /bin/sh\n        args: [{:?}]\n{extra}",
+                path.display().to_string()
+            ));
+        }
+        std::fs::write(dir.join("tools.yaml"), yaml).unwrap();
+        ToolsDir(dir)
+    }
+
+    fn file(&self) -> String {
+        self.0.join("tools.yaml").display().to_string()
+    }
+}
+
+impl Drop for ToolsDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn failing_tool_calls_name_the_tool_and_what_to_fix_end_to_end() {
+    let dir = ToolsDir::new(
+        "errors",
+        &[
+            (
+                "forecast",
+                "cat > /dev/null; echo '{\"temp\": \"hot\"}'\n",
+                "        input_schema: { type: object, required: [units], properties: { units: { enum: [metric, imperial] } } }\n\
+                 \x20       output_schema: { type: object, properties: { temp: { type: number } } }\n",
+            ),
+            ("garbage", "cat > /dev/null; echo 'hello there'\n", ""),
+            (
+                "fails",
+                "cat > /dev/null; echo 'quota exceeded' >&2; exit 2\n",
+                "",
+            ),
+            ("fine", "cat > /dev/null; echo 1\n", ""),
+        ],
+    );
+    let script = r#"
+        const settled = await Promise.allSettled([
+            t.forecast({ units: "kelvin" }),
+            t.forecast({ units: "metric" }),
+            t.garbage(),
+            t.fails(),
+        ]);
+        return settled.map(s => `${s.reason.code}: ${s.reason.message}`);
+    "#;
+    let out = execbox(&["run", "-", "--tools", &dir.file()], Some(script));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let messages: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        messages,
+        [
+            r#"validation_error: t.forecast: input.units must be one of "metric", "imperial"; got "kelvin""#,
+            "validation_error: t.forecast: the tool returned an output that does not match its output schema \
+             (a fault of the tool, not of your program): output.temp must be a number; got \"hot\"",
+            r#"tool_error: t.garbage: printed invalid JSON on stdout (expected value at line 1 column 1): "hello there\n"; a command tool must print one JSON value, its result (e.g. {"ok":true}), or nothing for null"#,
+            "tool_error: t.fails: exited with status 2; stderr: quota exceeded",
+        ]
+    );
+}
+
+#[test]
+fn a_tool_failing_inside_promise_all_is_named_in_the_failed_execution() {
+    let dir = ToolsDir::new(
+        "all",
+        &[
+            ("fine", "cat > /dev/null; echo 1\n", ""),
+            (
+                "fails",
+                "cat > /dev/null; sleep 0.1; echo 'no such user' >&2; exit 1\n",
+                "",
+            ),
+        ],
+    );
+    let out = execbox(
+        &["run", "-", "--tools", &dir.file()],
+        Some("await Promise.all([t.fine(), t.fails(), t.fine(), t.fine()])"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "execbox: execution failed: tool_error: t.fails: exited with status 1; stderr: no such user"
+        ),
+        "{stderr}"
+    );
 }
