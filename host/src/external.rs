@@ -514,6 +514,10 @@ impl ToolHandler for CommandTool {
         let spec = self.0.clone();
         Box::pin(async move { run(&spec, input, ctx).await })
     }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.0.timeout)
+    }
 }
 
 /// Why a call stopped before the command finished.

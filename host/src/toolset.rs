@@ -39,7 +39,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use execbox_protocol::{
-    check_transport_safe, ErrorBody, ProviderManifest, RawValue, ToolCall, ToolManifest, ToolResult,
+    check_transport_safe, ErrorBody, ErrorCode, ProviderManifest, RawValue, ToolCall, ToolManifest,
+    ToolResult,
 };
 use futures_util::FutureExt as _;
 use serde_json::{Map, Value};
@@ -98,6 +99,8 @@ pub struct ToolSet(Arc<Inner>);
 struct Inner {
     manifests: Vec<ProviderManifest>,
     declarations: String,
+    /// The declarations with each tool's error codes, for prompts.
+    prompt_declarations: String,
     /// provider name → safe tool name → tool.
     lookup: HashMap<String, HashMap<String, Arc<ResolvedTool>>>,
     /// provider name → (safe, original) in declaration order.
@@ -132,6 +135,7 @@ impl ToolSet {
     pub fn new(providers: Vec<Provider>) -> Result<ToolSet, ToolSetError> {
         let mut manifests = Vec::with_capacity(providers.len());
         let mut declarations = Vec::with_capacity(providers.len());
+        let mut prompt_declarations = Vec::with_capacity(providers.len());
         let mut lookup = HashMap::new();
         let mut names = HashMap::new();
         for provider in providers {
@@ -157,7 +161,8 @@ impl ToolSet {
             let mut by_safe = HashMap::with_capacity(tools.len());
             let mut tool_manifests = Vec::with_capacity(tools.len());
             let mut decls = Vec::with_capacity(tools.len());
-            for (tool, safe) in tools.iter().zip(&safe_names) {
+            let errors: Vec<Vec<(&str, String)>> = tools.iter().map(error_codes).collect();
+            for ((tool, safe), errors) in tools.iter().zip(&safe_names).zip(&errors) {
                 let compile = |schema: Option<&Value>, which: &'static str| {
                     schema
                         .map(|s| {
@@ -184,6 +189,7 @@ impl ToolSet {
                     description: tool.get_description(),
                     input_schema: tool.get_input_schema(),
                     output_schema: tool.get_output_schema(),
+                    errors,
                 });
                 by_safe.insert(
                     safe.clone(),
@@ -195,6 +201,14 @@ impl ToolSet {
                         output,
                     }),
                 );
+            }
+            prompt_declarations.push(provider_declaration(
+                &pname,
+                provider.get_description(),
+                &decls,
+            ));
+            for decl in &mut decls {
+                decl.errors = &[];
             }
             let types = provider_declaration(&pname, provider.get_description(), &decls);
             declarations.push(types.clone());
@@ -215,6 +229,7 @@ impl ToolSet {
         Ok(ToolSet(Arc::new(Inner {
             manifests,
             declarations: declarations.join("\n\n"),
+            prompt_declarations: prompt_declarations.join("\n\n"),
             lookup,
             names,
         })))
@@ -235,6 +250,13 @@ impl ToolSet {
     /// Every provider's declaration, joined by a blank line; empty without providers.
     pub fn declarations(&self) -> String {
         self.0.declarations.clone()
+    }
+
+    /// Like [`ToolSet::declarations`], with `@throws` lines in each tool's JSDoc: the error
+    /// codes a call of it may reject with (`validation_error` when it has schemas,
+    /// `tool_error`, `timeout` when its handler has a time limit), for prompts.
+    pub fn prompt_declarations(&self) -> String {
+        self.0.prompt_declarations.clone()
     }
 
     /// `(safe, original)` names of a provider's tools in declaration order; `None` for an
@@ -389,6 +411,28 @@ impl ToolSet {
             }
         }
     }
+}
+
+/// The error codes a call of `tool` may reject with, and when, for prompts.
+fn error_codes(tool: &Tool) -> Vec<(&'static str, String)> {
+    let mut codes = Vec::new();
+    let when = match (tool.get_input_schema(), tool.get_output_schema()) {
+        (Some(_), Some(_)) => Some("the input does not match its type, or the tool returned an output that does not match its return type"),
+        (Some(_), None) => Some("the input does not match its type"),
+        (None, Some(_)) => Some("the tool returned an output that does not match its return type"),
+        (None, None) => None,
+    };
+    if let Some(when) = when {
+        codes.push((ErrorCode::ValidationError.as_str(), when.to_string()));
+    }
+    codes.push((ErrorCode::ToolError.as_str(), "the tool failed".to_string()));
+    if let Some(limit) = tool.handler().timeout() {
+        codes.push((
+            ErrorCode::Timeout.as_str(),
+            format!("the tool ran longer than {}s", limit.as_secs_f64()),
+        ));
+    }
+    codes
 }
 
 /// `error` with its message prefixed by `label: `, unless it names `label` already.

@@ -79,6 +79,103 @@ fn types_prints_typescript_declarations() {
     let ts = text(&out.stdout);
     assert!(ts.contains("declare namespace text {"), "{ts}");
     assert!(ts.contains("function word_count("), "{ts}");
+    // Without --prompt: the declarations alone, without error codes.
+    assert!(
+        ts.starts_with("/** Small text utilities. */\ndeclare namespace text {"),
+        "{ts}"
+    );
+    assert!(!ts.contains("@throws") && !ts.contains("## "), "{ts}");
+}
+
+#[test]
+fn types_prompt_prints_a_preamble_then_typed_declarations() {
+    let dir = ToolsDir::new(
+        "prompt",
+        &[
+            (
+                "typed",
+                "echo 1\n",
+                "        timeout_seconds: 3\n\
+                 \x20       input_schema: { type: object, properties: { q: { type: string } } }\n\
+                 \x20       output_schema: { type: object, required: [hits], properties: { hits: { type: array, items: { type: string } } } }\n",
+            ),
+            ("untyped", "echo 1\n", ""),
+        ],
+    );
+    let out = execbox(
+        &[
+            "types",
+            "--tools",
+            &dir.file(),
+            "--prompt",
+            "--timeout-ms",
+            "2500",
+            "--memory-limit-bytes",
+            "33554432",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let prompt = text(&out.stdout);
+    let sections = [
+        "## How the program runs",
+        "## What is not there",
+        "## Errors",
+        "## Limits",
+        "## Tools",
+    ];
+    let mut at = 0;
+    for section in sections {
+        let found = prompt[at..]
+            .find(section)
+            .unwrap_or_else(|| panic!("{section} missing or out of order:\n{prompt}"));
+        at += found;
+    }
+    for needle in [
+        "plain JavaScript or TypeScript with erasable type annotations",
+        "body of an async function",
+        "top-level `await`",
+        "`return` a value, or end with an expression statement",
+        "code fence",
+        "No modules",
+        "No timers",
+        "No network, file or process access",
+        "`\"tool_error\"`",
+        "`\"validation_error\"`",
+        "`\"timeout\"`",
+        "- Time: 2.5 s",
+        "- Memory: 32 MiB",
+    ] {
+        assert!(prompt.contains(needle), "{needle:?} missing:\n{prompt}");
+    }
+    let tools = &prompt[prompt.find("## Tools").unwrap()..];
+    assert!(tools.contains("```ts\ndeclare namespace t {"), "{tools}");
+    assert!(
+        tools.contains("  }): Promise<{\n    hits: string[];\n  }>;"),
+        "an output schema gives a typed return:\n{tools}"
+    );
+    assert!(
+        tools.contains("function untyped(input?: unknown): Promise<unknown>;"),
+        "{tools}"
+    );
+    assert!(
+        tools.contains("@throws {Error} code \"timeout\": the tool ran longer than 3s"),
+        "{tools}"
+    );
+    assert!(
+        tools.contains(
+            "@throws {Error} code \"validation_error\": the input does not match its type"
+        ),
+        "{tools}"
+    );
+    assert!(tools.trim_end().ends_with("```"), "{tools}");
+
+    // The limit flags only make sense with --prompt.
+    let out = execbox(
+        &["types", "--tools", &dir.file(), "--timeout-ms", "1"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]

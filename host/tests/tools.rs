@@ -347,6 +347,15 @@ fn manifests_carry_typescript_and_declarations_join_providers() {
         json!({"safeName": "add_two", "originalName": "add-two", "description": "Adds two numbers"})
     );
     assert_eq!(ToolSet::empty().declarations(), "");
+    let prompt = tools.prompt_declarations();
+    assert!(prompt.contains(
+        "  /**\n   * Adds two numbers\n   * @throws {Error} code \"validation_error\": the input does not match its type, \
+         or the tool returned an output that does not match its return type\n   \
+         * @throws {Error} code \"tool_error\": the tool failed\n   */\n  function add_two("
+    ), "{prompt}");
+    assert!(prompt.contains(
+        "  /** @throws {Error} code \"tool_error\": the tool failed */\n  function ping(input?: unknown): Promise<unknown>;"
+    ), "{prompt}");
     assert!(ToolSet::empty().manifests().is_empty());
 }
 
