@@ -50,23 +50,28 @@
 //!
 //! A command need not read stdin: a broken pipe while writing the request is ignored.
 //!
-//! **Result**, from the exit status:
+//! **Result**, from the exit status. The messages below are what the command's handler
+//! returns; [`ToolSet::dispatch`](crate::ToolSet::dispatch) prefixes each with the tool as
+//! the guest calls it, `<provider>.<tool>: ` (safe name), so the guest reads e.g.
+//! `text.word_count: exited with status 2; stderr: quota exceeded`.
 //!
 //! | process outcome | tool result |
 //! |---|---|
-//! | exit 0 | ok; stdout parsed as one JSON value (empty or blank stdout: `null`); invalid JSON is `tool_error`, `tool printed invalid JSON on stdout: ...`; a value not matching `output_schema` is `validation_error` |
-//! | exit N ≠ 0 | `tool_error`; the message is the trimmed stderr, or `<command> exited with status N` if stderr is blank |
-//! | killed by signal N | `tool_error`, `<command> killed by signal N` (and the stderr, if any) |
-//! | still running after `timeout_seconds` | killed; `timeout`, `Tool <provider>.<tool> timed out after Ns` |
+//! | exit 0 | ok; stdout parsed as one JSON value (empty or blank stdout: `null`); invalid JSON is `tool_error`, `printed invalid JSON on stdout (<parse error>): "<stdout>"; a command tool must print ...`, quoting the first [`MAX_QUOTED_STDOUT_BYTES`] of stdout; a value not matching `output_schema` is `validation_error` |
+//! | exit N ≠ 0 | `tool_error`, `exited with status N; stderr: <its last lines>`, or `exited with status N and printed nothing on stderr` |
+//! | killed by signal N | `tool_error`, `was killed by signal N (SIGNAME)` (and `; stderr: ...`, if any) |
+//! | still running after `timeout_seconds` | killed; `timeout`, `timed out after Ns (its timeout_seconds) and was killed` |
 //! | execution cancelled or timed out | killed; `timeout`, `Execution timed out` |
-//! | cannot be started | `tool_error`, `Tool <provider>.<tool>: cannot run <command>: <OS error>` |
+//! | cannot be started | `tool_error`, `cannot run <command>: <OS error>` |
 //!
 //! stdout is read up to [`MAX_STDOUT_BYTES`]; a command printing more fails with `tool_error`.
 //! JSON printed on stdout may nest up to [`MAX_NESTING_DEPTH`] levels; deeper is a
 //! `serialization_error`. stderr is diagnostics: its last [`MAX_STDERR_BYTES`] are kept, error
-//! messages quote its last [`MAX_ERROR_MESSAGE_BYTES`], and on success it is only logged
-//! (`debug`). The guest sees every failure as a rejected promise whose error has the `code`
-//! and `message` above.
+//! messages quote its last [`MAX_ERROR_STDERR_LINES`] lines and at most its last
+//! [`MAX_ERROR_MESSAGE_BYTES`] (starting with `…` when cut; control characters, line breaks
+//! among them, escaped as `\n`, `\u001b`, so a message stays one line), and on success it is
+//! only logged (`debug`). The environment is never quoted. The guest sees every failure as a
+//! rejected promise whose error has the `code` and `message` above.
 //!
 //! **Cleanup**: when a call ends for any reason (exit, timeout, cancellation, the call's
 //! future being dropped), every process still in the call's process group is killed with
@@ -122,6 +127,12 @@ pub const MAX_STDERR_BYTES: usize = 1024 * 1024;
 
 /// Error messages built from stderr keep at most its last this many bytes (16 KiB).
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 16 * 1024;
+
+/// Error messages built from stderr keep at most its last this many lines.
+pub const MAX_ERROR_STDERR_LINES: usize = 10;
+
+/// An error message about invalid stdout quotes at most its first this many bytes.
+pub const MAX_QUOTED_STDOUT_BYTES: usize = 200;
 
 /// How long to wait for a killed process to be reaped before leaving it to tokio.
 const REAP_GRACE: Duration = Duration::from_secs(1);
@@ -503,6 +514,10 @@ impl ToolHandler for CommandTool {
         let spec = self.0.clone();
         Box::pin(async move { run(&spec, input, ctx).await })
     }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.0.timeout)
+    }
 }
 
 /// Why a call stopped before the command finished.
@@ -516,9 +531,8 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
         return Err(ToolError::cancelled());
     }
     let label = format!("{}.{}", spec.provider, spec.tool);
-    let mut request = encode_request(spec, &input, &ctx.execution_id).map_err(|e| {
-        ToolError::serialization(format!("cannot encode the request of {label}: {e}"))
-    })?;
+    let mut request = encode_request(spec, &input, &ctx.execution_id)
+        .map_err(|e| ToolError::serialization(format!("cannot encode the request: {e}")))?;
     drop_value(input);
     request.push(b'\n');
 
@@ -534,12 +548,9 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
         .kill_on_drop(true);
     #[cfg(unix)]
     command.process_group(0);
-    let mut child = command.spawn().map_err(|e| {
-        ToolError::tool(format!(
-            "Tool {label}: cannot run {}: {e}",
-            spec.command.display()
-        ))
-    })?;
+    let mut child = command
+        .spawn()
+        .map_err(|e| ToolError::tool(format!("cannot run {}: {e}", spec.command.display())))?;
     // Declared after `child`, so dropped before it: if this future is dropped mid-call the
     // group is killed while its leader is still unreaped, so the id cannot have been reused.
     let mut group = GroupKiller::new(child.id());
@@ -592,7 +603,7 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
             return Err(match stop {
                 Stop::Cancelled => ToolError::cancelled(),
                 Stop::TimedOut => ToolError::timeout(format!(
-                    "Tool {label} timed out after {}s",
+                    "timed out after {}s (its timeout_seconds) and was killed",
                     spec.timeout.as_secs_f64()
                 )),
             });
@@ -601,7 +612,7 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
     group.disarm();
     let status = status.map_err(|e| {
         ToolError::tool(format!(
-            "Tool {label}: waiting for {} failed: {e}",
+            "waiting for {} failed: {e}",
             spec.command.display()
         ))
     })?;
@@ -612,7 +623,7 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
     }
     if out.overflowed {
         return Err(ToolError::tool(format!(
-            "Tool {label} printed more than {} MiB on stdout",
+            "printed more than {} MiB on stdout; {STDOUT_CONTRACT}",
             MAX_STDOUT_BYTES / (1024 * 1024)
         )));
     }
@@ -620,7 +631,6 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
         return parse_stdout(&out.bytes);
     }
     Err(ToolError::tool(failure_message(
-        &spec.command,
         status,
         stderr_text,
         err.overflowed,
@@ -665,12 +675,17 @@ fn encode_request(spec: &Spec, input: &Value, execution_id: &str) -> Result<Vec<
     }
 }
 
+/// What a command tool must print, for messages about stdout that is not that.
+const STDOUT_CONTRACT: &str = r#"a command tool must print one JSON value, its result (e.g. {"ok":true}), or nothing for null"#;
+
 fn parse_stdout(bytes: &[u8]) -> Result<Value, ToolError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| {
+    let invalid = |why: &dyn fmt::Display| {
         ToolError::tool(format!(
-            "tool printed invalid JSON on stdout: not UTF-8: {e}"
+            "printed invalid JSON on stdout ({why}): {}; {STDOUT_CONTRACT}",
+            quote_bytes(bytes, MAX_QUOTED_STDOUT_BYTES)
         ))
-    })?;
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| invalid(&format_args!("not UTF-8: {e}")))?;
     if text.trim().is_empty() {
         return Ok(Value::Null);
     }
@@ -678,40 +693,113 @@ fn parse_stdout(bytes: &[u8]) -> Result<Value, ToolError> {
         ParseJsonError::TooDeep => {
             ToolError::serialization(format!("Host value is not JSON-serializable: {e}"))
         }
-        ParseJsonError::Syntax(e) => {
-            ToolError::tool(format!("tool printed invalid JSON on stdout: {e}"))
-        }
+        ParseJsonError::Syntax(e) => invalid(&e),
     })
 }
 
-/// The message of a command that did not exit 0.
-fn failure_message(command: &Path, status: ExitStatus, stderr: &str, stderr_cut: bool) -> String {
-    let stderr = tail(stderr, MAX_ERROR_MESSAGE_BYTES, stderr_cut);
-    if let Some(code) = status.code() {
-        if stderr.is_empty() {
-            return format!("{} exited with status {code}", command.display());
-        }
-        return stderr;
+/// The first `max` bytes of `bytes` as a double-quoted string (invalid UTF-8 as U+FFFD,
+/// control characters escaped), followed by `…` and the total size when cut.
+fn quote_bytes(bytes: &[u8], max: usize) -> String {
+    let cut = bytes.len() > max;
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(max)]);
+    // A character split by the cut shows as U+FFFD: drop it.
+    let head = if cut {
+        head.trim_end_matches('\u{FFFD}')
+    } else {
+        &head
+    };
+    let mut quoted = format!("\"{}\"", escape_controls(head, true));
+    if cut {
+        let _ = std::fmt::Write::write_fmt(
+            &mut quoted,
+            format_args!("… ({} bytes in all)", bytes.len()),
+        );
     }
-    let signal = signal_of(status).map_or_else(|| "unknown".to_string(), |s| s.to_string());
-    let mut message = format!("{} killed by signal {signal}", command.display());
-    if !stderr.is_empty() {
-        message.push_str(": ");
-        message.push_str(&stderr);
+    quoted
+}
+
+/// `text` with control characters escaped as in JSON (`\n`, `\t`, `\u001b`), and `"` and
+/// `\` too when `quotes`.
+fn escape_controls(text: &str, quotes: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '"' | '\\' if quotes => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => {
+                let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The message of a command that did not exit 0.
+fn failure_message(status: ExitStatus, stderr: &str, stderr_cut: bool) -> String {
+    let mut message = match (status.code(), signal_of(status)) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => match signal_name(signal) {
+            Some(name) => format!("was killed by signal {signal} ({name})"),
+            None => format!("was killed by signal {signal}"),
+        },
+        (None, None) => format!("failed ({status})"),
+    };
+    if stderr.is_empty() {
+        if status.code().is_some() {
+            message.push_str(" and printed nothing on stderr");
+        }
+    } else {
+        message.push_str("; stderr: ");
+        message.push_str(&stderr_tail(stderr, stderr_cut));
     }
     message
 }
 
-/// The last `max` bytes of `text` (on a character boundary), marked when cut.
-fn tail(text: &str, max: usize, already_cut: bool) -> String {
-    if text.len() <= max && !already_cut {
-        return text.to_string();
-    }
-    let mut start = text.len().saturating_sub(max);
-    while !text.is_char_boundary(start) {
+/// The last lines of `stderr` (at most [`MAX_ERROR_STDERR_LINES`] and
+/// [`MAX_ERROR_MESSAGE_BYTES`]), escaped to one line, starting with `…` when cut.
+fn stderr_tail(stderr: &str, already_cut: bool) -> String {
+    let mut start = stderr.len().saturating_sub(MAX_ERROR_MESSAGE_BYTES);
+    while !stderr.is_char_boundary(start) {
         start += 1;
     }
-    format!("[stderr cut] …{}", &text[start..])
+    let mut cut = already_cut || start > 0;
+    let mut tail = &stderr[start..];
+    if let Some((i, _)) = tail.rmatch_indices('\n').nth(MAX_ERROR_STDERR_LINES - 1) {
+        tail = &tail[i + 1..];
+        cut = true;
+    }
+    let text = escape_controls(tail.trim(), false);
+    if cut {
+        format!("…{text}")
+    } else {
+        text
+    }
+}
+
+/// The name of a common signal.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => return None,
+    })
 }
 
 #[cfg(unix)]
@@ -940,25 +1028,65 @@ providers:
     }
 
     #[test]
-    fn failure_messages_prefer_stderr_and_keep_its_tail() {
+    fn failure_messages_give_the_status_and_the_last_lines_of_stderr() {
         use std::os::unix::process::ExitStatusExt;
-        let cmd = Path::new("/t/x");
         assert_eq!(
-            failure_message(cmd, ExitStatus::from_raw(3 << 8), "", false),
-            "/t/x exited with status 3"
+            failure_message(ExitStatus::from_raw(3 << 8), "", false),
+            "exited with status 3 and printed nothing on stderr"
         );
         assert_eq!(
-            failure_message(cmd, ExitStatus::from_raw(1 << 8), "boom", false),
-            "boom"
+            failure_message(ExitStatus::from_raw(1 << 8), "boom", false),
+            "exited with status 1; stderr: boom"
         );
         assert_eq!(
-            failure_message(cmd, ExitStatus::from_raw(9), "", false),
-            "/t/x killed by signal 9"
+            failure_message(ExitStatus::from_raw(9), "", false),
+            "was killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(
+            failure_message(ExitStatus::from_raw(11), "oops\n", false),
+            "was killed by signal 11 (SIGSEGV); stderr: oops"
+        );
+        let lines: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+        let message = failure_message(ExitStatus::from_raw(1 << 8), lines.trim(), false);
+        assert_eq!(
+            message,
+            format!(
+                "exited with status 1; stderr: …{}",
+                (21..=30)
+                    .map(|i| format!("line {i}"))
+                    .collect::<Vec<_>>()
+                    .join("\\n")
+            )
         );
         let long = format!("start{}end", "é".repeat(MAX_ERROR_MESSAGE_BYTES));
-        let message = failure_message(cmd, ExitStatus::from_raw(1 << 8), &long, false);
-        assert!(message.starts_with("[stderr cut] …"));
+        let message = failure_message(ExitStatus::from_raw(1 << 8), &long, false);
+        assert!(
+            message.starts_with("exited with status 1; stderr: …é"),
+            "{message}"
+        );
         assert!(message.ends_with("end"));
-        assert!(message.len() <= MAX_ERROR_MESSAGE_BYTES + 20);
+        assert!(message.len() <= MAX_ERROR_MESSAGE_BYTES + 40);
+        assert_eq!(
+            failure_message(
+                ExitStatus::from_raw(2 << 8),
+                "\u{1b}[31mred\u{1b}[0m\ttab",
+                false
+            ),
+            "exited with status 2; stderr: \\u001b[31mred\\u001b[0m\\ttab"
+        );
+    }
+
+    #[test]
+    fn bad_stdout_is_quoted_cut_and_escaped() {
+        assert_eq!(quote_bytes(b"hi \"x\"\n", 200), r#""hi \"x\"\n""#);
+        let long = "é".repeat(150);
+        assert_eq!(
+            quote_bytes(long.as_bytes(), 200),
+            format!("\"{}\"… (300 bytes in all)", "é".repeat(100))
+        );
+        assert_eq!(
+            quote_bytes(b"\xff\x01", 200),
+            r#""\u{fffd}\u0001""#.replace("\\u{fffd}", "\u{fffd}")
+        );
     }
 }

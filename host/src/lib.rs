@@ -8,6 +8,7 @@
 //!   namespace; tools can also come from a YAML [`ToolsFile`] as external [`CommandTool`]s;
 //! - a [`ToolSet`] resolves providers once: sanitised names, compiled schemas, the provider
 //!   manifests and TypeScript declarations, and [`ToolSet::dispatch`] for tool calls;
+//!   [`model_prompt`] turns it into a prompt-ready description of the sandbox for a model;
 //! - an [`Executor`] runs code against a tool set and returns an [`ExecuteResult`]:
 //!   [`ProcessExecutor`] (a fresh runner process each time), [`PooledExecutor`] (warm runner
 //!   processes), [`WsExecutor`] (a runner behind `execbox-runner --listen`) and
@@ -41,6 +42,7 @@ pub mod inprocess;
 pub mod names;
 pub mod pool;
 pub mod process;
+pub mod prompt;
 pub mod schema;
 pub mod tool;
 pub mod toolset;
@@ -57,6 +59,7 @@ pub use external::{CommandTool, ToolsFile};
 pub use inprocess::InProcessExecutor;
 pub use pool::{PoolOptions, PooledExecutor};
 pub use process::{ProcessExecutor, RunnerCommand};
+pub use prompt::model_prompt;
 pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
 pub use toolset::{ToolSet, ToolSetError};
 pub use ws::WsExecutor;

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use execbox_host::{
-    Executor, ProcessExecutor, RunnerCommand, SessionTimings, ToolSet, ToolsFile, WsExecutor,
-    DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
+    model_prompt, Executor, ProcessExecutor, RunnerCommand, SessionTimings, ToolSet, ToolsFile,
+    WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
 };
 use execbox_protocol::RuntimeOptions;
 
@@ -39,17 +39,32 @@ enum Command {
         execbox run examples/hello.js --tools examples/tools.yaml --json")]
     Run(RunArgs),
     /// Print the TypeScript declarations of a tools file (for prompts).
-    #[command(after_help = "Example:\n  execbox types --tools examples/tools.yaml")]
-    Types {
-        /// The tools file (YAML).
-        #[arg(long, value_name = "FILE")]
-        tools: PathBuf,
-    },
+    #[command(after_help = "Examples:\n  \
+        execbox types --tools examples/tools.yaml\n  \
+        execbox types --tools examples/tools.yaml --prompt --timeout-ms 10000")]
+    Types(TypesArgs),
     /// Be the runner itself (the same code as `execbox-runner`).
     #[command(after_help = "Examples:\n  \
         execbox runner                          # NDJSON on stdin/stdout\n  \
         execbox runner --listen 127.0.0.1:0     # WebSocket; prints ws://127.0.0.1:PORT")]
     Runner(execbox_runner::RunnerArgs),
+}
+
+#[derive(Debug, Args)]
+struct TypesArgs {
+    /// The tools file (YAML).
+    #[arg(long, value_name = "FILE")]
+    tools: PathBuf,
+    /// Print a prompt-ready preamble for a model first: how a program runs, what is missing,
+    /// the error shape and the limits; the declarations then carry each tool's error codes.
+    #[arg(long)]
+    prompt: bool,
+    /// With --prompt: the wall-clock limit to state, in milliseconds (as `run --timeout-ms`).
+    #[arg(long, value_name = "MS", default_value_t = RuntimeOptions::DEFAULT_TIMEOUT_MS, requires = "prompt")]
+    timeout_ms: u64,
+    /// With --prompt: the memory limit to state, in bytes (as `run --memory-limit-bytes`).
+    #[arg(long, value_name = "BYTES", default_value_t = RuntimeOptions::DEFAULT_MEMORY_LIMIT_BYTES, requires = "prompt")]
+    memory_limit_bytes: u64,
 }
 
 #[derive(Debug, Args)]
@@ -96,7 +111,7 @@ fn main() -> ExitCode {
             execbox_runner::ChildCommand::current_exe().map(|c| c.arg("runner"))
         })
         .map(|()| ExitCode::SUCCESS),
-        Command::Types { tools } => types(&tools),
+        Command::Types(args) => types(&args),
         Command::Run(args) => run(args),
     };
     match outcome {
@@ -116,10 +131,20 @@ fn load_tools(path: Option<&PathBuf>) -> anyhow::Result<ToolSet> {
     ToolSet::new(providers).with_context(|| format!("invalid tools in {}", path.display()))
 }
 
-fn types(tools: &PathBuf) -> anyhow::Result<ExitCode> {
-    let set = load_tools(Some(tools))?;
+fn types(args: &TypesArgs) -> anyhow::Result<ExitCode> {
+    let set = load_tools(Some(&args.tools))?;
+    let text = if args.prompt {
+        let options = RuntimeOptions {
+            timeout_ms: args.timeout_ms,
+            memory_limit_bytes: args.memory_limit_bytes,
+            ..RuntimeOptions::default()
+        };
+        model_prompt(&set, &options)
+    } else {
+        format!("{}\n", set.declarations())
+    };
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "{}", set.declarations()).is_err() {
+    if out.write_all(text.as_bytes()).is_err() {
         return Ok(ExitCode::SUCCESS); // broken pipe: the reader is gone, which is fine
     }
     Ok(ExitCode::SUCCESS)

@@ -128,6 +128,12 @@ impl From<ErrorBody> for ToolError {
 pub trait ToolHandler: Send + Sync + 'static {
     /// Runs one call. `input` is JSON `null` when the guest passed nothing.
     fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<Result<Value, ToolError>>;
+
+    /// The handler's own time limit per call, if it has one (it then fails with `timeout`
+    /// past it); said in prompts. `None` by default.
+    fn timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 impl<F, Fut> ToolHandler for F

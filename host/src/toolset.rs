@@ -5,20 +5,30 @@
 //! Afterwards [`ToolSet::dispatch`] cannot fail in any way other than producing a failing
 //! `tool_result`.
 //!
+//! Every error message of a call names the tool as the guest called it, `provider.tool`
+//! (the provider and the tool's safe name), and starts with it unless a handler's own
+//! message already contains it: `weather.get_forecast: input.units must be one of "metric",
+//! "imperial"; got "kelvin"`. The reader is usually a model fixing its program, so each
+//! message also says what to fix.
+//!
 //! A call goes through these steps; the first that fails decides the error:
 //!
-//! 1. lookup by `providerName` and `safeToolName`: `tool_error`, `Unknown tool <p>.<t>`;
-//! 2. the execution is already cancelled: `timeout`, `Execution timed out`;
+//! 1. lookup by `providerName` and `safeToolName`: `tool_error`,
+//!    `<p>.<t>: no such tool; the tools of <p> are a, b` (or `no such provider`);
+//! 2. the execution is already cancelled: `timeout`, `<p>.<t>: Execution timed out`;
 //! 3. the input is parsed (a missing input is JSON `null`; nesting deeper than
 //!    [`MAX_NESTING_DEPTH`](execbox_protocol::MAX_NESTING_DEPTH) is a `serialization_error`)
-//!    and validated against the input schema: `validation_error` naming the schema keyword
-//!    (and saying the input was missing, when it was);
+//!    and validated against the input schema: `validation_error` with the path, what was
+//!    expected and what was there ([`Schema::validate`]), saying the tool was called without
+//!    an argument when it was;
 //! 4. the handler runs until it returns or `ctx.cancel` fires (`timeout`,
-//!    `Execution timed out`; the handler's future is dropped); its error is passed through;
+//!    `<p>.<t>: Execution timed out`; the handler's future is dropped); its error keeps its
+//!    code and message, prefixed with `<p>.<t>: ` unless the message names the tool already;
 //!    a panic becomes `tool_error`;
 //! 5. the output must be transport-safe (`serialization_error`,
-//!    `Host value is not JSON-serializable: ...`) and match the output schema
-//!    (`validation_error`, `output does not match schema at ...`).
+//!    `<p>.<t>: Host value is not JSON-serializable: ...`) and match the output schema
+//!    (`validation_error`, `<p>.<t>: the tool returned an output that does not match its
+//!    output schema (...): output.x must be ...`).
 //!
 //! The transport check comes before output validation (the reverse of what one might expect)
 //! so that no validator ever walks a value deeper than the protocol allows.
@@ -29,7 +39,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use execbox_protocol::{
-    check_transport_safe, ErrorBody, ProviderManifest, RawValue, ToolCall, ToolManifest, ToolResult,
+    check_transport_safe, ErrorBody, ErrorCode, ProviderManifest, RawValue, ToolCall, ToolManifest,
+    ToolResult,
 };
 use futures_util::FutureExt as _;
 use serde_json::{Map, Value};
@@ -88,6 +99,8 @@ pub struct ToolSet(Arc<Inner>);
 struct Inner {
     manifests: Vec<ProviderManifest>,
     declarations: String,
+    /// The declarations with each tool's error codes, for prompts.
+    prompt_declarations: String,
     /// provider name → safe tool name → tool.
     lookup: HashMap<String, HashMap<String, Arc<ResolvedTool>>>,
     /// provider name → (safe, original) in declaration order.
@@ -96,14 +109,16 @@ struct Inner {
 
 struct ResolvedTool {
     provider: String,
+    safe_name: String,
     tool: Tool,
     input: Option<Schema>,
     output: Option<Schema>,
 }
 
 impl ResolvedTool {
+    /// `provider.safe_name`: the tool as the guest calls it.
     fn label(&self) -> String {
-        format!("{}.{}", self.provider, self.tool.name())
+        format!("{}.{}", self.provider, self.safe_name)
     }
 }
 
@@ -120,6 +135,7 @@ impl ToolSet {
     pub fn new(providers: Vec<Provider>) -> Result<ToolSet, ToolSetError> {
         let mut manifests = Vec::with_capacity(providers.len());
         let mut declarations = Vec::with_capacity(providers.len());
+        let mut prompt_declarations = Vec::with_capacity(providers.len());
         let mut lookup = HashMap::new();
         let mut names = HashMap::new();
         for provider in providers {
@@ -145,7 +161,8 @@ impl ToolSet {
             let mut by_safe = HashMap::with_capacity(tools.len());
             let mut tool_manifests = Vec::with_capacity(tools.len());
             let mut decls = Vec::with_capacity(tools.len());
-            for (tool, safe) in tools.iter().zip(&safe_names) {
+            let errors: Vec<Vec<(&str, String)>> = tools.iter().map(error_codes).collect();
+            for ((tool, safe), errors) in tools.iter().zip(&safe_names).zip(&errors) {
                 let compile = |schema: Option<&Value>, which: &'static str| {
                     schema
                         .map(|s| {
@@ -172,16 +189,26 @@ impl ToolSet {
                     description: tool.get_description(),
                     input_schema: tool.get_input_schema(),
                     output_schema: tool.get_output_schema(),
+                    errors,
                 });
                 by_safe.insert(
                     safe.clone(),
                     Arc::new(ResolvedTool {
                         provider: pname.clone(),
+                        safe_name: safe.clone(),
                         tool: tool.clone(),
                         input,
                         output,
                     }),
                 );
+            }
+            prompt_declarations.push(provider_declaration(
+                &pname,
+                provider.get_description(),
+                &decls,
+            ));
+            for decl in &mut decls {
+                decl.errors = &[];
             }
             let types = provider_declaration(&pname, provider.get_description(), &decls);
             declarations.push(types.clone());
@@ -202,6 +229,7 @@ impl ToolSet {
         Ok(ToolSet(Arc::new(Inner {
             manifests,
             declarations: declarations.join("\n\n"),
+            prompt_declarations: prompt_declarations.join("\n\n"),
             lookup,
             names,
         })))
@@ -224,6 +252,13 @@ impl ToolSet {
         self.0.declarations.clone()
     }
 
+    /// Like [`ToolSet::declarations`], with `@throws` lines in each tool's JSDoc: the error
+    /// codes a call of it may reject with (`validation_error` when it has schemas,
+    /// `tool_error`, `timeout` when its handler has a time limit), for prompts.
+    pub fn prompt_declarations(&self) -> String {
+        self.0.prompt_declarations.clone()
+    }
+
     /// `(safe, original)` names of a provider's tools in declaration order; `None` for an
     /// unknown provider.
     pub fn tool_names(&self, provider: &str) -> Option<Vec<(String, String)>> {
@@ -242,7 +277,12 @@ impl ToolSet {
     /// one [`ToolResult`] for `call.call_id`, promptly once `ctx.cancel` fires.
     pub async fn dispatch(&self, call: &ToolCall, ctx: ToolContext) -> ToolResult {
         let started = Instant::now();
-        let outcome = self.run(call, ctx).await;
+        let outcome = self.run(call, ctx).await.map_err(|e| {
+            named(
+                &format!("{}.{}", call.provider_name, call.safe_tool_name),
+                e,
+            )
+        });
         match &outcome {
             Ok(_) => tracing::debug!(
                 call_id = %call.call_id,
@@ -271,12 +311,7 @@ impl ToolSet {
             .lookup
             .get(&call.provider_name)
             .and_then(|tools| tools.get(&call.safe_tool_name))
-            .ok_or_else(|| {
-                ToolError::tool(format!(
-                    "Unknown tool {}.{}",
-                    call.provider_name, call.safe_tool_name
-                ))
-            })?
+            .ok_or_else(|| self.unknown_tool(&call.provider_name))?
             .clone();
         if ctx.cancel.is_cancelled() {
             return Err(ToolError::cancelled());
@@ -286,7 +321,7 @@ impl ToolSet {
             Some(raw) => parse_json(raw.get()).map_err(|e| match e {
                 ParseJsonError::TooDeep => ToolError::serialization(format!("tool input {e}")),
                 ParseJsonError::Syntax(e) => {
-                    ToolError::validation(format!("tool input is not valid JSON: {e}"))
+                    ToolError::validation(format!("the input is not valid JSON: {e}"))
                 }
             })?,
         };
@@ -294,7 +329,7 @@ impl ToolSet {
             if let Err(message) = validate(schema, &input, "input") {
                 drop_value(input);
                 let message = if call.input.is_none() {
-                    format!("input is missing (the tool was called without an argument); {message}")
+                    format!("called without an argument: {message}")
                 } else {
                     message
                 };
@@ -314,7 +349,10 @@ impl ToolSet {
                 Err(panic) => {
                     let what = panic_message(panic.as_ref());
                     tracing::warn!(tool = %tool.label(), "tool handler panicked: {what}");
-                    return Err(ToolError::tool(format!("Tool {} panicked: {what}", tool.label())));
+                    return Err(ToolError::tool(format!(
+                        "{}: the tool panicked (a bug in the tool, not in your program): {what}",
+                        tool.label()
+                    )));
                 }
             },
         };
@@ -328,7 +366,10 @@ impl ToolSet {
         if let Some(schema) = &tool.output {
             if let Err(message) = validate(schema, &output, "output") {
                 drop_value(output);
-                return Err(ToolError::validation(message));
+                return Err(ToolError::validation(format!(
+                    "the tool returned an output that does not match its output schema \
+                     (a fault of the tool, not of your program): {message}"
+                )));
             }
         }
         let encode = || serde_json::value::to_raw_value(&output);
@@ -342,6 +383,77 @@ impl ToolSet {
             ToolError::serialization(format!("Host value is not JSON-serializable: {e}"))
         })
     }
+
+    /// The error of a call to a tool that does not exist, listing what does.
+    fn unknown_tool(&self, provider: &str) -> ToolError {
+        match self.0.names.get(provider) {
+            Some(tools) if tools.is_empty() => {
+                ToolError::tool(format!("no such tool; provider {provider} has no tools"))
+            }
+            Some(tools) => {
+                let safe: Vec<&str> = tools.iter().map(|(s, _)| s.as_str()).collect();
+                ToolError::tool(format!(
+                    "no such tool; the tools of {provider} are {}",
+                    few(&safe)
+                ))
+            }
+            None => {
+                let providers: Vec<&str> =
+                    self.0.manifests.iter().map(|m| m.name.as_str()).collect();
+                if providers.is_empty() {
+                    ToolError::tool(format!("no such provider {provider}; there are no tools"))
+                } else {
+                    ToolError::tool(format!(
+                        "no such provider {provider}; the providers are {}",
+                        few(&providers)
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// The error codes a call of `tool` may reject with, and when, for prompts.
+fn error_codes(tool: &Tool) -> Vec<(&'static str, String)> {
+    let mut codes = Vec::new();
+    let when = match (tool.get_input_schema(), tool.get_output_schema()) {
+        (Some(_), Some(_)) => Some("the input does not match its type, or the tool returned an output that does not match its return type"),
+        (Some(_), None) => Some("the input does not match its type"),
+        (None, Some(_)) => Some("the tool returned an output that does not match its return type"),
+        (None, None) => None,
+    };
+    if let Some(when) = when {
+        codes.push((ErrorCode::ValidationError.as_str(), when.to_string()));
+    }
+    codes.push((ErrorCode::ToolError.as_str(), "the tool failed".to_string()));
+    if let Some(limit) = tool.handler().timeout() {
+        codes.push((
+            ErrorCode::Timeout.as_str(),
+            format!("the tool ran longer than {}s", limit.as_secs_f64()),
+        ));
+    }
+    codes
+}
+
+/// `error` with its message prefixed by `label: `, unless it names `label` already.
+fn named(label: &str, error: ToolError) -> ToolError {
+    if error.message.contains(label) {
+        return error;
+    }
+    ToolError::new(error.code, format!("{label}: {}", error.message))
+}
+
+/// At most 20 names, comma-separated, then how many more.
+fn few(names: &[&str]) -> String {
+    const MAX: usize = 20;
+    if names.len() <= MAX {
+        return names.join(", ");
+    }
+    format!(
+        "{}, … ({} more)",
+        names[..MAX].join(", "),
+        names.len() - MAX
+    )
 }
 
 /// Validates on a large stack when the instance is deep.

@@ -53,6 +53,9 @@ pub struct ToolDeclaration<'a> {
     pub input_schema: Option<&'a Value>,
     /// Becomes the promised type; `None` gives `Promise<unknown>`.
     pub output_schema: Option<&'a Value>,
+    /// The error codes a call may reject with, each with when, as `@throws` lines of the
+    /// JSDoc; empty for none (the declarations of [`ToolSet::declarations`](crate::ToolSet::declarations)).
+    pub errors: &'a [(&'a str, String)],
 }
 
 /// The `declare namespace` block of one provider.
@@ -67,9 +70,14 @@ pub fn provider_declaration(
     }
     let _ = writeln!(out, "declare namespace {provider} {{");
     for tool in tools {
-        if let Some(d) = tool.description {
-            out.push_str(&doc_comment(d, 1));
+        let mut doc = tool.description.unwrap_or_default().trim().to_string();
+        for (code, when) in tool.errors {
+            if !doc.is_empty() {
+                doc.push('\n');
+            }
+            let _ = write!(doc, "@throws {{Error}} code \"{code}\": {when}");
         }
+        out.push_str(&doc_comment(&doc, 1));
         let param = match tool.input_schema {
             Some(schema) => format!("input: {}", schema_to_type(schema, 1)),
             None => "input?: unknown".to_string(),
@@ -479,12 +487,14 @@ mod tests {
                     description: Some("Count words.\n\nSplits on */ whitespace."),
                     input_schema: Some(&input),
                     output_schema: Some(&output),
+                    errors: &[],
                 },
                 ToolDeclaration {
                     safe_name: "ping",
                     description: None,
                     input_schema: None,
                     output_schema: None,
+                    errors: &[],
                 },
             ],
         );

@@ -100,7 +100,7 @@ async fn fresh_process_executor_runs_tools_and_reports_trusted_errors() {
     let error = result.error().unwrap();
     assert_eq!(
         (error.code, error.message.as_str()),
-        (ErrorCode::ToolError, "upstream said no")
+        (ErrorCode::ToolError, "t.fail: upstream said no")
     );
 }
 

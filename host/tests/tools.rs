@@ -54,16 +54,13 @@ fn number_schema() -> Value {
 }
 
 #[tokio::test]
-async fn input_schema_failure_is_a_validation_error_naming_the_schema_path() {
+async fn input_schema_failure_names_the_tool_the_path_the_expected_type_and_the_value() {
     let tools = set(vec![echo("e").input_schema(number_schema())]);
     let (code, message) = err(tools
         .dispatch(&call("t", "e", Some(r#"{"x":"a"}"#)), ctx())
         .await);
     assert_eq!(code, ErrorCode::ValidationError);
-    assert_eq!(
-        message,
-        r#"input does not match schema at /properties/x/type (instance /x): "a" is not of type "number""#
-    );
+    assert_eq!(message, r#"t.e: input.x must be a number; got "a""#);
     assert_eq!(
         ok(tools
             .dispatch(&call("t", "e", Some(r#"{"x":1}"#)), ctx())
@@ -77,10 +74,9 @@ async fn missing_input_is_null_and_an_object_schema_says_it_is_missing() {
     let tools = set(vec![echo("e").input_schema(number_schema()), echo("any")]);
     let (code, message) = err(tools.dispatch(&call("t", "e", None), ctx()).await);
     assert_eq!(code, ErrorCode::ValidationError);
-    assert!(message.starts_with("input is missing"), "{message}");
-    assert!(
-        message.contains(r#"at /type: null is not of type "object""#),
-        "{message}"
+    assert_eq!(
+        message,
+        "t.e: called without an argument: input must be an object; got null"
     );
     assert_eq!(
         ok(tools.dispatch(&call("t", "any", None), ctx()).await),
@@ -89,29 +85,63 @@ async fn missing_input_is_null_and_an_object_schema_says_it_is_missing() {
 }
 
 #[tokio::test]
-async fn output_schema_failure_is_a_validation_error_about_the_output() {
+async fn input_schema_failures_are_listed_then_counted() {
+    let schema = json!({
+        "type": "object",
+        "required": ["city", "units", "items"],
+        "properties": {
+            "units": {"enum": ["metric", "imperial"]},
+            "items": {"type": "array", "items": {"type": "object", "properties": {"kind": {"type": "string"}}}}
+        }
+    });
+    let tools = ToolSet::new(vec![
+        Provider::new("weather").tool(echo("get-forecast").input_schema(schema))
+    ])
+    .unwrap();
+    let input = r#"{"units":"kelvin","items":[{"kind":"a"},{"kind":1},{"kind":2},{"kind":3}]}"#;
+    let (code, message) = err(tools
+        .dispatch(&call("weather", "get_forecast", Some(input)), ctx())
+        .await);
+    assert_eq!(code, ErrorCode::ValidationError);
+    assert_eq!(
+        message,
+        "weather.get_forecast: 5 errors: (1) input.city is required but missing \
+         (2) input.units must be one of \"metric\", \"imperial\"; got \"kelvin\" \
+         (3) input.items[1].kind must be a string; got 1 (and 2 more)"
+    );
+}
+
+#[tokio::test]
+async fn output_schema_failure_blames_the_tool_and_names_the_path() {
     let tools = set(vec![Tool::new("bad", |_: Value, _| async {
         Ok(json!({"x": "not a number"}))
     })
     .output_schema(number_schema())]);
     let (code, message) = err(tools.dispatch(&call("t", "bad", None), ctx()).await);
     assert_eq!(code, ErrorCode::ValidationError);
-    assert!(
-        message.starts_with("output does not match schema at /properties/x/type (instance /x)"),
-        "{message}"
+    assert_eq!(
+        message,
+        "t.bad: the tool returned an output that does not match its output schema \
+         (a fault of the tool, not of your program): output.x must be a number; got \"not a number\""
     );
 }
 
 #[tokio::test]
-async fn unknown_provider_or_tool_is_a_tool_error() {
-    let tools = set(vec![echo("e")]);
+async fn unknown_provider_or_tool_is_a_tool_error_listing_what_exists() {
+    let tools = set(vec![echo("e"), echo("f-g")]);
     assert_eq!(
         err(tools.dispatch(&call("t", "nope", None), ctx()).await),
-        (ErrorCode::ToolError, "Unknown tool t.nope".into())
+        (
+            ErrorCode::ToolError,
+            "t.nope: no such tool; the tools of t are e, f_g".into()
+        )
     );
     assert_eq!(
         err(tools.dispatch(&call("x", "e", None), ctx()).await),
-        (ErrorCode::ToolError, "Unknown tool x.e".into())
+        (
+            ErrorCode::ToolError,
+            "x.e: no such provider x; the providers are t".into()
+        )
     );
 }
 
@@ -190,22 +220,33 @@ fn bad_provider_sets_are_refused_with_reasons() {
 }
 
 #[tokio::test]
-async fn handler_errors_pass_through_and_panics_become_tool_errors() {
+async fn handler_errors_keep_code_and_message_named_once_and_panics_become_tool_errors() {
     let tools = set(vec![
         Tool::new("fails", |_: Value, _| async {
             Err(ToolError::tool("no such user"))
+        }),
+        Tool::new("limited", |_: Value, _| async {
+            Err(ToolError::validation("t.limited refuses more than 3 ids"))
         }),
         Tool::new("panics", |_: Value, _| async { panic!("bug in tool") }),
     ]);
     assert_eq!(
         err(tools.dispatch(&call("t", "fails", None), ctx()).await),
-        (ErrorCode::ToolError, "no such user".into())
+        (ErrorCode::ToolError, "t.fails: no such user".into())
+    );
+    assert_eq!(
+        err(tools.dispatch(&call("t", "limited", None), ctx()).await),
+        (
+            ErrorCode::ValidationError,
+            "t.limited refuses more than 3 ids".into()
+        )
     );
     assert_eq!(
         err(tools.dispatch(&call("t", "panics", None), ctx()).await),
         (
             ErrorCode::ToolError,
-            "Tool t.panics panicked: bug in tool".into()
+            "t.panics: the tool panicked (a bug in the tool, not in your program): bug in tool"
+                .into()
         )
     );
 }
@@ -219,7 +260,7 @@ async fn cancellation_before_or_during_a_call_is_a_prompt_timeout() {
     c.cancel.cancel();
     assert_eq!(
         err(tools.dispatch(&call("t", "hangs", None), c).await),
-        (ErrorCode::Timeout, "Execution timed out".into())
+        (ErrorCode::Timeout, "t.hangs: Execution timed out".into())
     );
     let c = ctx();
     let cancel = c.cancel.clone();
@@ -235,7 +276,7 @@ async fn cancellation_before_or_during_a_call_is_a_prompt_timeout() {
         .unwrap();
     assert_eq!(
         err(result),
-        (ErrorCode::Timeout, "Execution timed out".into())
+        (ErrorCode::Timeout, "t.hangs: Execution timed out".into())
     );
 }
 
@@ -279,7 +320,7 @@ async fn values_nest_up_to_the_transport_limit_and_no_further() {
     assert_eq!(code, ErrorCode::SerializationError);
     assert_eq!(
         message,
-        "Host value is not JSON-serializable: value nests deeper than 1000 levels"
+        "t.too_deep: Host value is not JSON-serializable: value nests deeper than 1000 levels"
     );
 }
 
@@ -306,6 +347,15 @@ fn manifests_carry_typescript_and_declarations_join_providers() {
         json!({"safeName": "add_two", "originalName": "add-two", "description": "Adds two numbers"})
     );
     assert_eq!(ToolSet::empty().declarations(), "");
+    let prompt = tools.prompt_declarations();
+    assert!(prompt.contains(
+        "  /**\n   * Adds two numbers\n   * @throws {Error} code \"validation_error\": the input does not match its type, \
+         or the tool returned an output that does not match its return type\n   \
+         * @throws {Error} code \"tool_error\": the tool failed\n   */\n  function add_two("
+    ), "{prompt}");
+    assert!(prompt.contains(
+        "  /** @throws {Error} code \"tool_error\": the tool failed */\n  function ping(input?: unknown): Promise<unknown>;"
+    ), "{prompt}");
     assert!(ToolSet::empty().manifests().is_empty());
 }
 
@@ -424,7 +474,8 @@ async fn the_example_tools_run_as_commands() {
         .await);
     assert_eq!(code, ErrorCode::ToolError);
     assert!(
-        message.starts_with("unknown country 'Atlantis'"),
+        message
+            .starts_with("data.lookup: exited with status 1; stderr: unknown country 'Atlantis'"),
         "{message}"
     );
     assert!(tools
@@ -466,7 +517,7 @@ printf '}'
 }
 
 #[tokio::test]
-async fn non_zero_exit_is_a_tool_error_with_the_trimmed_stderr() {
+async fn non_zero_exit_is_a_tool_error_naming_the_tool_the_status_and_the_stderr() {
     let dir = TempDir::new("exit");
     let tools = command_tools(
         &dir,
@@ -478,19 +529,42 @@ async fn non_zero_exit_is_a_tool_error_with_the_trimmed_stderr() {
             ),
             ("silent", "", "exit 3\n"),
             ("signal", "", "kill -9 $$\n"),
+            (
+                "traceback",
+                "",
+                "for i in 1 2 3 4 5 6 7 8 9 10 11; do echo \"line $i\" >&2; done\n\
+                 printf 'ValueError: bad \\033[1mkey\\033[0m\\n' >&2\nexit 1\n",
+            ),
         ],
     );
     assert_eq!(
         err(tools.dispatch(&call("t", "fails", None), ctx()).await),
-        (ErrorCode::ToolError, "quota exceeded for key 7".into())
+        (
+            ErrorCode::ToolError,
+            "t.fails: exited with status 2; stderr: quota exceeded for key 7".into()
+        )
     );
     assert_eq!(
         err(tools.dispatch(&call("t", "silent", None), ctx()).await),
-        (ErrorCode::ToolError, "/bin/sh exited with status 3".into())
+        (
+            ErrorCode::ToolError,
+            "t.silent: exited with status 3 and printed nothing on stderr".into()
+        )
     );
     assert_eq!(
         err(tools.dispatch(&call("t", "signal", None), ctx()).await),
-        (ErrorCode::ToolError, "/bin/sh killed by signal 9".into())
+        (
+            ErrorCode::ToolError,
+            "t.signal: was killed by signal 9 (SIGKILL)".into()
+        )
+    );
+    // The last 10 lines of stderr, on one line, escape sequences escaped.
+    assert_eq!(
+        err(tools.dispatch(&call("t", "traceback", None), ctx()).await),
+        (
+            ErrorCode::ToolError,
+            r"t.traceback: exited with status 1; stderr: …line 3\nline 4\nline 5\nline 6\nline 7\nline 8\nline 9\nline 10\nline 11\nValueError: bad \u001b[1mkey\u001b[0m".into()
+        )
     );
 }
 
@@ -507,7 +581,7 @@ async fn a_hanging_command_times_out_and_is_killed_with_its_children() {
         err(tools.dispatch(&call("t", "hang", None), ctx()).await),
         (
             ErrorCode::Timeout,
-            "Tool t.hang timed out after 0.5s".into()
+            "t.hang: timed out after 0.5s (its timeout_seconds) and was killed".into()
         )
     );
     let leader = read_pid(&dir.path("leader.pid")).unwrap();
@@ -539,7 +613,7 @@ async fn cancelling_the_execution_kills_the_command_promptly() {
         .unwrap();
     assert_eq!(
         err(result),
-        (ErrorCode::Timeout, "Execution timed out".into())
+        (ErrorCode::Timeout, "t.slow: Execution timed out".into())
     );
     wait_until_dead(pid).await;
 }
@@ -559,12 +633,13 @@ async fn a_command_that_ignores_stdin_still_succeeds() {
 }
 
 #[tokio::test]
-async fn stdout_must_be_one_json_value_and_empty_means_null() {
+async fn stdout_must_be_one_json_value_and_bad_stdout_is_quoted() {
     let dir = TempDir::new("stdout");
     let tools = command_tools(
         &dir,
         &[
             ("garbage", "", "echo 'hello there'\n"),
+            ("long", "", "printf 'x%.0s' $(seq 300)\n"),
             ("two", "", "echo '1'\necho '2'\n"),
             ("empty", "", "cat > /dev/null\n"),
             ("flood", "", "exec cat /dev/zero\n"),
@@ -575,15 +650,29 @@ async fn stdout_must_be_one_json_value_and_empty_means_null() {
             ),
         ],
     );
-    let (code, message) = err(tools.dispatch(&call("t", "garbage", None), ctx()).await);
+    let contract = r#"a command tool must print one JSON value, its result (e.g. {"ok":true}), or nothing for null"#;
+    assert_eq!(
+        err(tools.dispatch(&call("t", "garbage", None), ctx()).await),
+        (
+            ErrorCode::ToolError,
+            format!(
+                r#"t.garbage: printed invalid JSON on stdout (expected value at line 1 column 1): "hello there\n"; {contract}"#
+            )
+        )
+    );
+    let (code, message) = err(tools.dispatch(&call("t", "long", None), ctx()).await);
     assert_eq!(code, ErrorCode::ToolError);
     assert!(
-        message.starts_with("tool printed invalid JSON on stdout: expected value at line 1"),
+        message.contains(&format!(": \"{}\"… (300 bytes in all); ", "x".repeat(200))),
         "{message}"
     );
     let (code, message) = err(tools.dispatch(&call("t", "two", None), ctx()).await);
     assert_eq!(code, ErrorCode::ToolError);
-    assert!(message.contains("trailing characters"), "{message}");
+    assert!(
+        message.starts_with("t.two: printed invalid JSON on stdout (trailing characters"),
+        "{message}"
+    );
+    assert!(message.contains(r#": "1\n2\n"; "#), "{message}");
     assert_eq!(
         ok(tools.dispatch(&call("t", "empty", None), ctx()).await),
         json!(null)
@@ -592,14 +681,15 @@ async fn stdout_must_be_one_json_value_and_empty_means_null() {
         err(tools.dispatch(&call("t", "flood", None), ctx()).await),
         (
             ErrorCode::ToolError,
-            "Tool t.flood printed more than 16 MiB on stdout".into()
+            format!("t.flood: printed more than 16 MiB on stdout; {contract}")
         )
     );
     let (code, message) = err(tools.dispatch(&call("t", "checked", None), ctx()).await);
     assert_eq!(code, ErrorCode::ValidationError);
-    assert!(
-        message.starts_with("output does not match schema at /type"),
-        "{message}"
+    assert_eq!(
+        message,
+        "t.checked: the tool returned an output that does not match its output schema \
+         (a fault of the tool, not of your program): output must be a string; got 5"
     );
 }
 
@@ -615,10 +705,7 @@ async fn a_missing_command_is_a_tool_error_naming_it() {
     let tools = ToolSet::new(ToolsFile::load(&file).unwrap()).unwrap();
     let (code, message) = err(tools.dispatch(&call("t", "gone", None), ctx()).await);
     assert_eq!(code, ErrorCode::ToolError);
-    assert!(
-        message.starts_with("Tool t.gone: cannot run /"),
-        "{message}"
-    );
+    assert!(message.starts_with("t.gone: cannot run /"), "{message}");
     assert!(
         message.contains("no-such-tool: No such file or directory"),
         "{message}"

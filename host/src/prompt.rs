@@ -1,0 +1,131 @@
+//! A prompt-ready description of the sandbox for a model: how a program runs, what is missing,
+//! the error shape, the limits, then the tools' TypeScript declarations.
+//!
+//! `execbox types --prompt` prints [`model_prompt`]; keep it in step with the runner
+//! (`runner/src/normalize.rs`, the guest surface in ARCHITECTURE.md) and with the messages of
+//! [`ToolSet::dispatch`](crate::ToolSet::dispatch).
+
+use std::fmt::Write as _;
+
+use execbox_protocol::RuntimeOptions;
+
+use crate::ToolSet;
+
+/// The preamble for `options`, then `tools`' declarations (with each tool's error codes) in a
+/// `ts` code fence.
+///
+/// ```
+/// use execbox_host::{model_prompt, ToolSet};
+/// let prompt = model_prompt(&ToolSet::empty(), &Default::default());
+/// assert!(prompt.contains("top-level `await`"));
+/// ```
+pub fn model_prompt(tools: &ToolSet, options: &RuntimeOptions) -> String {
+    let mut out = String::from(
+        "Write a program to run in a sandbox; it can call the tools declared below.\n\
+         \n\
+         ## How the program runs\n\
+         - Write plain JavaScript or TypeScript with erasable type annotations (no enums or namespaces of your own).\n\
+         - The program is the body of an async function: use top-level `await`; `return` a value, or end with an expression statement, whose value is the result. The result must be JSON-serializable.\n\
+         - A markdown code fence around the program is stripped.\n\
+         - Each provider is a global namespace of async functions, one per tool: `const r = await provider.tool({ ... })`. Run independent calls at once with `Promise.all`.\n\
+         - `console.log`, `console.info`, `console.warn` and `console.error` write logs.\n\
+         \n\
+         ## What is not there\n\
+         - No modules: no `import`, `import()` or `require`.\n\
+         - No timers: no `setTimeout`, `setInterval` or `setImmediate`.\n\
+         - No network, file or process access: no `fetch`, `XMLHttpRequest`, `process` or `fs`.\n\
+         - Only the ECMAScript built-ins, `console` and the tool namespaces below exist.\n\
+         \n\
+         ## Errors\n\
+         - A failed tool call rejects with an `Error` that has a `code` and a `message`. The `code` is one of:\n  \
+           - `\"validation_error\"`: the input does not match the tool's parameter type (fix the input), or the tool returned an output that does not match its return type (the tool's fault);\n  \
+           - `\"tool_error\"`: the tool failed;\n  \
+           - `\"timeout\"`: the tool ran past its own time limit;\n  \
+           - `\"serialization_error\"`: a value cannot cross the sandbox boundary (functions, cycles, nesting deeper than 1000 levels).\n\
+         - The `message` starts with the tool (`provider.tool: ...`) and says what to fix, with the path in the input (`input.items[3].kind`) and what was expected, e.g. `weather.get_forecast: input.units must be one of \"metric\", \"imperial\"; got \"kelvin\"`.\n\
+         - Catch errors with `try`/`catch` to handle them; an uncaught error fails the whole program with its `code` and `message`.\n\
+         - The whole program fails with `\"timeout\"` past its time limit, `\"memory_limit\"` past its memory limit, and `\"runtime_error\"` for an uncaught exception or a syntax error.\n\
+         \n\
+         ## Limits\n",
+    );
+    let _ = writeln!(
+        out,
+        "- Time: {} for the whole program, waiting for tools included.",
+        duration(options.timeout_ms)
+    );
+    let _ = writeln!(
+        out,
+        "- Memory: {} for the program's values.",
+        bytes(options.memory_limit_bytes)
+    );
+    let _ = writeln!(
+        out,
+        "- Logs: the first {} lines and {} characters are kept.",
+        options.max_log_lines, options.max_log_chars
+    );
+    out.push_str("\n## Tools\n");
+    let declarations = tools.prompt_declarations();
+    if declarations.is_empty() {
+        out.push_str("There are no tools.\n");
+    } else {
+        let _ = write!(out, "```ts\n{declarations}\n```\n");
+    }
+    out
+}
+
+/// `500 ms`, `5 s`, `2.5 s`.
+fn duration(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{} s", ms as f64 / 1000.0)
+    }
+}
+
+/// `64 MiB`, `1.5 KiB`, `100 bytes`.
+fn bytes(n: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+    const GIB: u64 = 1024 * MIB;
+    for (unit, name) in [(GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")] {
+        if n >= unit {
+            return if n.is_multiple_of(unit) {
+                format!("{} {name}", n / unit)
+            } else {
+                format!("{:.1} {name}", n as f64 / unit as f64)
+            };
+        }
+    }
+    format!("{n} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_written_for_people() {
+        assert_eq!(duration(500), "500 ms");
+        assert_eq!(duration(5000), "5 s");
+        assert_eq!(duration(2500), "2.5 s");
+        assert_eq!(bytes(64 * 1024 * 1024), "64 MiB");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(100), "100 bytes");
+    }
+
+    #[test]
+    fn without_tools_the_prompt_says_so() {
+        let prompt = model_prompt(&ToolSet::empty(), &RuntimeOptions::default());
+        assert!(
+            prompt.contains("- Time: 5 s for the whole program"),
+            "{prompt}"
+        );
+        assert!(prompt.contains("- Memory: 64 MiB"), "{prompt}");
+        assert!(
+            prompt.ends_with("## Tools\nThere are no tools.\n"),
+            "{prompt}"
+        );
+    }
+}
