@@ -64,6 +64,8 @@ impl Inbound {
 /// State shared by a transport's reader and the session, guarding cancellation races.
 pub struct Control {
     interrupt: Arc<AtomicBool>,
+    /// Raised by the engine when the active execution exceeded its memory limit.
+    memory: Arc<AtomicBool>,
     state: Mutex<ControlState>,
     /// Wakes the watchdog when the state changes.
     changed: Condvar,
@@ -104,6 +106,7 @@ impl Control {
     pub fn new(interrupt: Arc<AtomicBool>) -> Arc<Control> {
         Arc::new(Control {
             interrupt,
+            memory: Arc::new(AtomicBool::new(false)),
             state: Mutex::new(ControlState::default()),
             changed: Condvar::new(),
             sink: Mutex::new(None),
@@ -236,15 +239,19 @@ impl Control {
             };
             drop(state);
             tracing::warn!(%id, ?elapsed, "execution did not stop in time (a long native call?); ending the session");
+            // An execution past its memory limit that could not be stopped (one slow native
+            // call per loop turn) still ends as what it is.
+            let outcome = if self.memory.load(Ordering::Relaxed) {
+                ErrorBody::new(ErrorCode::MemoryLimit, crate::engine::MEMORY_MESSAGE)
+            } else {
+                ErrorBody::new(ErrorCode::Timeout, crate::engine::TIMEOUT_MESSAGE)
+            };
             if let Some(sink) = sink {
                 sink.send(&Message::Done(Done {
                     id,
                     duration_ms: elapsed.as_millis() as u64,
                     logs: Vec::new(),
-                    outcome: Err(ErrorBody::new(
-                        ErrorCode::Timeout,
-                        crate::engine::TIMEOUT_MESSAGE,
-                    )),
+                    outcome: Err(outcome),
                 }));
             }
             on_fire();
@@ -301,6 +308,7 @@ pub fn run_session(
     limits: SessionLimits,
 ) {
     control.set_sink(out.clone());
+    engine.report_memory_to(control.memory.clone());
     serve_items(engine, inbound, control, out, limits);
     control.clear_sink();
     control.shutdown();

@@ -15,6 +15,8 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use rquickjs::allocator::{Allocator, RustAllocator};
 
@@ -26,6 +28,8 @@ pub(crate) struct Budget {
     exceeded: Cell<bool>,
     /// Bytes that may still be allocated after a refusal (see [`Budget::allow_unwinding`]).
     allowance: Cell<usize>,
+    /// `exceeded`, seen from other threads (the watchdog).
+    signal: Arc<AtomicBool>,
 }
 
 /// What [`Budget::allow_unwinding`] grants: enough for an error object, its message and a
@@ -33,12 +37,13 @@ pub(crate) struct Budget {
 const UNWIND_ALLOWANCE: usize = 64 * 1024;
 
 impl Budget {
-    pub(crate) fn new() -> Rc<Budget> {
+    pub(crate) fn new(signal: Arc<AtomicBool>) -> Rc<Budget> {
         Rc::new(Budget {
             used: Cell::new(0),
             limit: Cell::new(usize::MAX),
             exceeded: Cell::new(false),
             allowance: Cell::new(0),
+            signal,
         })
     }
 
@@ -47,6 +52,7 @@ impl Budget {
         self.limit.set(limit);
         self.exceeded.set(false);
         self.allowance.set(0);
+        self.signal.store(false, Ordering::Relaxed);
     }
 
     /// After a refusal, lets the engine allocate a little more, once per call: the interrupt
@@ -79,6 +85,7 @@ impl Budget {
                 self.allowance.set(left);
             } else if next > self.limit.get() {
                 self.exceeded.set(true);
+                self.signal.store(true, Ordering::Relaxed);
                 return false;
             }
         }

@@ -89,6 +89,9 @@ pub struct Engine {
     spare: Option<Sandbox>,
     retired: Option<Sandbox>,
     interrupt: Arc<AtomicBool>,
+    /// Raised when an execution's allocation is refused, for whoever must answer for an
+    /// engine that cannot (the watchdog: `memory_limit`, not `timeout`).
+    memory: Arc<AtomicBool>,
 }
 
 impl Engine {
@@ -100,14 +103,22 @@ impl Engine {
             spare: None,
             retired: None,
             interrupt,
+            memory: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Raises `flag` whenever an execution exceeds its memory limit (it is lowered when the
+    /// next execution starts). Call it before the first execution.
+    pub fn report_memory_to(&mut self, flag: Arc<AtomicBool>) {
+        self.memory = flag;
+        self.spare = None;
     }
 
     /// Idle-time work: frees the last execution's sandbox and builds the next one.
     pub fn prepare(&mut self) {
         self.retired = None;
         if self.spare.is_none() {
-            match Sandbox::new(self.interrupt.clone()) {
+            match Sandbox::new(self.interrupt.clone(), self.memory.clone()) {
                 Ok(sandbox) => self.spare = Some(sandbox),
                 Err(e) => tracing::error!("cannot prepare a sandbox: {e}"),
             }
@@ -127,7 +138,7 @@ impl Engine {
         self.retired = None;
         let sandbox = match self.spare.take() {
             Some(s) => s,
-            None => match Sandbox::new(self.interrupt.clone()) {
+            None => match Sandbox::new(self.interrupt.clone(), self.memory.clone()) {
                 Ok(s) => s,
                 Err(e) => {
                     return Finished {
@@ -194,8 +205,8 @@ enum Stop {
 }
 
 impl Sandbox {
-    fn new(interrupt: Arc<AtomicBool>) -> rquickjs::Result<Sandbox> {
-        let budget = Budget::new();
+    fn new(interrupt: Arc<AtomicBool>, memory: Arc<AtomicBool>) -> rquickjs::Result<Sandbox> {
+        let budget = Budget::new(memory);
         let runtime = Runtime::new_with_alloc(BudgetAllocator {
             budget: budget.clone(),
         })?;
@@ -337,7 +348,14 @@ impl Sandbox {
         loop {
             loop {
                 match self.runtime.execute_pending_job() {
-                    Ok(true) => continue,
+                    // A job that caught its own interrupt (QuickJS turns one raised inside a
+                    // promise executor or a thenable's `then` getter into a rejection) must not
+                    // let the next job run.
+                    Ok(true) => {
+                        if let Some(stop) = self.stop_reason() {
+                            return Err(stop);
+                        }
+                    }
                     Ok(false) => break,
                     Err(_) => {
                         if let Some(stop) = self.stop_reason() {
