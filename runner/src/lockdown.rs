@@ -445,7 +445,11 @@ mod imp {
         #[cfg(target_arch = "x86_64")]
         libc::SYS_arch_prctl,
         libc::SYS_set_tid_address,
-        // ... and its own lockdown.
+        // ... and its own lockdown: closing what it inherited, dropping capabilities (it holds
+        // none: the supervisor dropped them), then rlimits, Landlock and seccomp.
+        libc::SYS_close_range,
+        libc::SYS_capget,
+        libc::SYS_capset,
         libc::SYS_prlimit64,
         libc::SYS_landlock_create_ruleset,
         libc::SYS_landlock_add_rule,
@@ -472,8 +476,14 @@ mod imp {
                 .map(|&cmd| rule(1, SeccompCmpOp::Eq, cmd as u64))
                 .collect::<Result<_, _>>()?,
         );
-        // Thread names, and no_new_privs (set by each session process's Landlock step).
-        let prctl = [libc::PR_SET_NAME, libc::PR_SET_NO_NEW_PRIVS];
+        // Thread names, no_new_privs (set by each session process's Landlock step) and the
+        // capability sets a session process empties.
+        let prctl = [
+            libc::PR_SET_NAME,
+            libc::PR_SET_NO_NEW_PRIVS,
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAPBSET_DROP,
+        ];
         rules.insert(
             libc::SYS_prctl,
             prctl

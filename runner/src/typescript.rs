@@ -41,9 +41,52 @@ pub fn is_typescript_fence(code: &str) -> bool {
 #[cfg(feature = "typescript")]
 const PREFIX: &str = "async function __execbox_body__() {";
 
+/// The deepest nesting the stripper is given: swc parses recursively, and a hostile program
+/// nested far deeper would overflow the engine thread's stack (an abort, not an error). Real
+/// programs stay far below it; a deeper one is left to the JavaScript parser, which refuses it
+/// with an error.
+const MAX_NESTING: usize = 1_000;
+
+/// The largest program the stripper is given. swc's recursion has no stack check: measured on
+/// the engine thread's 64 MiB stack, 120,000 chained prefix operators (`!!!…`, one character
+/// per level, the densest nesting there is) parse and 250,000 overflow, so 100,000 bytes can
+/// never nest deep enough to abort the runner.
+pub const MAX_TYPESCRIPT_BYTES: usize = 100_000;
+
+/// A bound of how deep `code` nests: brackets, braces and parentheses, plus angle brackets
+/// (which may open type arguments), counted without regard to strings or comments, so that it
+/// never underestimates.
+fn nesting_bound(code: &str) -> usize {
+    let (mut depth, mut angles, mut deepest) = (0usize, 0usize, 0usize);
+    for byte in code.bytes() {
+        match byte {
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            b'<' => angles += 1,
+            b'>' => angles = angles.saturating_sub(1),
+            _ => continue,
+        }
+        deepest = deepest.max(depth + angles);
+    }
+    deepest
+}
+
 /// `body` with its type annotations replaced by spaces: same length, same lines and columns.
 #[cfg(feature = "typescript")]
 pub fn strip(body: &str) -> Result<String, StripError> {
+    if body.len() > MAX_TYPESCRIPT_BYTES {
+        return Err(StripError::Unsupported {
+            what: format!(
+                "a TypeScript program over {MAX_TYPESCRIPT_BYTES} bytes ({} bytes) is not erased",
+                body.len()
+            ),
+            line: 1,
+            column: 1,
+        });
+    }
+    if nesting_bound(body) > MAX_NESTING {
+        return Err(StripError::Invalid);
+    }
     use std::sync::{Arc, Mutex};
 
     use swc_common::errors::{DiagnosticBuilder, Emitter, Handler};
@@ -149,6 +192,30 @@ mod tests {
             Err(StripError::Unsupported { line: 1, .. })
         ));
         assert_eq!(strip("const a = ;"), Err(StripError::Invalid));
+    }
+
+    #[test]
+    fn hostile_nesting_is_left_to_the_javascript_parser() {
+        let deep = format!(
+            "const a: number = {}1{};",
+            "(".repeat(20_000),
+            ")".repeat(20_000)
+        );
+        assert_eq!(strip(&deep), Err(StripError::Invalid));
+        let generic = format!(
+            "let x: {}number{} = 1;",
+            "A<".repeat(5_000),
+            ">".repeat(5_000)
+        );
+        assert_eq!(strip(&generic), Err(StripError::Invalid));
+        let long = format!("let x: number = {}1;", "!".repeat(250_000));
+        assert!(matches!(
+            strip(&long),
+            Err(StripError::Unsupported { line: 1, .. })
+        ));
+        // Real nesting still strips.
+        let fine = format!("const a: number = {}1{};", "(".repeat(200), ")".repeat(200));
+        assert!(strip(&fine).is_ok());
     }
 
     #[test]

@@ -589,6 +589,12 @@ fn start_guest(
         Err((failure, fallback)) if stripped.is_some() => {
             return Err(located(exec, stripped.as_deref(), fallback, &failure))
         }
+        // Too large to be erased: the JavaScript error is the one to show.
+        Err((failure, fallback))
+            if fenced_program(&exec.code).len() > typescript::MAX_TYPESCRIPT_BYTES =>
+        {
+            return Err(located(exec, None, fallback, &failure))
+        }
         Err((failure, fallback)) => match typescript::strip(fenced_program(&exec.code)) {
             Ok(js) if js != fenced_program(&exec.code) => match compile_program(ctx, &js) {
                 Ok(compiled) => {
@@ -646,10 +652,14 @@ fn not_erasable(exec: &Execute, failure: &StripError) -> ErrorBody {
     let StripError::Unsupported { what, line, column } = failure else {
         return ErrorBody::new(ErrorCode::RuntimeError, "TypeScript could not be erased");
     };
-    let text = format!(
-        "SyntaxError: {what}: only type annotations that can be erased are run (no enum, \
-         namespace or parameter property); write plain JavaScript for it"
-    );
+    let text = if what.starts_with("a TypeScript program over") {
+        format!("SyntaxError: {what}; send it as JavaScript")
+    } else {
+        format!(
+            "SyntaxError: {what}: only type annotations that can be erased are run (no enum, \
+             namespace or parameter property); write plain JavaScript for it"
+        )
+    };
     let locator = LazyLocator {
         exec,
         stripped: None,
