@@ -18,7 +18,8 @@ fn execbox(args: &[&str], stdin: Option<&str>) -> Output {
         .unwrap();
     let mut input = child.stdin.take().unwrap();
     if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).unwrap();
+        // A usage error may end the process before it reads its input: a broken pipe then.
+        let _ = input.write_all(text.as_bytes());
     }
     drop(input);
     child.wait_with_output().unwrap()
