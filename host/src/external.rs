@@ -1001,7 +1001,7 @@ providers:
             ),
             (
                 "version: 1\nproviders:\n  my-tools:\n    tools: {}\n",
-                "tools.yaml: providers.my-tools: '-' is not allowed",
+                "tools.yaml: providers.my-tools: must be a JavaScript identifier",
             ),
             (
                 "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a, timeout_seconds: 0 }\n",

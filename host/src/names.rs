@@ -11,117 +11,10 @@
 
 use std::collections::HashSet;
 
-/// Words that cannot be used as identifiers in strict-mode JavaScript (ES2023), plus the
-/// literals `null`, `true` and `false` and the contextual `await`.
-///
-/// Tool names equal to one of these get a `_` suffix; provider names are refused.
-pub const RESERVED_WORDS: &[&str] = &[
-    "await",
-    "break",
-    "case",
-    "catch",
-    "class",
-    "const",
-    "continue",
-    "debugger",
-    "default",
-    "delete",
-    "do",
-    "else",
-    "enum",
-    "export",
-    "extends",
-    "false",
-    "finally",
-    "for",
-    "function",
-    "if",
-    "implements",
-    "import",
-    "in",
-    "instanceof",
-    "interface",
-    "let",
-    "new",
-    "null",
-    "package",
-    "private",
-    "protected",
-    "public",
-    "return",
-    "static",
-    "super",
-    "switch",
-    "this",
-    "throw",
-    "true",
-    "try",
-    "typeof",
-    "var",
-    "void",
-    "while",
-    "with",
-    "yield",
-];
-
-/// Globals a provider may not replace: `undefined`, `NaN` and `Infinity` cannot be redefined
-/// at all, and replacing the others would take away what every guest program relies on.
-pub const PROTECTED_GLOBALS: &[&str] = &[
-    "undefined",
-    "NaN",
-    "Infinity",
-    "globalThis",
-    "console",
-    "eval",
-    "arguments",
-];
-
-/// Whether `word` is in [`RESERVED_WORDS`].
-pub fn is_reserved_word(word: &str) -> bool {
-    RESERVED_WORDS.contains(&word)
-}
-
-/// Whether `name` is an ASCII JavaScript identifier: letters, digits, `_` and `$`, not
-/// starting with a digit, not empty. Reserved words pass this check; see [`is_reserved_word`].
-pub fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    match chars.next() {
-        Some(c) if c.is_ascii_alphabetic() || c == '_' || c == '$' => {}
-        _ => return false,
-    }
-    chars.all(is_identifier_char)
-}
-
-fn is_identifier_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '$'
-}
-
-/// Checks that `name` can be a provider namespace; `Err` holds why not, for humans.
-///
-/// A provider name must be an ASCII identifier ([`is_identifier`]), not a reserved word and
-/// not one of the [`PROTECTED_GLOBALS`].
-pub fn check_provider_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("a provider name cannot be empty".into());
-    }
-    if let Some(bad) = name.chars().find(|c| !is_identifier_char(*c)) {
-        return Err(format!(
-            "{bad:?} is not allowed: a provider name may contain only ASCII letters, digits, `_` and `$`"
-        ));
-    }
-    if name.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err("a provider name cannot start with a digit".into());
-    }
-    if is_reserved_word(name) {
-        return Err(format!("{name:?} is a reserved word in JavaScript"));
-    }
-    if PROTECTED_GLOBALS.contains(&name) {
-        return Err(format!(
-            "{name:?} would replace a JavaScript global the guest needs"
-        ));
-    }
-    Ok(())
-}
+use execbox_protocol::names::is_identifier_char;
+pub use execbox_protocol::names::{
+    check_provider_name, is_identifier, is_reserved_word, GUEST_GLOBALS, RESERVED_WORDS,
+};
 
 /// Maps a tool name to an identifier: every character outside `[A-Za-z0-9_$]` becomes `_`,
 /// a leading digit gets a `_` prefix, a reserved word gets a `_` suffix, and an empty name
@@ -238,7 +131,7 @@ mod tests {
         assert_eq!(check_provider_name("$db_2"), Ok(()));
         let reason = |n: &str| check_provider_name(n).unwrap_err();
         assert!(reason("my-tools").contains("'-' is not allowed"));
-        assert!(reason("2fa").contains("cannot start with a digit"));
+        assert!(reason("2fa").contains("starts with a digit"));
         assert!(reason("default").contains("reserved word"));
         assert!(reason("console").contains("global"));
         assert!(reason("undefined").contains("global"));

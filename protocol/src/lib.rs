@@ -32,6 +32,7 @@ mod error;
 mod framing;
 mod manifest;
 mod message;
+pub mod names;
 mod options;
 mod safety;
 

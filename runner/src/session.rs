@@ -12,6 +12,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use execbox_protocol::names::check_provider_name;
 use execbox_protocol::{
     peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Frame, Message, Started,
     ToolResult,
@@ -382,160 +383,12 @@ fn serve_items(
     }
 }
 
-/// The names a provider may not take: the globals of the guest's surface (ARCHITECTURE.md
-/// lists them), which a namespace would shadow, and the words that cannot name a variable.
-const RESERVED_NAMES: &[&str] = &[
-    // ECMAScript intrinsics of the sandbox, and console.
-    "AggregateError",
-    "Array",
-    "ArrayBuffer",
-    "AsyncDisposableStack",
-    "Atomics",
-    "BigInt",
-    "BigInt64Array",
-    "BigUint64Array",
-    "Boolean",
-    "DOMException",
-    "DataView",
-    "Date",
-    "DisposableStack",
-    "Error",
-    "EvalError",
-    "FinalizationRegistry",
-    "Float16Array",
-    "Float32Array",
-    "Float64Array",
-    "Function",
-    "Infinity",
-    "Int16Array",
-    "Int32Array",
-    "Int8Array",
-    "InternalError",
-    "Iterator",
-    "JSON",
-    "Map",
-    "Math",
-    "NaN",
-    "Number",
-    "Object",
-    "Promise",
-    "Proxy",
-    "RangeError",
-    "ReferenceError",
-    "Reflect",
-    "RegExp",
-    "Set",
-    "SharedArrayBuffer",
-    "String",
-    "SuppressedError",
-    "Symbol",
-    "SyntaxError",
-    "TypeError",
-    "URIError",
-    "Uint16Array",
-    "Uint32Array",
-    "Uint8Array",
-    "Uint8ClampedArray",
-    "WeakMap",
-    "WeakRef",
-    "WeakSet",
-    "atob",
-    "btoa",
-    "decodeURI",
-    "decodeURIComponent",
-    "encodeURI",
-    "encodeURIComponent",
-    "escape",
-    "eval",
-    "globalThis",
-    "isFinite",
-    "isNaN",
-    "parseFloat",
-    "parseInt",
-    "performance",
-    "queueMicrotask",
-    "undefined",
-    "unescape",
-    "console",
-    // Reserved words, strict-mode reserved words and the names the normaliser relies on.
-    "arguments",
-    "await",
-    "break",
-    "case",
-    "catch",
-    "class",
-    "const",
-    "continue",
-    "debugger",
-    "default",
-    "delete",
-    "do",
-    "else",
-    "enum",
-    "export",
-    "extends",
-    "false",
-    "finally",
-    "for",
-    "function",
-    "if",
-    "implements",
-    "import",
-    "in",
-    "instanceof",
-    "interface",
-    "let",
-    "new",
-    "null",
-    "package",
-    "private",
-    "protected",
-    "public",
-    "return",
-    "static",
-    "super",
-    "switch",
-    "this",
-    "throw",
-    "true",
-    "try",
-    "typeof",
-    "var",
-    "void",
-    "while",
-    "with",
-    "yield",
-];
-
 /// Checks that every provider name is a JavaScript identifier that shadows nothing the guest
-/// needs. The error is the field (`providers[N].name`) and what is wrong with it.
+/// needs (see [`execbox_protocol::names`]). The error is the field (`providers[N].name`) and
+/// what is wrong with it.
 pub fn check_provider_names(exec: &Execute) -> Result<(), (String, String)> {
     for (i, provider) in exec.providers.iter().enumerate() {
-        let name = provider.name.as_str();
-        let field = || format!("providers[{i}].name");
-        let mut chars = name.chars();
-        let identifier = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
-        if !identifier {
-            return Err((
-                field(),
-                format!(
-                    "must be a JavaScript identifier (letters, digits, _ and $, not starting \
-                     with a digit), got {name:?}"
-                ),
-            ));
-        }
-        if RESERVED_NAMES.contains(&name) {
-            return Err((
-                field(),
-                format!(
-                    "{name:?} is a global or reserved word the guest needs; give the provider \
-                     another name"
-                ),
-            ));
-        }
+        check_provider_name(&provider.name).map_err(|why| (format!("providers[{i}].name"), why))?;
     }
     Ok(())
 }
