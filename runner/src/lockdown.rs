@@ -63,7 +63,8 @@ pub enum Mode {
     /// The `--listen` supervisor ([`crate::listen`]): runs no guest code, but parses network
     /// input and starts one stdio runner process per session. Its Landlock domain grants read
     /// and execute on the child executable and the system library directories
-    /// ([`SUPERVISOR_LIBRARY_DIRS`]) and nothing else (no other file, no TCP bind or connect);
+    /// ([`SUPERVISOR_LIBRARY_DIRS`]), reading files under `/proc` (the memory figure of
+    /// `/metrics`) and nothing else (no other file, no TCP bind or connect);
     /// its rlimits forbid core dumps and bound open files; its seccomp allowlist (inherited by
     /// the session processes, whose own filters stack on it) admits serving connections,
     /// starting and reaping processes, and what a runner does before its own lockdown; any
@@ -329,6 +330,9 @@ mod imp {
                 super::SUPERVISOR_LIBRARY_DIRS,
                 read_exec,
             ))?
+            // `/proc/PID/status` of itself and its runner processes, for /metrics' memory
+            // figure: reading files only, no directory listing, nothing executed.
+            .add_rules(path_beneath_rules(["/proc"], AccessFs::ReadFile))?
             .restrict_self()
             .context("cannot restrict the supervisor with Landlock")?;
         if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
@@ -447,6 +451,10 @@ mod imp {
         libc::SYS_set_tid_address,
         // ... and its own lockdown.
         libc::SYS_prlimit64,
+        // A session process reads its capabilities (none) before its Landlock step; capset
+        // can only drop what the supervisor, which dropped them all, no longer has.
+        libc::SYS_capget,
+        libc::SYS_capset,
         libc::SYS_landlock_create_ruleset,
         libc::SYS_landlock_add_rule,
         libc::SYS_landlock_restrict_self,
@@ -473,7 +481,13 @@ mod imp {
                 .collect::<Result<_, _>>()?,
         );
         // Thread names, and no_new_privs (set by each session process's Landlock step).
-        let prctl = [libc::PR_SET_NAME, libc::PR_SET_NO_NEW_PRIVS];
+        // Clearing ambient capabilities and dropping bounding ones only take away.
+        let prctl = [
+            libc::PR_SET_NAME,
+            libc::PR_SET_NO_NEW_PRIVS,
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAPBSET_DROP,
+        ];
         rules.insert(
             libc::SYS_prctl,
             prctl

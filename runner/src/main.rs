@@ -28,8 +28,8 @@ struct Cli {
 }
 
 fn main() {
-    execbox_runner::init_tracing();
     let cli = Cli::parse();
+    execbox_runner::init_tracing(cli.runner.log_format);
     if let Some(probe) = cli.lockdown_probe {
         std::process::exit(execbox_runner::lockdown::probe(probe));
     }
