@@ -414,3 +414,67 @@ async fn each_session_ends_with_one_json_log_line() {
     listener.sigterm();
     assert_eq!(listener.exit_status().code(), Some(0));
 }
+
+/// The pids of `pid`'s children.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let (_, rest) = s.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Not running: gone, or a zombie.
+fn is_dead(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let (_, rest) = s.rsplit_once(')')?;
+            rest.split_whitespace().next().map(str::to_owned)
+        })
+        .is_none_or(|state| state == "Z" || state == "X")
+}
+
+#[tokio::test]
+async fn a_second_sigterm_while_draining_ends_at_once_and_kills_the_session_processes() {
+    let mut listener = Listener::spawn(&["--drain-timeout-ms", "60000"]);
+    let mut ws = connect(&listener.url).await;
+    send(
+        &mut ws,
+        execute("spin", "for (;;) {}", json!({"timeoutMs": 60000})),
+    )
+    .await;
+    assert_eq!(recv(&mut ws).await["type"], "started");
+    let children = children_of(listener.child.id());
+    assert!(
+        children.len() >= 2,
+        "a session process and warm ones: {children:?}"
+    );
+    listener.sigterm();
+    let until = Instant::now() + PATIENCE;
+    while get(&listener.addr(), "/readyz").0 != 503 {
+        assert!(Instant::now() < until, "readyz never turned 503");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    listener.sigterm();
+    let status = listener.exit_status();
+    assert_eq!(status.code(), Some(1), "stderr: {}", listener.stderr());
+    assert!(listener.stderr().contains("while draining: stopping now"));
+    let until = Instant::now() + PATIENCE;
+    while !children.iter().all(|&c| is_dead(c)) {
+        assert!(
+            Instant::now() < until,
+            "runner processes outlived the supervisor"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
