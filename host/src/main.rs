@@ -103,8 +103,11 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    execbox_runner::init_tracing();
     let cli = Cli::parse();
+    execbox_runner::init_tracing(match &cli.command {
+        Command::Runner(args) => args.log_format,
+        _ => execbox_runner::LogFormat::Text,
+    });
     let outcome = match cli.command {
         // With --listen, each session is served by `execbox runner` in stdio mode.
         Command::Runner(args) => execbox_runner::run(&args, || {

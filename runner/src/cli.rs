@@ -70,6 +70,27 @@ pub struct RunnerArgs {
     /// With --listen, neither the supervisor nor the session runners lock down.
     #[arg(long)]
     pub insecure_no_sandbox: bool,
+
+    /// With --listen: after SIGTERM (or SIGINT), let sessions run on for up to MS, then cancel
+    /// the executions still in flight (each gets its `timeout` done) and exit 0. A second
+    /// signal ends at once.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub drain_timeout_ms: u64,
+
+    /// How diagnostics on stderr are written: `text` (one line per event) or `json` (one JSON
+    /// object per line, for log collectors).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The format of the diagnostics on stderr (`--log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON formatter).
+    Json,
 }
 
 impl Default for RunnerArgs {
@@ -86,6 +107,8 @@ impl Default for RunnerArgs {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_pending_tool_calls: crate::session::DEFAULT_MAX_PENDING_TOOL_CALLS as u32,
             insecure_no_sandbox: false,
+            drain_timeout_ms: 30_000,
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -131,6 +154,7 @@ pub fn run(
                 },
                 insecure_no_auth: args.insecure_no_auth,
                 insecure_no_sandbox: args.insecure_no_sandbox,
+                drain_timeout: Duration::from_millis(args.drain_timeout_ms),
             };
             crate::listen::serve(addr, options, child, sandbox, |bound| {
                 let mut stdout = std::io::stdout().lock();
@@ -142,14 +166,19 @@ pub fn run(
     }
 }
 
-/// Sends `tracing` output to stderr, filtered by `RUST_LOG` (default: warnings).
-pub fn init_tracing() {
+/// Sends `tracing` output to stderr in `format`, filtered by `RUST_LOG` (default: warnings,
+/// and with `--listen` also the supervisor's info lines: one per session, the drain).
+pub fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,execbox_runner::listen=info"));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
 }

@@ -35,5 +35,5 @@ pub mod session;
 pub mod stdio;
 pub mod typescript;
 
-pub use cli::{init_tracing, run, RunnerArgs};
+pub use cli::{init_tracing, run, LogFormat, RunnerArgs};
 pub use listen::ChildCommand;

@@ -63,7 +63,8 @@ pub enum Mode {
     /// The `--listen` supervisor ([`crate::listen`]): runs no guest code, but parses network
     /// input and starts one stdio runner process per session. Its Landlock domain grants read
     /// and execute on the child executable and the system library directories
-    /// ([`SUPERVISOR_LIBRARY_DIRS`]) and nothing else (no other file, no TCP bind or connect);
+    /// ([`SUPERVISOR_LIBRARY_DIRS`]), reading files under `/proc` (the memory figure of
+    /// `/metrics`) and nothing else (no other file, no TCP bind or connect);
     /// its rlimits forbid core dumps and bound open files; its seccomp allowlist (inherited by
     /// the session processes, whose own filters stack on it) admits serving connections,
     /// starting and reaping processes, and what a runner does before its own lockdown; any
@@ -329,6 +330,9 @@ mod imp {
                 super::SUPERVISOR_LIBRARY_DIRS,
                 read_exec,
             ))?
+            // `/proc/PID/status` of itself and its runner processes, for /metrics' memory
+            // figure: reading files only, no directory listing, nothing executed.
+            .add_rules(path_beneath_rules(["/proc"], AccessFs::ReadFile))?
             .restrict_self()
             .context("cannot restrict the supervisor with Landlock")?;
         if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {

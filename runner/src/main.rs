@@ -14,7 +14,7 @@ use clap::Parser;
         EXECBOX_TOKEN=... execbox-runner --listen 0.0.0.0:7070   # clients send Authorization: Bearer ...\n  \
         echo '{\"type\":\"execute\",\"id\":\"a\",\"code\":\"1 + 1\",\"providers\":[]}' | execbox-runner\n\n\
         Diagnostics go to stderr (RUST_LOG=info for more); stdout carries protocol messages only.\n\
-        Exit status: 0 when the transport closed normally, 1 on a startup error (including an \
+        Exit status: 0 when the transport closed normally or a --listen drain (SIGTERM) ended, 1 on a startup error or a second signal while draining (including an \
         OS lockdown that cannot be applied, or a non-loopback --listen without a token), 3 when the \
         watchdog ended a stdio session stuck in a native call."
 )]
@@ -28,8 +28,8 @@ struct Cli {
 }
 
 fn main() {
-    execbox_runner::init_tracing();
     let cli = Cli::parse();
+    execbox_runner::init_tracing(cli.runner.log_format);
     if let Some(probe) = cli.lockdown_probe {
         std::process::exit(execbox_runner::lockdown::probe(probe));
     }

@@ -12,6 +12,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, Mutex};
 
 use super::backoff::{suppressed_note, Backoff, RateLimited};
+use super::metrics::Pids;
 
 /// How many runner processes are kept started ahead of demand, waiting on stdin.
 pub const WARM_CHILDREN: usize = 2;
@@ -57,6 +58,7 @@ impl ChildCommand {
 pub(crate) struct Spawner {
     command: ChildCommand,
     passed: Vec<OsString>,
+    pids: Pids,
 }
 
 impl Spawner {
@@ -67,6 +69,7 @@ impl Spawner {
         max_message_bytes: usize,
         max_pending_tool_calls: u32,
         insecure_no_sandbox: bool,
+        pids: Pids,
     ) -> Spawner {
         let mut passed: Vec<OsString> = vec![
             "--max-message-bytes".into(),
@@ -77,7 +80,11 @@ impl Spawner {
         if insecure_no_sandbox {
             passed.push("--insecure-no-sandbox".into());
         }
-        Spawner { command, passed }
+        Spawner {
+            command,
+            passed,
+            pids,
+        }
     }
 
     fn spawn(&self) -> io::Result<RunnerChild> {
@@ -93,10 +100,16 @@ impl Spawner {
             .spawn()?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
+        let pid = child.id();
+        if let Some(pid) = pid {
+            lock(&self.pids).insert(pid);
+        }
         Ok(RunnerChild {
             child,
             stdin,
             stdout,
+            pid,
+            pids: self.pids.clone(),
         })
     }
 }
@@ -110,6 +123,20 @@ pub(crate) struct RunnerChild {
     pub(crate) stdin: Option<ChildStdin>,
     /// Its stdout: protocol messages for the client.
     pub(crate) stdout: Option<ChildStdout>,
+    pid: Option<u32>,
+    pids: Pids,
+}
+
+fn lock(pids: &Pids) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<u32>> {
+    pids.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for RunnerChild {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid {
+            lock(&self.pids).remove(&pid);
+        }
+    }
 }
 
 impl RunnerChild {

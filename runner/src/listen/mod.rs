@@ -15,10 +15,18 @@
 //! - [`outbound_bound`]: runner output waiting for a client that does not read (1008);
 //! - `--max-message-bytes` + 4 KiB: one frame from the client (1009);
 //! - accept errors (EMFILE...) back off from 5 ms to 1 s, with one warning per second at most.
+//!
+//! The same port answers plain `GET /livez`, `/readyz` and `/metrics` ([`http`], [`metrics`]),
+//! without a token: the supervisor reads each request head itself, and hands upgrade requests
+//! to tungstenite with the bytes already read replayed. SIGTERM (or SIGINT) drains: `/readyz`
+//! and new upgrades answer 503, sessions run on until nothing is in flight, and after
+//! `--drain-timeout-ms` their executions are cancelled; a second signal ends at once.
 
 mod auth;
 mod backoff;
 mod child;
+mod http;
+mod metrics;
 mod relay;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -28,7 +36,8 @@ use std::time::{Duration, Instant};
 use execbox_protocol::PEEK_BYTES;
 use futures_util::SinkExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 
@@ -39,6 +48,7 @@ pub use relay::outbound_bound;
 use crate::lockdown::Sandbox;
 use backoff::{suppressed_note, Backoff, RateLimited};
 use child::{Spawner, Warm};
+use metrics::{Metrics, Rejection};
 
 /// At most this many connections may be in their WebSocket handshake at once; further ones
 /// are closed as soon as they are accepted. With `--handshake-timeout-ms`, this bounds what a
@@ -66,6 +76,20 @@ pub struct ListenOptions {
     pub insecure_no_auth: bool,
     /// `--insecure-no-sandbox`: neither the supervisor nor its runner processes lock down.
     pub insecure_no_sandbox: bool,
+    /// `--drain-timeout-ms`: after SIGTERM, how long sessions may run on before their
+    /// executions are cancelled.
+    pub drain_timeout: Duration,
+}
+
+/// Where the supervisor is in its life; sessions watch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Accepting sessions.
+    Serving,
+    /// SIGTERM: no new session; each one closes once it has nothing in flight.
+    Draining,
+    /// The drain timeout passed: executions in flight are cancelled, then sessions close.
+    Cancelling,
 }
 
 struct Server {
@@ -73,6 +97,41 @@ struct Server {
     sessions: Arc<Semaphore>,
     handshakes: Arc<Semaphore>,
     warm: Warm,
+    metrics: Arc<Metrics>,
+    phase: watch::Receiver<Phase>,
+}
+
+impl Server {
+    fn draining(&self) -> bool {
+        *self.phase.borrow() != Phase::Serving
+    }
+
+    /// Sessions being served (slots taken).
+    fn active(&self) -> usize {
+        self.options.max_sessions.max(1) - self.sessions.available_permits()
+    }
+}
+
+/// SIGTERM and SIGINT, registered before the lockdown (tokio's signal pipe is made then).
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
 
 /// Accepts connections on `addr` until the process ends, serving each session with a runner
@@ -104,31 +163,79 @@ pub fn serve(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let listener = {
+    let (listener, mut signals) = {
         let _entered = runtime.enter();
-        TcpListener::from_std(listener)?
+        (TcpListener::from_std(listener)?, Signals::new()?)
     };
     let bound = listener.local_addr()?;
     if let Some(lockdown) = lockdown {
         lockdown.finish()?;
     }
-    runtime.block_on(async move {
+    let outcome = runtime.block_on(async move {
+        let metrics = Arc::new(Metrics::new(Default::default()));
         let spawner = Spawner::new(
             child,
             options.max_message_bytes,
             options.max_pending_tool_calls,
             options.insecure_no_sandbox,
+            metrics.pids(),
         );
+        let (phase_tx, phase) = watch::channel(Phase::Serving);
+        let drain_timeout = options.drain_timeout;
         let server = Arc::new(Server {
             sessions: Arc::new(Semaphore::new(options.max_sessions.max(1))),
             handshakes: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
             warm: Warm::start(Arc::new(spawner)),
+            metrics,
+            phase,
             options,
         });
         on_bound(bound);
-        accept_loop(listener, server).await;
+        // Accepting goes on while draining: health checks, and 503 for upgrades.
+        tokio::spawn(accept_loop(listener, server.clone()));
+        let first = signals.next().await;
+        drain(&server, &phase_tx, &mut signals, first, drain_timeout).await
     });
-    Ok(())
+    // Dropping the runtime drops every task, and with them the runner processes (killed).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    outcome
+}
+
+/// Drains after the first signal: waits for the sessions to end, cancels what is in flight at
+/// `drain_timeout`, and returns once no session is left; an error on a second signal.
+async fn drain(
+    server: &Server,
+    phase: &watch::Sender<Phase>,
+    signals: &mut Signals,
+    first: &str,
+    drain_timeout: Duration,
+) -> anyhow::Result<()> {
+    tracing::info!(
+        sessions = server.active(),
+        "{first}: draining (up to {} ms before executions are cancelled)",
+        drain_timeout.as_millis()
+    );
+    let _ = phase.send(Phase::Draining);
+    let deadline = tokio::time::Instant::now() + drain_timeout;
+    let mut cancelling = false;
+    loop {
+        if server.active() == 0 {
+            tracing::info!("drained: no session left; exiting");
+            return Ok(());
+        }
+        tokio::select! {
+            second = signals.next() => {
+                tracing::warn!(sessions = server.active(), "{second} while draining: stopping now, killing the runner processes");
+                anyhow::bail!("stopped by a second signal ({second}) while draining");
+            }
+            () = tokio::time::sleep_until(deadline), if !cancelling => {
+                cancelling = true;
+                tracing::info!(sessions = server.active(), "drain timeout: cancelling the executions in flight");
+                let _ = phase.send(Phase::Cancelling);
+            }
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
 }
 
 /// Binds a listener the way `tokio::net::TcpListener::bind` does (`SO_REUSEADDR`, each address
@@ -166,6 +273,7 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
             }
         };
         let Ok(handshake) = server.handshakes.clone().try_acquire_owned() else {
+            server.metrics.rejected(Rejection::TooManyHandshakes);
             if let Some(suppressed) = too_many.allow(Instant::now()) {
                 tracing::warn!(
                     %peer,
@@ -190,35 +298,63 @@ fn ws_config(max_message_bytes: usize) -> WebSocketConfig {
         .max_frame_size(Some(cap))
 }
 
-// The handshake callback's error type is tungstenite's (an HTTP response).
-#[allow(clippy::result_large_err)]
+/// Serves one connection: a health or metrics request, or an upgrade and then its session.
 async fn connection(
     server: Arc<Server>,
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     handshake: OwnedSemaphorePermit,
 ) {
     let options = &server.options;
-    let auth = options.auth.clone();
-    let upgrade = tokio_tungstenite::accept_hdr_async_with_config(
-        stream,
-        move |request: &_, response| auth.check(request, response),
-        Some(ws_config(options.max_message_bytes)),
-    );
-    let ws = match tokio::time::timeout(options.handshake_timeout, upgrade).await {
-        Ok(Ok(ws)) => ws,
+    let deadline = tokio::time::Instant::now() + options.handshake_timeout;
+    let head = tokio::time::timeout_at(deadline, http::read_head(&mut stream)).await;
+    let head = match head {
+        Ok(Ok((http::Request::Upgrade, head))) => head,
+        Ok(Ok((http::Request::Plain { method, path }, _))) => {
+            drop(handshake);
+            return plain(&server, &mut stream, &method, &path).await;
+        }
         Ok(Err(e)) => {
-            tracing::debug!(%peer, "handshake failed: {e}");
+            server.metrics.rejected(Rejection::HandshakeFailed);
+            match e {
+                http::HeadError::TooLarge => {
+                    http::respond(
+                        &mut stream,
+                        431,
+                        "text/plain",
+                        "request head too large\n",
+                        false,
+                    )
+                    .await;
+                }
+                http::HeadError::Malformed => {
+                    http::respond(&mut stream, 400, "text/plain", "bad request\n", false).await;
+                }
+                http::HeadError::Io(e) => {
+                    tracing::debug!(%peer, "connection ended before a whole request: {e}");
+                }
+            }
             return;
         }
         Err(_) => {
             tracing::debug!(%peer, "handshake timed out");
+            server.metrics.rejected(Rejection::HandshakeTimeout);
             return;
         }
+    };
+    if server.draining() {
+        tracing::debug!(%peer, "refusing an upgrade: draining");
+        server.metrics.rejected(Rejection::Draining);
+        http::respond(&mut stream, 503, "text/plain", "runner draining\n", false).await;
+        return;
+    }
+    let Some(ws) = upgrade(&server, http::Replay::new(head, stream), peer, deadline).await else {
+        return;
     };
     drop(handshake);
     let Ok(slot) = server.sessions.clone().try_acquire_owned() else {
         tracing::warn!(%peer, "refusing a session: --max-sessions reached");
+        server.metrics.rejected(Rejection::Full);
         refuse(ws).await;
         return;
     };
@@ -226,6 +362,7 @@ async fn connection(
         Ok(child) => child,
         Err(e) => {
             tracing::error!(%peer, "cannot serve a session: {e}");
+            server.metrics.rejected(Rejection::NoRunner);
             let mut ws = ws;
             let frame = CloseFrame {
                 code: CloseCode::Error,
@@ -239,9 +376,81 @@ async fn connection(
         max_message_bytes: options.max_message_bytes,
         idle_timeout: options.idle_timeout,
     };
-    relay::serve(ws, child, limits).await;
+    let context = relay::Context {
+        peer,
+        metrics: server.metrics.clone(),
+        phase: server.phase.clone(),
+    };
+    server.metrics.session_started();
+    relay::serve(ws, child, limits, context).await;
+    server.metrics.session_ended();
     // Released only now that the session's runner process is reaped.
     drop(slot);
+}
+
+/// The WebSocket upgrade, with the auth checks, by `deadline`; `None` when refused or failed.
+// The handshake callback's error type is tungstenite's (an HTTP response).
+#[allow(clippy::result_large_err)]
+async fn upgrade(
+    server: &Arc<Server>,
+    stream: http::Replay,
+    peer: SocketAddr,
+    deadline: tokio::time::Instant,
+) -> Option<relay::Ws> {
+    let auth = server.options.auth.clone();
+    let metrics = server.metrics.clone();
+    let upgrade = tokio_tungstenite::accept_hdr_async_with_config(
+        stream,
+        move |request: &_, response| {
+            let checked = auth.check(request, response);
+            if let Err(refused) = &checked {
+                metrics.rejected(match refused.status().as_u16() {
+                    401 => Rejection::Unauthorized,
+                    403 => Rejection::Origin,
+                    _ => Rejection::HandshakeFailed,
+                });
+            }
+            checked
+        },
+        Some(ws_config(server.options.max_message_bytes)),
+    );
+    match tokio::time::timeout_at(deadline, upgrade).await {
+        Ok(Ok(ws)) => Some(ws),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, "handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "handshake timed out");
+            server.metrics.rejected(Rejection::HandshakeTimeout);
+            None
+        }
+    }
+}
+
+/// `GET /livez`, `/readyz` and `/metrics`; 404 for any other path, 405 for other methods.
+async fn plain(server: &Server, stream: &mut TcpStream, method: &str, path: &str) {
+    let head_only = method == "HEAD";
+    if method != "GET" && !head_only {
+        return http::respond(stream, 405, "text/plain", "method not allowed\n", false).await;
+    }
+    match path {
+        "/livez" => http::respond(stream, 200, "text/plain", "ok\n", head_only).await,
+        "/readyz" => {
+            if server.draining() {
+                http::respond(stream, 503, "text/plain", "draining\n", head_only).await;
+            } else if server.sessions.available_permits() == 0 {
+                http::respond(stream, 503, "text/plain", "full\n", head_only).await;
+            } else {
+                http::respond(stream, 200, "text/plain", "ready\n", head_only).await;
+            }
+        }
+        "/metrics" => {
+            let body = server.metrics.encode();
+            http::respond(stream, 200, metrics::CONTENT_TYPE, &body, head_only).await;
+        }
+        _ => http::respond(stream, 404, "text/plain", "not found\n", head_only).await,
+    }
 }
 
 async fn refuse(mut ws: relay::Ws) {

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use execbox_protocol::{peek_envelope, PEEK_BYTES};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
+use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
 use tokio::process::{ChildStdin, ChildStdout};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -22,9 +23,18 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message as Frame};
 use tokio_tungstenite::WebSocketStream;
 
 use super::child::RunnerChild;
+use super::http::Replay;
+use super::metrics::Metrics;
+use super::Phase;
 
 /// A session's WebSocket.
-pub(crate) type Ws = WebSocketStream<TcpStream>;
+pub(crate) type Ws = WebSocketStream<Replay>;
+
+/// How long cancelled executions have to answer once the drain timeout has passed, before
+/// their sessions are closed anyway.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+/// How often a draining session checks whether it has an execution in flight.
+const DRAIN_TICK: Duration = Duration::from_millis(20);
 
 /// How long a runner has to exit once its stdin is closed, before SIGKILL.
 pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(1);
@@ -40,6 +50,17 @@ pub(crate) struct Limits {
     pub(crate) idle_timeout: Duration,
 }
 
+/// What a session shares with the supervisor.
+pub(crate) struct Context {
+    /// Who connected (for the session's log line).
+    pub(crate) peer: SocketAddr,
+    /// Counters the session moves.
+    pub(crate) metrics: Arc<Metrics>,
+    /// Serving, draining (close once nothing is in flight), or cancelling (the drain timeout
+    /// passed: cancel what is in flight, then close).
+    pub(crate) phase: watch::Receiver<Phase>,
+}
+
 /// Most bytes of runner output a session holds for a client that does not read:
 /// twice `--max-message-bytes` plus 1 MiB (a whole message being written, another queued, and
 /// room for small ones). Past it the session is closed with 1008 and its runner killed.
@@ -53,6 +74,10 @@ struct Activity {
     last: Instant,
     /// `execute` frames in minus `done` lines out.
     in_flight: usize,
+    /// The ids of the executions in flight (what a drain cancels).
+    ids: Vec<String>,
+    /// `done` lines out.
+    executions: u64,
 }
 
 type Shared = Arc<Mutex<Activity>>;
@@ -87,15 +112,27 @@ enum End {
     Runner(FromRunner),
     WriteFailed,
     Idle,
+    /// The supervisor is draining and nothing is in flight (or the cancels went unanswered).
+    Drained,
 }
 
-/// Serves one session with `child` until either side ends it; returns once the runner is reaped.
-pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits) {
+/// Serves one session with `child` until either side ends it; returns once the runner is reaped,
+/// after one info line saying how the session went.
+pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits, context: Context) {
+    let began = Instant::now();
+    let Context {
+        peer,
+        metrics,
+        mut phase,
+    } = context;
     let (sink, stream) = ws.split();
     let activity: Shared = Arc::new(Mutex::new(Activity {
         last: Instant::now(),
         in_flight: 0,
+        ids: Vec::new(),
+        executions: 0,
     }));
+    let (cancel_tx, cancel_rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let queued = Arc::new(AtomicUsize::new(0));
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Out>();
     let (abort_tx, abort_rx) = oneshot::channel::<CloseFrame>();
@@ -109,6 +146,7 @@ pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits) {
         stdin,
         activity.clone(),
         limits.max_message_bytes,
+        cancel_rx,
     )));
     let bound = outbound_bound(limits.max_message_bytes);
     let mut outbound = Some(tokio::spawn(read_runner(
@@ -117,10 +155,34 @@ pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits) {
         queued,
         bound,
         activity.clone(),
+        metrics,
     )));
 
     let idle = limits.idle_timeout;
+    let mut phase_open = true;
+    let mut cancelled_at: Option<Instant> = None;
     let end = loop {
+        let now_phase = *phase.borrow_and_update();
+        if now_phase != Phase::Serving {
+            let a = lock(&activity);
+            if a.in_flight == 0 {
+                break End::Drained;
+            }
+            if now_phase == Phase::Cancelling {
+                match cancelled_at {
+                    None => {
+                        cancelled_at = Some(Instant::now());
+                        tracing::info!(%peer, executions = ?a.ids, "drain timeout: cancelling the executions in flight");
+                        for id in &a.ids {
+                            let line = serde_json::json!({"type": "cancel", "id": id});
+                            let _ = cancel_tx.send(format!("{line}\n").into_bytes());
+                        }
+                    }
+                    Some(at) if at.elapsed() >= CANCEL_GRACE => break End::Drained,
+                    Some(_) => {}
+                }
+            }
+        }
         let deadline = {
             let a = lock(&activity);
             if a.in_flight > 0 {
@@ -148,6 +210,10 @@ pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits) {
                     break End::Idle;
                 }
             }
+            changed = phase.changed(), if phase_open => {
+                phase_open = changed.is_ok();
+            }
+            () = tokio::time::sleep(DRAIN_TICK), if now_phase != Phase::Serving => {}
         }
     };
 
@@ -157,6 +223,16 @@ pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits) {
             code,
             reason: reason.into(),
         })));
+    };
+    let ended = match &end {
+        End::Client(FromClient::Gone(_)) => "client closed",
+        End::Client(FromClient::TooBig(_)) => "frame too large",
+        End::Client(FromClient::StdinClosed) | End::Runner(FromRunner::Eof) => "runner exited",
+        End::Runner(FromRunner::Overflow(_)) => "client too slow",
+        End::WriteFailed => "write failed",
+        End::Idle => "idle",
+        End::Drained if cancelled_at.is_some() => "drained, executions cancelled",
+        End::Drained => "drained",
     };
     let status = match end {
         End::Client(FromClient::Gone(why)) => {
@@ -208,8 +284,22 @@ pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits) {
             stop(&mut inbound).await;
             child.finish(EXIT_GRACE).await
         }
+        End::Drained => {
+            tracing::debug!(?pid, "closing a session: the runner is shutting down");
+            close(CloseCode::Away, "runner shutting down".into());
+            stop(&mut inbound).await;
+            child.finish(EXIT_GRACE).await
+        }
     };
     tracing::debug!(?pid, ?status, "runner process reaped");
+    let executions = lock(&activity).executions;
+    tracing::info!(
+        %peer,
+        executions,
+        duration_ms = began.elapsed().as_millis() as u64,
+        ended,
+        "session ended"
+    );
     drop(out_tx);
     stop(&mut inbound).await;
     stop(&mut outbound).await;
@@ -261,9 +351,19 @@ async fn read_client(
     mut stdin: ChildStdin,
     activity: Shared,
     max_message_bytes: usize,
+    mut cancels: mpsc::UnboundedReceiver<Vec<u8>>,
 ) -> FromClient {
     loop {
-        let frame = match stream.next().await {
+        let next = tokio::select! {
+            next = stream.next() => next,
+            Some(cancel) = cancels.recv() => {
+                if stdin.write_all(&cancel).await.is_err() {
+                    return FromClient::StdinClosed;
+                }
+                continue;
+            }
+        };
+        let frame = match next {
             None => return FromClient::Gone("connection closed".into()),
             Some(Err(WsError::Capacity(e))) => {
                 return FromClient::TooBig(format!(
@@ -287,10 +387,12 @@ async fn read_client(
             a.last = Instant::now();
             let head = &line[..PEEK_BYTES.min(line.len())];
             // The runner answers every execute it can read; one that is not UTF-8 it drops.
-            if peek_envelope(head).kind.as_deref() == Some("execute")
-                && std::str::from_utf8(&line).is_ok()
-            {
+            let envelope = peek_envelope(head);
+            if envelope.kind.as_deref() == Some("execute") && std::str::from_utf8(&line).is_ok() {
                 a.in_flight += 1;
+                if let Some(id) = envelope.id {
+                    a.ids.push(id);
+                }
             }
         }
         for b in &mut line {
@@ -320,6 +422,7 @@ async fn read_runner(
     queued: Arc<AtomicUsize>,
     bound: usize,
     activity: Shared,
+    metrics: Arc<Metrics>,
 ) -> FromRunner {
     let mut pending: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -339,14 +442,12 @@ async fn read_runner(
             if line.is_empty() {
                 continue;
             }
-            if peek_envelope(&line[..PEEK_BYTES.min(line.len())])
-                .kind
-                .as_deref()
-                == Some("done")
-            {
-                let mut a = lock(&activity);
-                a.in_flight = a.in_flight.saturating_sub(1);
-                a.last = Instant::now();
+            let envelope = peek_envelope(&line[..PEEK_BYTES.min(line.len())]);
+            let done = envelope.kind.as_deref() == Some("done");
+            if done {
+                metrics.done(line);
+            } else if envelope.kind.as_deref() == Some("tool_call") {
+                metrics.tool_call();
             }
             let text = String::from_utf8_lossy(line).into_owned();
             let waiting = queued.fetch_add(text.len(), Ordering::SeqCst) + text.len();
@@ -355,6 +456,19 @@ async fn read_runner(
             }
             // A closed channel means the session is ending; keep draining until it does.
             let _ = out.send(Out::Line(text));
+            // Only once the line is queued: a draining session closes when nothing is in
+            // flight, and its close frame must follow this `done`.
+            if done {
+                let mut a = lock(&activity);
+                a.in_flight = a.in_flight.saturating_sub(1);
+                a.executions += 1;
+                a.last = Instant::now();
+                if let Some(id) = envelope.id {
+                    if let Some(i) = a.ids.iter().position(|x| *x == id) {
+                        a.ids.swap_remove(i);
+                    }
+                }
+            }
         }
         pending.drain(..start);
         let waiting = queued.load(Ordering::SeqCst) + pending.len();

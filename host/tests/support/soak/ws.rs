@@ -15,6 +15,10 @@ use super::{
 /// `scale.ws_executions_per_session` executions among cancels and abrupt disconnects; then
 /// `scale.ws_fresh_sessions` new sessions at once, each of which must complete an execution,
 /// and every session's runner process must be gone (reaped) afterwards.
+/// How far above its idle figure the listening runner's RSS (with its runner processes) may
+/// stay once the storm is over: 32 MiB.
+const RSS_SLACK_KIB: u64 = 32 * 1024;
+
 pub(crate) async fn ws_storm(scale: &Scale) -> Report {
     const PHASE: &str = "WebSocket sessions";
     let began = std::time::Instant::now();
@@ -102,9 +106,21 @@ pub(crate) async fn ws_storm(scale: &Scale) -> Report {
             children.len()
         ));
     }
-    // The RSS of the supervisor and its runner processes is reported, not bounded: each
-    // session is a process of its own (about 6 MiB each when idle), freed when it is reaped.
-    let rss_after = tree_rss(server.pid);
+    // The RSS of the supervisor and its runner processes comes back to within
+    // RSS_SLACK_KIB of its idle figure: each session is a process of its own (about 6 MiB when
+    // idle), freed when it is reaped, and the supervisor keeps no per-session state.
+    let until = Instant::now() + GRACE;
+    let mut rss_after = tree_rss(server.pid);
+    while rss_after > rss_before + RSS_SLACK_KIB && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        rss_after = tree_rss(server.pid);
+    }
+    if rss_after > rss_before + RSS_SLACK_KIB {
+        report.violation(format!(
+            "{PHASE}: RSS of the supervisor and its runner processes {} KiB after the storm, over its idle {} KiB + {} KiB",
+            rss_after, rss_before, RSS_SLACK_KIB
+        ));
+    }
     let mib = |kib: &u64| format!("{:.1} MiB", *kib as f64 / 1024.0);
     let waves: Vec<String> = wave_rss.iter().map(mib).collect();
     report.measure(
