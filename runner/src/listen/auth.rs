@@ -153,9 +153,19 @@ fn bearer(value: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// Constant-time in the token's bytes (a length mismatch returns early: lengths are not secret).
+/// Whether `offered` is the token, in time that depends on neither the token's bytes nor its
+/// length: both are hashed with a key drawn at start-up (SipHash), the digests are compared in
+/// constant time, and only equal digests (the right token, or a 2^-64 collision) go on to
+/// the byte comparison.
 fn same(offered: &str, token: &str) -> bool {
-    offered.as_bytes().ct_eq(token.as_bytes()).into()
+    use std::hash::BuildHasher;
+    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    let key = KEY.get_or_init(std::hash::RandomState::new);
+    let digests: bool = key
+        .hash_one(offered.as_bytes())
+        .ct_eq(&key.hash_one(token.as_bytes()))
+        .into();
+    digests && offered.as_bytes() == token.as_bytes()
 }
 
 fn refusal(status: StatusCode, body: &str) -> ErrorResponse {
@@ -167,6 +177,15 @@ fn refusal(status: StatusCode, body: &str) -> ErrorResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_compare_by_content_whatever_their_length() {
+        assert!(same("s3cret", "s3cret"));
+        assert!(!same("s3creT", "s3cret"));
+        assert!(!same("s3cre", "s3cret"));
+        assert!(!same("s3crets", "s3cret"));
+        assert!(!same("", "s3cret"));
+    }
 
     fn request(headers: &[(&str, &str)]) -> Request {
         let mut builder = Request::builder().uri("/");
