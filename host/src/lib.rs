@@ -62,4 +62,4 @@ pub use process::{ProcessExecutor, RunnerCommand};
 pub use prompt::model_prompt;
 pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
 pub use toolset::{ToolSet, ToolSetError};
-pub use ws::WsExecutor;
+pub use ws::{RetryPolicy, WsExecutor};

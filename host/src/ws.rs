@@ -1,10 +1,20 @@
 //! WebSocket runners (`execbox-runner --listen`): one connection per execution.
+//!
+//! The URL may be one runner or a Service in front of many: the Service balances, and a
+//! session a runner turns away before it starts (HTTP 503 while it drains, a 1013 close when
+//! its sessions are full, a refused or reset connection) is tried again, with backoff, up to
+//! [`RetryPolicy::attempts`] times. Nothing is retried once the runner accepted the session.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use execbox_protocol::{Frame, Message, RuntimeOptions};
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{header, HeaderValue};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message as WsFrame;
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +28,36 @@ pub struct WsExecutor {
     url: String,
     token: Option<String>,
     timings: SessionTimings,
+    retry: RetryPolicy,
+}
+
+/// How a session that runners turn away before it starts is tried again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries in all, the first included (at least 1).
+    pub attempts: u32,
+    /// The wait before the second try; it doubles after each, up to `max_backoff`.
+    pub first_backoff: Duration,
+    /// The longest wait between two tries.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 5,
+            first_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why one try did not give a session.
+enum Refused {
+    /// Turned away before the session started: worth another try.
+    Busy(String),
+    /// Anything else: the error to report.
+    Fatal(String),
 }
 
 impl std::fmt::Debug for WsExecutor {
@@ -26,6 +66,7 @@ impl std::fmt::Debug for WsExecutor {
             .field("url", &self.url)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("timings", &self.timings)
+            .field("retry", &self.retry)
             .finish()
     }
 }
@@ -37,7 +78,14 @@ impl WsExecutor {
             url: url.into(),
             token: None,
             timings: SessionTimings::default(),
+            retry: RetryPolicy::default(),
         }
+    }
+
+    /// Overrides how sessions turned away (draining, full, refused) are tried again.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
     }
 
     /// Sends `Authorization: Bearer TOKEN` on every upgrade request, for a runner started with
@@ -53,24 +101,73 @@ impl WsExecutor {
         self
     }
 
-    /// Opens one session.
+    /// Opens one session, trying again while runners turn it away (see [`RetryPolicy`]).
     pub async fn connect(&self) -> Result<Connection, String> {
+        self.with_retries(|| async {
+            self.connect_once()
+                .await
+                .map(|(connection, _turned_away)| connection)
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it gives a session or fails for good, waiting between tries.
+    async fn with_retries<T, F, Fut>(&self, mut attempt: F) -> Result<T, String>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Refused>>,
+    {
+        let attempts = self.retry.attempts.max(1);
+        let mut backoff = self.retry.first_backoff;
+        let mut last = String::new();
+        for n in 1..=attempts {
+            match attempt().await {
+                Ok(value) => return Ok(value),
+                Err(Refused::Fatal(message)) => return Err(message),
+                Err(Refused::Busy(why)) => {
+                    tracing::debug!(url = %self.url, attempt = n, %why, "runner turned the session away");
+                    last = why;
+                }
+            }
+            if n < attempts {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(self.retry.max_backoff);
+            }
+        }
+        Err(format!(
+            "no runner at {} took the session after {attempts} attempts (last: {last}); the \
+             runners are draining or full: add runners, or retry later",
+            self.url
+        ))
+    }
+
+    /// One try: a session, and a flag the reader raises if the runner closes it with 1013
+    /// before saying anything (its sessions are full; nothing ran).
+    async fn connect_once(&self) -> Result<(Connection, Arc<AtomicBool>), Refused> {
         let failed =
             |e: &dyn std::fmt::Display| format!("cannot connect to runner at {}: {e}", self.url);
         let mut request = self
             .url
             .as_str()
             .into_client_request()
-            .map_err(|e| failed(&e))?;
+            .map_err(|e| Refused::Fatal(failed(&e)))?;
         if let Some(token) = &self.token {
             let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(|_| failed(&"the token is not a valid header value"))?;
+                .map_err(|_| Refused::Fatal(failed(&"the token is not a valid header value")))?;
             value.set_sensitive(true);
             request.headers_mut().insert(header::AUTHORIZATION, value);
         }
         let (ws, _) = tokio_tungstenite::connect_async(request)
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(|e| {
+                if turned_away(&e) {
+                    Refused::Busy(e.to_string())
+                } else {
+                    Refused::Fatal(failed(&e))
+                }
+            })?;
+        let full = Arc::new(AtomicBool::new(false));
+        let reader_full = full.clone();
         let (mut sink, mut stream) = ws.split();
         let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
         let (event_tx, event_rx) = mpsc::unbounded_channel::<RunnerEvent>();
@@ -88,9 +185,11 @@ impl WsExecutor {
             let _ = sink.close().await;
         });
         tokio::spawn(async move {
+            let mut heard = false;
             let how = loop {
                 match stream.next().await {
                     Some(Ok(WsFrame::Text(text))) => {
+                        heard = true;
                         let event = frame_to_event(Frame::Line(text.as_str().to_owned()));
                         if event_tx.send(event).is_err() {
                             return;
@@ -100,12 +199,15 @@ impl WsExecutor {
                         let _ = event_tx.send(RunnerEvent::Garbage("binary frame".into()));
                     }
                     Some(Ok(WsFrame::Close(frame))) => {
+                        if !heard && frame.as_ref().is_some_and(|f| f.code == CloseCode::Again) {
+                            reader_full.store(true, Ordering::SeqCst);
+                        }
                         break match frame {
                             Some(f) => {
                                 format!("runner closed the connection ({}: {})", f.code, f.reason)
                             }
                             None => "runner closed the connection".to_owned(),
-                        }
+                        };
                     }
                     Some(Ok(_)) => continue,
                     Some(Err(e)) => break format!("connection failed: {e}"),
@@ -119,7 +221,28 @@ impl WsExecutor {
                 let _ = close_tx.send(());
             })
         });
-        Ok(Connection::new(host_tx, event_rx, terminate, self.timings))
+        Ok((
+            Connection::new(host_tx, event_rx, terminate, self.timings),
+            full,
+        ))
+    }
+}
+
+/// Whether a failed upgrade is a runner turning the session away for now: the connection
+/// refused or reset (a runner starting or stopping), or an HTTP 502, 503 or 504 (draining, or
+/// a Service with no ready runner).
+fn turned_away(error: &tokio_tungstenite::tungstenite::Error) -> bool {
+    use std::io::ErrorKind;
+    use tokio_tungstenite::tungstenite::Error;
+    match error {
+        Error::Io(e) => matches!(
+            e.kind(),
+            ErrorKind::ConnectionRefused
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+        ),
+        Error::Http(response) => matches!(response.status().as_u16(), 502..=504),
+        _ => false,
     }
 }
 
@@ -132,12 +255,23 @@ impl Executor for WsExecutor {
         cancel: CancellationToken,
     ) -> ExecuteFuture<'a> {
         Box::pin(async move {
-            match self.connect().await {
-                Ok(connection) => connection.execute_once(code, tools, options, &cancel).await,
-                Err(message) => {
-                    ExecuteResult::failed(execbox_protocol::ErrorCode::InternalError, message)
-                }
-            }
+            let ran = self
+                .with_retries(|| async {
+                    let (connection, full) = self.connect_once().await?;
+                    let result = connection.execute_once(code, tools, options, &cancel).await;
+                    // Closed with 1013 before a word: the runner was full and ran nothing.
+                    if full.load(Ordering::SeqCst) && !cancel.is_cancelled() {
+                        return Err(Refused::Busy(
+                            "the runner closed the session with 1013 (its sessions are full)"
+                                .into(),
+                        ));
+                    }
+                    Ok(result)
+                })
+                .await;
+            ran.unwrap_or_else(|message| {
+                ExecuteResult::failed(execbox_protocol::ErrorCode::InternalError, message)
+            })
         })
     }
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use execbox_host::{
     CommandTool, Connection, Executor, InProcessExecutor, PoolOptions, PooledExecutor,
-    ProcessExecutor, Provider, RunnerCommand, RunnerEvent, SessionTimings, Tool, ToolError,
-    ToolSet, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS, MAX_QUEUED_TOOL_CALLS,
+    ProcessExecutor, Provider, RetryPolicy, RunnerCommand, RunnerEvent, SessionTimings, Tool,
+    ToolError, ToolSet, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS, MAX_QUEUED_TOOL_CALLS,
 };
 use execbox_protocol::{ErrorCode, Message, RawValue, RuntimeOptions, Started, ToolCall};
 use serde_json::{json, Value};
@@ -431,6 +431,123 @@ async fn websocket_executor_sends_its_token_to_a_protected_runner() {
         assert!(error.message.contains("401"), "{}", error.message);
     }
     assert!(!format!("{with_token:?}").contains("s3cret"));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `execbox runner --listen 127.0.0.1:0 ARGS...` and the URL it printed.
+fn listening_runner(args: &[&str]) -> (std::process::Child, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execbox"))
+        .args(["runner", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("EXECBOX_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    (child, line.trim().to_owned())
+}
+
+/// Tools with `slow`, which answers after `ms` milliseconds.
+fn slow_tools(ms: u64) -> ToolSet {
+    let slow = Tool::new("slow", move |_input: Value, _ctx| async move {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok(json!("slow"))
+    });
+    ToolSet::new(vec![Provider::new("t").tool(slow)]).unwrap()
+}
+
+#[tokio::test]
+async fn websocket_executor_retries_a_session_a_full_runner_turned_away() {
+    let (mut child, url) = listening_runner(&["--max-sessions", "1"]);
+    let tools = slow_tools(600);
+    let patient = WsExecutor::new(url.as_str()).with_retry(RetryPolicy {
+        attempts: 20,
+        first_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(100),
+    });
+    let hasty = WsExecutor::new(url.as_str()).with_retry(RetryPolicy {
+        attempts: 2,
+        first_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(10),
+    });
+    let holder = WsExecutor::new(url.as_str());
+    let holding = holder.execute(
+        "await t.slow()",
+        &tools,
+        options(5000),
+        CancellationToken::new(),
+    );
+    let others = async {
+        // Let the holder take the only session first.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let turned_away = hasty
+            .execute("1", &tools, options(5000), CancellationToken::new())
+            .await;
+        let served = patient
+            .execute("6 * 7", &tools, options(5000), CancellationToken::new())
+            .await;
+        (turned_away, served)
+    };
+    let (held, (turned_away, served)) = tokio::join!(holding, others);
+    assert_eq!(held.value(), Some(json!("slow")), "{held:?}");
+    // Two tries while the runner is full: both turned away with 1013, reported as such.
+    let error = turned_away.error().expect("turned away").clone();
+    assert_eq!(error.code, ErrorCode::InternalError);
+    assert!(
+        error.message.contains("after 2 attempts") && error.message.contains("1013"),
+        "{}",
+        error.message
+    );
+    // Retried until the holder's session ended.
+    assert_eq!(served.value(), Some(json!(42)), "{served:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
+    let (mut child, url) = listening_runner(&["--drain-timeout-ms", "5000"]);
+    let tools = slow_tools(1500);
+    let holder = WsExecutor::new(url.as_str());
+    let holding = holder.execute(
+        "await t.slow()",
+        &tools,
+        options(5000),
+        CancellationToken::new(),
+    );
+    let pid = child.id().to_string();
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // SIGTERM: the runner drains, and turns new sessions away with 503.
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        WsExecutor::new(url.as_str())
+            .with_retry(RetryPolicy {
+                attempts: 3,
+                first_backoff: Duration::from_millis(20),
+                max_backoff: Duration::from_millis(40),
+            })
+            .execute("1", &tools, options(5000), CancellationToken::new())
+            .await
+    };
+    let (held, late) = tokio::join!(holding, late);
+    // The running execution still finishes during the drain.
+    assert_eq!(held.value(), Some(json!("slow")), "{held:?}");
+    let error = late.error().expect("refused while draining").clone();
+    assert!(
+        error.message.contains("after 3 attempts") && error.message.contains("503"),
+        "{}",
+        error.message
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
