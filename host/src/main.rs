@@ -90,9 +90,13 @@ struct RunArgs {
     /// Run at most this many tool calls at once; the others wait in arrival order.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_TOOL_CALLS as u32, value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_tool_calls: u32,
-    /// Use the runner at this WebSocket address instead of spawning one.
+    /// Use the runner at this WebSocket address instead of spawning one (`ws://` or `wss://`;
+    /// a Service in front of many runners works: turned-away sessions are retried).
     #[arg(long, value_name = "ws://ADDR")]
     runner: Option<String>,
+    /// With a `wss://` --runner: also trust the CA certificates in this PEM file.
+    #[arg(long, value_name = "FILE", requires = "runner")]
+    runner_ca: Option<PathBuf>,
     /// With --runner: send this file's content (one trailing newline trimmed) as the bearer
     /// token; without it, the EXECBOX_TOKEN environment variable is used if set.
     #[arg(long, value_name = "FILE", requires = "runner")]
@@ -182,7 +186,14 @@ fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let result = runtime.block_on(async {
         let executor: Box<dyn Executor> = match &args.runner {
             Some(url) => {
-                let executor = WsExecutor::new(url.clone()).with_timings(timings);
+                let mut executor = WsExecutor::new(url.clone()).with_timings(timings);
+                if let Some(ca) = &args.runner_ca {
+                    let pem = std::fs::read(ca)
+                        .with_context(|| format!("cannot read --runner-ca {}", ca.display()))?;
+                    executor = executor
+                        .with_tls_roots_pem(&pem)
+                        .map_err(|e| anyhow::anyhow!("--runner-ca {}: {e}", ca.display()))?;
+                }
                 match execbox_runner::listen::load_token(args.token_file.as_deref())? {
                     Some(token) => Box::new(executor.with_token(token)),
                     None => Box::new(executor),

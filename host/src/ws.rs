@@ -4,9 +4,12 @@
 //! session a runner turns away before it starts (HTTP 503 while it drains, a 1013 close when
 //! its sessions are full, a refused or reset connection) is tried again, with backoff, up to
 //! [`RetryPolicy::attempts`] times. Nothing is retried once the runner accepted the session.
+//!
+//! `wss://` URLs are spoken with rustls (the ring provider), trusting the webpki roots and any
+//! added with [`WsExecutor::with_tls_roots_pem`] (a private CA in front of the runners).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use execbox_protocol::{Frame, Message, RuntimeOptions};
@@ -29,6 +32,10 @@ pub struct WsExecutor {
     token: Option<String>,
     timings: SessionTimings,
     retry: RetryPolicy,
+    /// Roots trusted for `wss://` besides the webpki ones.
+    extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// The TLS client configuration, built on the first `wss://` connection.
+    tls: Arc<OnceLock<Result<Arc<rustls::ClientConfig>, String>>>,
 }
 
 /// How a session that runners turn away before it starts is tried again.
@@ -67,6 +74,7 @@ impl std::fmt::Debug for WsExecutor {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("timings", &self.timings)
             .field("retry", &self.retry)
+            .field("extra_roots", &self.extra_roots.len())
             .finish()
     }
 }
@@ -79,7 +87,51 @@ impl WsExecutor {
             token: None,
             timings: SessionTimings::default(),
             retry: RetryPolicy::default(),
+            extra_roots: Vec::new(),
+            tls: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Also trusts the CA certificates of `pem` for `wss://` (e.g. a private CA of the TLS
+    /// terminator in front of the runners). An error names what could not be read.
+    pub fn with_tls_roots_pem(mut self, pem: &[u8]) -> Result<Self, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let mut added = 0;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| format!("cannot read a CA certificate from PEM: {e}"))?;
+            self.extra_roots.push(cert.into_owned());
+            added += 1;
+        }
+        if added == 0 {
+            return Err("no CA certificate (-----BEGIN CERTIFICATE-----) in the PEM given".into());
+        }
+        self.tls = Arc::new(OnceLock::new());
+        Ok(self)
+    }
+
+    /// The rustls configuration for `wss://`: the ring provider, TLS 1.2 and 1.3, the webpki
+    /// roots and the extra ones.
+    fn tls_config(&self) -> Result<Arc<rustls::ClientConfig>, String> {
+        self.tls
+            .get_or_init(|| {
+                let mut roots = rustls::RootCertStore {
+                    roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+                };
+                for cert in &self.extra_roots {
+                    roots
+                        .add(cert.clone())
+                        .map_err(|e| format!("cannot trust an added CA certificate: {e}"))?;
+                }
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let config = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| format!("cannot configure TLS: {e}"))?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                Ok(Arc::new(config))
+            })
+            .clone()
     }
 
     /// Overrides how sessions turned away (draining, full, refused) are tried again.
@@ -157,15 +209,22 @@ impl WsExecutor {
             value.set_sensitive(true);
             request.headers_mut().insert(header::AUTHORIZATION, value);
         }
-        let (ws, _) = tokio_tungstenite::connect_async(request)
-            .await
-            .map_err(|e| {
-                if turned_away(&e) {
-                    Refused::Busy(e.to_string())
-                } else {
-                    Refused::Fatal(failed(&e))
-                }
-            })?;
+        let connector = if self.url.starts_with("wss://") {
+            let config = self.tls_config().map_err(|e| Refused::Fatal(failed(&e)))?;
+            Some(tokio_tungstenite::Connector::Rustls(config))
+        } else {
+            None
+        };
+        let (ws, _) =
+            tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector)
+                .await
+                .map_err(|e| {
+                    if turned_away(&e) {
+                        Refused::Busy(e.to_string())
+                    } else {
+                        Refused::Fatal(failed(&e))
+                    }
+                })?;
         let full = Arc::new(AtomicBool::new(false));
         let reader_full = full.clone();
         let (mut sink, mut stream) = ws.split();

@@ -552,6 +552,71 @@ async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
     let _ = child.wait();
 }
 
+/// A TLS terminator on 127.0.0.1 in front of `upstream` (`127.0.0.1:PORT`), with a fresh
+/// self-signed certificate for 127.0.0.1: its `wss://` URL and the certificate's PEM.
+async fn tls_proxy(upstream: String) -> (String, String) {
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let pem = cert.cert.pem();
+    let key =
+        tokio_rustls::rustls::pki_types::PrivateKeyDer::try_from(cert.key_pair.serialize_der())
+            .unwrap();
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (format!("wss://127.0.0.1:{port}"), pem)
+}
+
+#[tokio::test]
+async fn websocket_executor_speaks_tls_to_a_wss_url() {
+    let (mut child, url) = listening_runner(&[]);
+    let upstream = url.trim_start_matches("ws://").to_owned();
+    let (wss, pem) = tls_proxy(upstream).await;
+    let trusting = WsExecutor::new(wss.as_str())
+        .with_tls_roots_pem(pem.as_bytes())
+        .unwrap();
+    let result = run(&trusting, "(await t.echo([1, 2, 3])).length").await;
+    assert_eq!(result.value(), Some(json!(3)), "{result:?}");
+    // Without the CA, the self-signed certificate is refused, and that is not retried.
+    let error = run(&WsExecutor::new(wss.as_str()), "1")
+        .await
+        .error()
+        .unwrap()
+        .clone();
+    assert_eq!(error.code, ErrorCode::InternalError);
+    assert!(
+        error.message.contains("cannot connect to runner at wss://")
+            && error.message.to_lowercase().contains("certificate"),
+        "{}",
+        error.message
+    );
+    assert!(WsExecutor::new(wss.as_str())
+        .with_tls_roots_pem(b"not a certificate")
+        .is_err());
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[tokio::test]
 async fn in_process_executor_runs_tools_limits_and_cancel() {
     let executor = InProcessExecutor::new(PoolOptions {
