@@ -1,7 +1,7 @@
 //! The Kubernetes manifests of `deploy/k8s` parsed into the Kubernetes API types (`k8s-openapi`),
 //! and checked against the runner's own flags: the container args parse as `RunnerArgs`, the
 //! container port is the `--listen` port, the probes hit `/livez` and `/readyz`, the grace period
-//! outlasts preStop plus `--drain-timeout-ms`, and the Service, HPA, PDB and Secret point at it.
+//! outlasts preStop plus `--drain-timeout`, and the Service, HPA, PDB and Secret point at it.
 
 use std::path::{Path, PathBuf};
 
@@ -146,10 +146,10 @@ fn the_deployment_agrees_with_the_runner_flags() {
         .and_then(|h| h.sleep.as_ref())
         .expect("a preStop sleep")
         .seconds;
-    let drain_ms = i64::try_from(flags.drain_timeout_ms).unwrap();
+    let drain_ms = i64::try_from(flags.drain_timeout.as_millis()).unwrap();
     assert!(
         grace * 1000 > pre_stop * 1000 + drain_ms + 5_000,
-        "terminationGracePeriodSeconds {grace} must exceed preStop {pre_stop} s + --drain-timeout-ms {drain_ms} + 5 s"
+        "terminationGracePeriodSeconds {grace} must exceed preStop {pre_stop} s + --drain-timeout ({drain_ms} ms) + 5 s"
     );
 
     // The token comes from the Secret, and the address is not loopback.

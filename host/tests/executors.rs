@@ -184,6 +184,11 @@ async fn pool_replaces_a_runner_that_crashed_while_idle() {
         },
     );
     assert!(pool.wait_idle(1, Duration::from_secs(10)).await);
+    // The wrapper records its pid as it starts; on a loaded machine that may lag the pool.
+    let until = Instant::now() + Duration::from_secs(10);
+    while pids(&file).is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let victim = pids(&file)[0];
     std::process::Command::new("kill")
         .arg("-9")
@@ -512,7 +517,7 @@ async fn websocket_executor_retries_a_session_a_full_runner_turned_away() {
 
 #[tokio::test]
 async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
-    let (mut child, url) = listening_runner(&["--drain-timeout-ms", "5000"]);
+    let (mut child, url) = listening_runner(&["--drain-timeout", "5s"]);
     let tools = slow_tools(1500);
     let holder = WsExecutor::new(url.as_str());
     let holding = holder.execute(

@@ -71,11 +71,11 @@ pub struct RunnerArgs {
     #[arg(long)]
     pub insecure_no_sandbox: bool,
 
-    /// With --listen: after SIGTERM (or SIGINT), let sessions run on for up to MS, then cancel
-    /// the executions still in flight (each gets its `timeout` done) and exit 0. A second
-    /// signal ends at once.
-    #[arg(long, value_name = "MS", default_value_t = 30_000)]
-    pub drain_timeout_ms: u64,
+    /// With --listen: after SIGTERM (or SIGINT), let sessions run on for up to DURATION
+    /// (`30s`, `500ms`, `2m`; a bare number is seconds), then cancel the executions still in
+    /// flight (each gets its `timeout` done) and exit 0. A second signal ends at once.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
 
     /// How diagnostics on stderr are written: `text` (one line per event) or `json` (one JSON
     /// object per line, for log collectors).
@@ -107,7 +107,7 @@ impl Default for RunnerArgs {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_pending_tool_calls: crate::session::DEFAULT_MAX_PENDING_TOOL_CALLS as u32,
             insecure_no_sandbox: false,
-            drain_timeout_ms: 30_000,
+            drain_timeout: Duration::from_secs(30),
             log_format: LogFormat::Text,
         }
     }
@@ -154,7 +154,7 @@ pub fn run(
                 },
                 insecure_no_auth: args.insecure_no_auth,
                 insecure_no_sandbox: args.insecure_no_sandbox,
-                drain_timeout: Duration::from_millis(args.drain_timeout_ms),
+                drain_timeout: args.drain_timeout,
             };
             crate::listen::serve(addr, options, child, sandbox, |bound| {
                 let mut stdout = std::io::stdout().lock();
@@ -181,4 +181,41 @@ pub fn init_tracing(format: LogFormat) {
             .try_init(),
         LogFormat::Json => builder.json().with_ansi(false).try_init(),
     };
+}
+
+/// A duration flag: `500ms`, `30s`, `2m`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("expected a duration like 30s, 500ms or 2m, got {text:?}"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(format!(
+            "unknown unit {unit:?} in {text:?}: use ms, s or m (e.g. 30s, 500ms, 2m)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_with_their_unit() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("2h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("").is_err());
+    }
 }

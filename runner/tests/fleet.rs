@@ -361,7 +361,7 @@ async fn sigterm_lets_a_running_execution_finish_refuses_new_upgrades_and_exits_
 
 #[tokio::test]
 async fn drain_timeout_cancels_an_execution_that_outlives_it_and_exits_0() {
-    let mut listener = Listener::spawn(&["--drain-timeout-ms", "300"]);
+    let mut listener = Listener::spawn(&["--drain-timeout", "300ms"]);
     let mut ws = connect(&listener.url).await;
     let forever = "for (;;) {}";
     send(
@@ -446,7 +446,7 @@ fn is_dead(pid: u32) -> bool {
 
 #[tokio::test]
 async fn a_second_sigterm_while_draining_ends_at_once_and_kills_the_session_processes() {
-    let mut listener = Listener::spawn(&["--drain-timeout-ms", "60000"]);
+    let mut listener = Listener::spawn(&["--drain-timeout", "60s"]);
     let mut ws = connect(&listener.url).await;
     send(
         &mut ws,

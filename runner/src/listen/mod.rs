@@ -20,7 +20,7 @@
 //! without a token: the supervisor reads each request head itself, and hands upgrade requests
 //! to tungstenite with the bytes already read replayed. SIGTERM (or SIGINT) drains: `/readyz`
 //! and new upgrades answer 503, sessions run on until nothing is in flight, and after
-//! `--drain-timeout-ms` their executions are cancelled; a second signal ends at once.
+//! `--drain-timeout` their executions are cancelled; a second signal ends at once.
 
 mod auth;
 mod backoff;
@@ -76,7 +76,7 @@ pub struct ListenOptions {
     pub insecure_no_auth: bool,
     /// `--insecure-no-sandbox`: neither the supervisor nor its runner processes lock down.
     pub insecure_no_sandbox: bool,
-    /// `--drain-timeout-ms`: after SIGTERM, how long sessions may run on before their
+    /// `--drain-timeout`: after SIGTERM, how long sessions may run on before their
     /// executions are cancelled.
     pub drain_timeout: Duration,
 }
