@@ -377,18 +377,8 @@ async fn concurrent_tool_calls_are_dispatched_concurrently() {
 
 #[tokio::test]
 async fn websocket_executor_runs_against_a_listening_runner() {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execbox"))
-        .args(["runner", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let executor = WsExecutor::new(line.trim());
+    let (mut child, url) = listening_runner(&[], &[]);
+    let executor = WsExecutor::new(url.as_str());
     let result = run(&executor, "(await t.echo([1, 2])).length").await;
     assert_eq!(result.value(), Some(json!(2)), "{result:?}");
     let result = executor
@@ -411,19 +401,8 @@ async fn websocket_executor_runs_against_a_listening_runner() {
 
 #[tokio::test]
 async fn websocket_executor_sends_its_token_to_a_protected_runner() {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execbox"))
-        .args(["runner", "--listen", "127.0.0.1:0"])
-        .env("EXECBOX_TOKEN", "s3cret")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line.trim();
+    let (mut child, url) = listening_runner(&[], &[("EXECBOX_TOKEN", "s3cret")]);
+    let url = url.as_str();
     let with_token = WsExecutor::new(url).with_token("s3cret");
     let result = run(&with_token, "(await t.echo([1, 2])).length").await;
     assert_eq!(result.value(), Some(json!(2)), "{result:?}");
@@ -440,12 +419,14 @@ async fn websocket_executor_sends_its_token_to_a_protected_runner() {
     let _ = child.wait();
 }
 
-/// `execbox runner --listen 127.0.0.1:0 ARGS...` and the URL it printed.
-fn listening_runner(args: &[&str]) -> (std::process::Child, String) {
+/// `execbox runner --listen 127.0.0.1:0 ARGS...` with only the `ENV` given of the execbox
+/// variables, and the URL it printed.
+fn listening_runner(args: &[&str], env: &[(&str, &str)]) -> (std::process::Child, String) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execbox"))
         .args(["runner", "--listen", "127.0.0.1:0"])
         .args(args)
         .env_remove("EXECBOX_TOKEN")
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -469,7 +450,7 @@ fn slow_tools(ms: u64) -> ToolSet {
 
 #[tokio::test]
 async fn websocket_executor_retries_a_session_a_full_runner_turned_away() {
-    let (mut child, url) = listening_runner(&["--max-sessions", "1"]);
+    let (mut child, url) = listening_runner(&["--max-sessions", "1"], &[]);
     let tools = slow_tools(600);
     let patient = WsExecutor::new(url.as_str()).with_retry(RetryPolicy {
         attempts: 20,
@@ -517,7 +498,7 @@ async fn websocket_executor_retries_a_session_a_full_runner_turned_away() {
 
 #[tokio::test]
 async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
-    let (mut child, url) = listening_runner(&["--drain-timeout", "5s"]);
+    let (mut child, url) = listening_runner(&["--drain-timeout", "5s"], &[]);
     let tools = slow_tools(1500);
     let holder = WsExecutor::new(url.as_str());
     let holding = holder.execute(
@@ -594,7 +575,7 @@ async fn tls_proxy(upstream: String) -> (String, String) {
 
 #[tokio::test]
 async fn websocket_executor_speaks_tls_to_a_wss_url() {
-    let (mut child, url) = listening_runner(&[]);
+    let (mut child, url) = listening_runner(&[], &[]);
     let upstream = url.trim_start_matches("ws://").to_owned();
     let (wss, pem) = tls_proxy(upstream).await;
     let trusting = WsExecutor::new(wss.as_str())
