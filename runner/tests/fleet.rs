@@ -101,6 +101,20 @@ impl Listener {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits (bounded) until stderr holds `needle`: it is read on a thread of its own, which
+    /// may still be catching up with the process's exit.
+    async fn wait_stderr(&self, needle: &str) {
+        let until = Instant::now() + PATIENCE;
+        while !self.stderr().contains(needle) {
+            assert!(
+                Instant::now() < until,
+                "no {needle:?} in stderr: {}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     fn sigterm(&self) {
         #[allow(unsafe_code)]
         // SAFETY: kill only sends a signal to our own child.
@@ -355,8 +369,7 @@ async fn sigterm_lets_a_running_execution_finish_refuses_new_upgrades_and_exits_
     assert_eq!(closed.map(|c| c.0), Some(CloseCode::Away));
     let status = listener.exit_status();
     assert_eq!(status.code(), Some(0), "stderr: {}", listener.stderr());
-    let stderr = listener.stderr();
-    assert!(stderr.contains("SIGTERM: draining"), "{stderr}");
+    listener.wait_stderr("SIGTERM: draining").await;
 }
 
 #[tokio::test]
@@ -468,12 +481,7 @@ async fn a_second_sigterm_while_draining_ends_at_once_and_kills_the_session_proc
     listener.sigterm();
     let status = listener.exit_status();
     assert_eq!(status.code(), Some(1), "stderr: {}", listener.stderr());
-    // stderr is read on a thread of its own, which may still be catching up with the exit.
-    let until = Instant::now() + PATIENCE;
-    while !listener.stderr().contains("while draining: stopping now") {
-        assert!(Instant::now() < until, "stderr: {}", listener.stderr());
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    listener.wait_stderr("while draining: stopping now").await;
     let until = Instant::now() + PATIENCE;
     while !children.iter().all(|&c| is_dead(c)) {
         assert!(
