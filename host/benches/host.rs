@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execbox_host::{
-    Executor, InProcessExecutor, PoolOptions, PooledExecutor, ProcessExecutor, Provider,
-    RunnerCommand, Tool, ToolSet,
+    ExecuteRequest, Executor, InProcessExecutor, PoolOptions, PooledExecutor, ProcessExecutor,
+    Provider, RunnerCommand, Tool, ToolSet,
 };
 use execbox_protocol::RuntimeOptions;
 use serde_json::json;
@@ -50,7 +50,11 @@ async fn measure(
             for _ in 0..total / concurrency {
                 let t = Instant::now();
                 let result = executor
-                    .execute(code, &tools, RuntimeOptions::default(), Default::default())
+                    .execute(
+                        ExecuteRequest::new(code)
+                            .tools(&tools)
+                            .options(RuntimeOptions::default()),
+                    )
                     .await;
                 samples.push(t.elapsed());
                 assert!(result.is_ok(), "{:?}", result.error());
@@ -82,9 +86,9 @@ async fn main() {
         in_process
             .wait_idle(concurrency, Duration::from_secs(10))
             .await;
-        let pooled = PooledExecutor::new(runner(), options);
+        let pooled = PooledExecutor::new(runner(), options).unwrap();
         pooled.wait_idle(concurrency, Duration::from_secs(10)).await;
-        let fresh = ProcessExecutor::new(runner());
+        let fresh = ProcessExecutor::new(runner()).unwrap();
         let executors: [(&str, Arc<dyn Executor>, usize); 3] = [
             ("in-process", Arc::new(in_process), total),
             ("pooled process", Arc::new(pooled), total),
@@ -123,13 +127,16 @@ async fn main() {
         ),
         (
             "pooled process",
-            Arc::new(PooledExecutor::new(
-                runner(),
-                PoolOptions {
-                    size: 1,
-                    ..PoolOptions::default()
-                },
-            )),
+            Arc::new(
+                PooledExecutor::new(
+                    runner(),
+                    PoolOptions {
+                        size: 1,
+                        ..PoolOptions::default()
+                    },
+                )
+                .unwrap(),
+            ),
         ),
     ] {
         measure(executor.clone(), &tools, baseline_code, 1, 20).await;

@@ -25,18 +25,16 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use execbox_protocol::{
-    Cancel, Done, ErrorBody, ErrorCode, Execute, Message, RawValue, RuntimeOptions, ToolCall,
-    ToolResult,
+    Cancel, Done, ErrorBody, ErrorCode, Execute, Frame, Message, ToolCall, ToolResult,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::executor::ExecuteResult;
+use crate::executor::{next_execution_id, ExecuteRequest, ExecuteResult};
 use crate::tool::ToolContext;
 use crate::toolset::ToolSet;
 
@@ -110,17 +108,6 @@ pub struct Connection {
     seen_calls: HashSet<String>,
 }
 
-static NEXT_EXECUTION: AtomicU64 = AtomicU64::new(1);
-
-/// A fresh execution id, unique within this process.
-pub fn next_execution_id() -> String {
-    format!(
-        "exec-{}-{}",
-        std::process::id(),
-        NEXT_EXECUTION.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 impl Connection {
     /// Wraps the two halves of a transport.
     pub fn new(
@@ -171,29 +158,17 @@ impl Connection {
     }
 
     /// Runs one execution on a connection opened for it alone, then terminates it.
-    pub async fn execute_once(
-        mut self,
-        code: &str,
-        tools: &ToolSet,
-        options: RuntimeOptions,
-        cancel: &CancellationToken,
-    ) -> ExecuteResult {
-        let result = self.execute(code, tools, options, cancel).await;
+    pub async fn execute_once(mut self, request: &ExecuteRequest) -> ExecuteResult {
+        let result = self.execute(request).await;
         self.terminate().await;
         result
     }
 
     /// Runs one execution over this connection.
-    pub async fn execute(
-        &mut self,
-        code: &str,
-        tools: &ToolSet,
-        options: RuntimeOptions,
-        cancel: &CancellationToken,
-    ) -> ExecuteResult {
+    pub async fn execute(&mut self, request: &ExecuteRequest) -> ExecuteResult {
         let started = Instant::now();
         let id = next_execution_id();
-        let result = self.drive(&id, code, tools, options, cancel, started).await;
+        let result = self.drive(&id, request, started).await;
         self.executions += 1;
         if !result.is_ok() {
             // A failed execution may leave a runner in any state: never reuse it.
@@ -212,44 +187,43 @@ impl Connection {
     async fn drive(
         &mut self,
         id: &str,
-        code: &str,
-        tools: &ToolSet,
-        options: RuntimeOptions,
-        cancel: &CancellationToken,
+        request: &ExecuteRequest,
         started: Instant,
     ) -> ExecuteResult {
         // Cancels every tool call of this execution when the execution ends, however.
         let tools_token = CancellationToken::new();
         let mut calls = ToolCalls::new(
             self.timings.max_concurrent_tool_calls,
-            tools.clone(),
+            request.tools.clone(),
             id,
             tools_token.clone(),
         );
-        let result = self
-            .session(id, code, tools, options, cancel, started, &mut calls)
-            .await;
+        let result = self.session(id, request, started, &mut calls).await;
         tools_token.cancel();
         calls.shutdown().await;
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn session(
         &mut self,
         id: &str,
-        code: &str,
-        tools: &ToolSet,
-        options: RuntimeOptions,
-        cancel: &CancellationToken,
+        request: &ExecuteRequest,
         started: Instant,
         calls: &mut ToolCalls,
     ) -> ExecuteResult {
+        let ExecuteRequest {
+            code,
+            tools,
+            options,
+            cancel,
+        } = request;
+        let options = *options;
         let fail = |code: ErrorCode, message: String| ExecuteResult {
             id: id.to_owned(),
             outcome: Err(ErrorBody::new(code, message)),
             logs: Vec::new(),
             duration_ms: started.elapsed().as_millis() as u64,
+            cancelled: false,
         };
         if self.broken {
             return fail(
@@ -259,7 +233,7 @@ impl Connection {
         }
         let execute = Message::Execute(Execute {
             id: id.to_owned(),
-            code: code.to_owned(),
+            code: code.clone(),
             options,
             providers: tools.manifests().to_vec(),
         });
@@ -284,8 +258,8 @@ impl Connection {
                     }
                     continue;
                 }
-                () = cancel.cancelled() => return self.abandon(id, started, &tools_token, "cancelled by the caller").await,
-                () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, "host deadline passed").await,
+                () = cancel.cancelled() => return self.abandon(id, started, &tools_token, true).await,
+                () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, false).await,
             };
             match event {
                 Some(RunnerEvent::Message(Message::Done(done))) if done.id == id => {
@@ -351,8 +325,13 @@ impl Connection {
         id: &str,
         started: Instant,
         tools_token: &CancellationToken,
-        why: &str,
+        by_caller: bool,
     ) -> ExecuteResult {
+        let why = if by_caller {
+            "cancelled by the caller"
+        } else {
+            "host deadline passed"
+        };
         tracing::debug!(%id, why, "abandoning execution");
         tools_token.cancel();
         self.broken = true;
@@ -378,6 +357,7 @@ impl Connection {
             outcome: Err(ErrorBody::new(ErrorCode::Timeout, "Execution timed out")),
             logs,
             duration_ms: started.elapsed().as_millis() as u64,
+            cancelled: by_caller,
         }
     }
 }
@@ -523,13 +503,31 @@ impl ExecuteResult {
             outcome: done.outcome,
             logs: done.logs,
             duration_ms: done.duration_ms,
+            cancelled: false,
         }
     }
 }
 
-/// Parses a result payload into a JSON tree (deep values included).
-pub(crate) fn raw_to_value(raw: &RawValue) -> serde_json::Result<serde_json::Value> {
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    de.disable_recursion_limit();
-    serde::Deserialize::deserialize(&mut de)
+impl RunnerEvent {
+    /// Classifies one line or frame from a runner.
+    pub(crate) fn from_frame(frame: Frame) -> RunnerEvent {
+        match frame {
+            Frame::Line(line) => match Message::decode(&line) {
+                Ok(message) => RunnerEvent::Message(message),
+                Err(e) => {
+                    let mut shown: String = line.chars().take(200).collect();
+                    if shown.len() < line.len() {
+                        shown.push('…');
+                    }
+                    RunnerEvent::Garbage(format!("{e}: {shown}"))
+                }
+            },
+            Frame::InvalidUtf8 { len } => {
+                RunnerEvent::Garbage(format!("{len} bytes of invalid UTF-8"))
+            }
+            Frame::Oversized { len, .. } => {
+                RunnerEvent::Garbage(format!("a message of {len} bytes, over the size limit"))
+            }
+        }
+    }
 }

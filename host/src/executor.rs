@@ -1,15 +1,99 @@
-//! The executor abstraction: run code with tools, get one result.
+//! The executor abstraction: an execution request in, one result out.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use execbox_protocol::{ErrorBody, RawValue, RuntimeOptions};
+use execbox_protocol::{ErrorBody, ErrorCode, RawValue, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::toolset::ToolSet;
 
-/// A boxed future borrowing from the executor and its arguments.
+/// A boxed future borrowing from the executor.
 pub type ExecuteFuture<'a> = Pin<Box<dyn Future<Output = ExecuteResult> + Send + 'a>>;
+
+/// Runs guest code against a tool set. Implementations differ in where the runner lives.
+pub trait Executor: Send + Sync {
+    /// Runs one execution. Never panics; every failure is an [`ExecuteResult`] error.
+    fn execute(&self, request: ExecuteRequest) -> ExecuteFuture<'_>;
+}
+
+/// One execution to run: the code, the tools it may call, its limits and how to cancel it.
+///
+/// ```
+/// use std::time::Duration;
+/// use execbox_host::{CancellationToken, ExecuteRequest, ToolSet};
+///
+/// let tools = ToolSet::empty();
+/// let cancel = CancellationToken::new();
+/// let request = ExecuteRequest::new("1 + 1")
+///     .tools(&tools)
+///     .timeout(Duration::from_millis(500))
+///     .cancel_on(cancel.clone());
+/// assert_eq!(request.limits().timeout_ms, 500);
+/// ```
+#[derive(Clone)]
+pub struct ExecuteRequest {
+    pub(crate) code: String,
+    pub(crate) tools: ToolSet,
+    pub(crate) options: RuntimeOptions,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl ExecuteRequest {
+    /// Runs `code` (an async function body; its last expression or `return` is the result)
+    /// with no tools and the default limits.
+    pub fn new(code: impl Into<String>) -> Self {
+        ExecuteRequest {
+            code: code.into(),
+            tools: ToolSet::empty(),
+            options: RuntimeOptions::default(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// The tools the guest may call (cheap: a tool set is shared, not copied).
+    pub fn tools(mut self, tools: &ToolSet) -> Self {
+        self.tools = tools.clone();
+        self
+    }
+
+    /// All limits at once (time, memory, logs), as the wire's `options`.
+    pub fn options(mut self, options: RuntimeOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The wall-clock limit (default 5 s); rounded down to whole milliseconds.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.options.timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
+        self
+    }
+
+    /// The memory limit of the guest's runtime in bytes (default 64 MiB).
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.options.memory_limit_bytes = bytes;
+        self
+    }
+
+    /// Ends the execution promptly when `token` is cancelled: the guest sees its execution
+    /// aborted (`timeout` on the wire) and the result says [`ExecuteResult::was_cancelled`].
+    pub fn cancel_on(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// The code as given.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    /// The limits in effect.
+    pub fn limits(&self) -> &RuntimeOptions {
+        &self.options
+    }
+}
 
 /// The outcome of one execution, as the runner's `done` reported it (or as the host decided
 /// when the runner could not).
@@ -23,22 +107,39 @@ pub struct ExecuteResult {
     pub logs: Vec<String>,
     /// Wall time as measured by the runner (or by the host if the runner never answered).
     pub duration_ms: u64,
+    /// The caller's cancellation token ended the execution (the wire code is still
+    /// `timeout`, as the protocol says for any aborted execution).
+    pub cancelled: bool,
 }
 
 impl ExecuteResult {
     /// A failure decided by the host before or without a runner's `done`.
-    pub fn failed(code: execbox_protocol::ErrorCode, message: impl Into<String>) -> ExecuteResult {
+    pub fn failed(code: ErrorCode, message: impl Into<String>) -> ExecuteResult {
         ExecuteResult {
-            id: crate::connection::next_execution_id(),
+            id: next_execution_id(),
             outcome: Err(ErrorBody::new(code, message)),
             logs: Vec::new(),
             duration_ms: 0,
+            cancelled: false,
+        }
+    }
+
+    /// The result of an execution the caller cancelled before it reached a runner.
+    pub(crate) fn cancelled_early() -> ExecuteResult {
+        ExecuteResult {
+            cancelled: true,
+            ..ExecuteResult::failed(ErrorCode::Timeout, "Execution timed out")
         }
     }
 
     /// True for `ok: true`.
     pub fn is_ok(&self) -> bool {
         self.outcome.is_ok()
+    }
+
+    /// True when the caller's cancellation ended the execution, as opposed to its time limit.
+    pub fn was_cancelled(&self) -> bool {
+        self.cancelled
     }
 
     /// The error, if the execution failed.
@@ -49,7 +150,7 @@ impl ExecuteResult {
     /// The result as a JSON tree (`None` for undefined or on failure).
     pub fn value(&self) -> Option<serde_json::Value> {
         match &self.outcome {
-            Ok(Some(raw)) => crate::connection::raw_to_value(raw).ok(),
+            Ok(Some(raw)) => crate::json::raw_to_value(raw).ok(),
             _ => None,
         }
     }
@@ -66,15 +167,13 @@ impl ExecuteResult {
     }
 }
 
-/// Runs guest code against a tool set. Implementations differ in where the runner lives.
-pub trait Executor: Send + Sync {
-    /// Executes `code` with `tools` under `options`. Cancelling `cancel` ends the execution
-    /// promptly with `timeout`. Never panics; every failure is an [`ExecuteResult`] error.
-    fn execute<'a>(
-        &'a self,
-        code: &'a str,
-        tools: &'a ToolSet,
-        options: RuntimeOptions,
-        cancel: CancellationToken,
-    ) -> ExecuteFuture<'a>;
+static NEXT_EXECUTION: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh execution id, unique within this process.
+pub(crate) fn next_execution_id() -> String {
+    format!(
+        "exec-{}-{}",
+        std::process::id(),
+        NEXT_EXECUTION.fetch_add(1, Ordering::Relaxed)
+    )
 }

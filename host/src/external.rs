@@ -104,10 +104,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::names::check_provider_name;
-use crate::schema::{
+use crate::json::{
     drop_value, parse_json, truncate, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
 };
+use crate::names::check_provider_name;
 use crate::tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
 
 /// The tools file version this host reads.
@@ -283,7 +283,7 @@ impl ToolsFile {
                     }
                     handler = handler.env(k, v.0);
                 }
-                let mut tool = Tool::new(tname.clone(), handler);
+                let mut tool = Tool::from_handler(tname.clone(), handler);
                 if let Some(d) = tdef.description {
                     tool = tool.description(d);
                 }
@@ -428,7 +428,7 @@ impl<'de> Deserialize<'de> for Scalar {
 ///
 /// let handler = CommandTool::new("text", "word_count", "/opt/tools/word_count.py")
 ///     .timeout(Duration::from_secs(10));
-/// let provider = Provider::new("text").tool(Tool::new("word_count", handler));
+/// let provider = Provider::new("text").tool(Tool::from_handler("word_count", handler));
 /// ```
 #[derive(Clone)]
 pub struct CommandTool(Arc<Spec>);
@@ -879,8 +879,21 @@ struct GroupKiller {
     pgid: Option<u32>,
 }
 
+/// The process groups of every command tool call in flight in this process, for
+/// [`CommandTool::kill_all`].
+static LIVE_GROUPS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+fn live_groups() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    LIVE_GROUPS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl GroupKiller {
     fn new(pid: Option<u32>) -> Self {
+        if let Some(pgid) = pid {
+            live_groups().push(pgid);
+        }
         GroupKiller { pgid: pid }
     }
 
@@ -892,13 +905,29 @@ impl GroupKiller {
 
     /// After the leader was reaped its id may be reused: never signal it again.
     fn disarm(&mut self) {
-        self.pgid = None;
+        if let Some(pgid) = self.pgid.take() {
+            live_groups().retain(|&g| g != pgid);
+        }
     }
 }
 
 impl Drop for GroupKiller {
     fn drop(&mut self) {
         self.kill();
+        self.disarm();
+    }
+}
+
+impl CommandTool {
+    /// Kills the process group of every command tool call still running in this process,
+    /// at once. For a program about to exit without waiting for its executions to end (a
+    /// second Ctrl-C): nothing a tool started outlives it. Returns how many were killed.
+    pub fn kill_all() -> usize {
+        let groups = live_groups();
+        for &pgid in groups.iter() {
+            kill_process_group(pgid);
+        }
+        groups.len()
     }
 }
 

@@ -20,16 +20,14 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 
-use execbox_protocol::{Message, RuntimeOptions, DEFAULT_MAX_MESSAGE_BYTES};
+use execbox_protocol::{Message, DEFAULT_MAX_MESSAGE_BYTES};
 use execbox_runner::engine::{Engine, Outbound, ENGINE_STACK_BYTES};
 use execbox_runner::session::{run_session, Control, Inbound, SessionLimits};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::connection::{Connection, RunnerEvent, SessionTimings, Terminate};
-use crate::executor::{ExecuteFuture, Executor};
+use crate::executor::{ExecuteFuture, ExecuteRequest, Executor};
 use crate::pool::{PoolOptions, PooledExecutor};
-use crate::toolset::ToolSet;
 
 /// Why an execution fails at once when too many engine threads are stuck.
 const STUCK_ENGINES_MESSAGE: &str =
@@ -71,14 +69,8 @@ impl InProcessExecutor {
 }
 
 impl Executor for InProcessExecutor {
-    fn execute<'a>(
-        &'a self,
-        code: &'a str,
-        tools: &'a ToolSet,
-        options: RuntimeOptions,
-        cancel: CancellationToken,
-    ) -> ExecuteFuture<'a> {
-        self.pool.execute(code, tools, options, cancel)
+    fn execute(&self, request: ExecuteRequest) -> ExecuteFuture<'_> {
+        self.pool.execute(request)
     }
 }
 

@@ -16,50 +16,54 @@
 //! - underneath, a [`Connection`] speaks the protocol's host side over any transport.
 //!
 //! ```no_run
-//! use execbox_host::{Executor, PoolOptions, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
-//! use execbox_protocol::RuntimeOptions;
+//! use execbox_host::{ExecuteRequest, Executor, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
 //! use serde_json::json;
 //!
-//! # async fn demo() {
-//! let add = Tool::new("add", |input: serde_json::Value, _ctx| async move {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let add = Tool::new("add", |input, _ctx| async move {
 //!     Ok(json!({ "sum": input["x"].as_f64().unwrap_or(0.0) + 2.0 }))
-//! })
-//! .input_schema(json!({"type": "object", "required": ["x"], "properties": {"x": {"type": "number"}}}));
-//! let tools = ToolSet::new(vec![Provider::new("math").tool(add)]).unwrap();
-//! let executor = PooledExecutor::new(RunnerCommand::default_runner(), PoolOptions::default());
+//! });
+//! let tools = ToolSet::new(vec![Provider::new("math").tool(add)])?;
+//! let executor = PooledExecutor::new(RunnerCommand::find()?, Default::default())?;
 //! let result = executor
-//!     .execute("(await math.add({ x: 2 })).sum", &tools, RuntimeOptions::default(), Default::default())
+//!     .execute(ExecuteRequest::new("(await math.add({ x: 2 })).sum").tools(&tools))
 //!     .await;
 //! assert_eq!(result.value(), Some(json!(4.0)));
+//! # Ok(())
 //! # }
 //! ```
 
-pub mod connection;
-pub mod executor;
-pub mod external;
-#[cfg(feature = "runner")]
-pub mod inprocess;
-pub mod names;
-pub mod pool;
-pub mod process;
-pub mod prompt;
-pub mod schema;
-pub mod tool;
-pub mod toolset;
-pub mod types;
-pub mod ws;
+mod connection;
+mod executor;
+mod external;
+#[cfg(feature = "inprocess")]
+mod inprocess;
+mod json;
+mod names;
+mod pool;
+mod process;
+mod prompt;
+mod schema;
+mod tool;
+mod toolset;
+mod types;
+mod ws;
 
 pub use connection::{
-    Connection, RunnerEvent, SessionTimings, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
+    Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
     MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
 };
-pub use executor::{ExecuteResult, Executor};
-pub use external::{CommandTool, ToolsFile};
-#[cfg(feature = "runner")]
+pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
+pub use external::{CommandTool, ToolsFile, ToolsFileError, TOOLS_FILE_VERSION};
+#[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
-pub use pool::{PoolOptions, PooledExecutor};
-pub use process::{ProcessExecutor, RunnerCommand};
+pub use pool::{PoolOptions, PooledExecutor, Spawner};
+pub use process::{ProcessExecutor, RunnerCommand, RunnerNotFound};
 pub use prompt::model_prompt;
 pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
 pub use toolset::{ToolSet, ToolSetError};
 pub use ws::{RetryPolicy, WsExecutor};
+
+// The types a caller must name, so one `use execbox_host::…` line is enough.
+pub use execbox_protocol::{ErrorBody, ErrorCode, RuntimeOptions};
+pub use tokio_util::sync::CancellationToken;

@@ -12,19 +12,14 @@
 use std::collections::HashSet;
 
 use execbox_protocol::names::is_identifier_char;
-pub use execbox_protocol::names::{
-    check_provider_name, is_identifier, is_reserved_word, GUEST_GLOBALS, RESERVED_WORDS,
-};
+pub use execbox_protocol::names::{check_provider_name, is_identifier, is_reserved_word};
 
 /// Maps a tool name to an identifier: every character outside `[A-Za-z0-9_$]` becomes `_`,
 /// a leading digit gets a `_` prefix, a reserved word gets a `_` suffix, and an empty name
 /// becomes `_`.
 ///
-/// ```
-/// use execbox_host::names::sanitize_tool_name;
-/// assert_eq!(sanitize_tool_name("search-docs"), "search_docs");
-/// assert_eq!(sanitize_tool_name("1tool"), "_1tool");
-/// assert_eq!(sanitize_tool_name("default"), "default_");
+/// ```text
+/// search-docs → search_docs      1tool → _1tool      default → default_
 /// ```
 pub fn sanitize_tool_name(name: &str) -> String {
     let mut out: String = name
@@ -48,12 +43,8 @@ pub fn sanitize_tool_name(name: &str) -> String {
 /// The first tool to claim a safe name keeps it; later ones get `__2`, `__3`, ... appended
 /// (the first free suffix). The result is parallel to the input.
 ///
-/// ```
-/// use execbox_host::names::assign_safe_names;
-/// assert_eq!(
-///     assign_safe_names(["search-docs", "search_docs"]),
-///     ["search_docs", "search_docs__2"]
-/// );
+/// ```text
+/// [search-docs, search_docs] → [search_docs, search_docs__2]
 /// ```
 pub fn assign_safe_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut taken = HashSet::new();

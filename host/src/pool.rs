@@ -2,14 +2,12 @@
 
 use std::sync::Arc;
 
-use execbox_protocol::{ErrorCode, RuntimeOptions};
+use execbox_protocol::ErrorCode;
 use tokio::sync::{Mutex, Semaphore};
-use tokio_util::sync::CancellationToken;
 
 use crate::connection::{Connection, SessionTimings};
-use crate::executor::{ExecuteFuture, ExecuteResult, Executor};
-use crate::process::RunnerCommand;
-use crate::toolset::ToolSet;
+use crate::executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
+use crate::process::{spawn_failure, RunnerCommand, RunnerNotFound};
 
 /// Pool sizing and recycling policy.
 #[derive(Debug, Clone)]
@@ -55,9 +53,14 @@ struct PoolInner {
 
 impl PooledExecutor {
     /// Creates a pool of `command` processes; with `prewarm`, starts them in the background
-    /// at once. Must be called inside a Tokio runtime.
-    pub fn new(command: RunnerCommand, options: PoolOptions) -> Self {
-        Self::with_spawner(Box::new(move |timings| command.spawn(timings)), options)
+    /// at once. Fails when `command` cannot be run (see [`RunnerCommand::find`] for the usual
+    /// runner). Must be called inside a Tokio runtime.
+    pub fn new(command: RunnerCommand, options: PoolOptions) -> Result<Self, RunnerNotFound> {
+        let command = command.checked()?;
+        Ok(Self::with_spawner(
+            Box::new(move |timings| command.spawn(timings)),
+            options,
+        ))
     }
 
     /// Creates a pool whose runners `spawn` starts.
@@ -129,29 +132,22 @@ impl PoolInner {
 }
 
 impl Executor for PooledExecutor {
-    fn execute<'a>(
-        &'a self,
-        code: &'a str,
-        tools: &'a ToolSet,
-        options: RuntimeOptions,
-        cancel: CancellationToken,
-    ) -> ExecuteFuture<'a> {
+    fn execute(&self, request: ExecuteRequest) -> ExecuteFuture<'_> {
         Box::pin(async move {
+            let cancel = &request.cancel;
             let inner = &self.inner;
             let _permit = tokio::select! {
                 permit = inner.permits.acquire() => match permit {
                     Ok(p) => p,
                     Err(_) => return ExecuteResult::failed(ErrorCode::InternalError, "pool is closed"),
                 },
-                () = cancel.cancelled() => {
-                    return ExecuteResult::failed(ErrorCode::Timeout, "Execution timed out");
-                }
+                () = cancel.cancelled() => return ExecuteResult::cancelled_early(),
             };
             let mut connection = match inner.checkout().await {
                 Ok(c) => c,
                 Err(e) => return spawn_failure(&e),
             };
-            let result = connection.execute(code, tools, options, &cancel).await;
+            let result = connection.execute(&request).await;
             let retire = connection.is_broken()
                 || connection.executions >= inner.options.max_executions_per_runner;
             if retire {
@@ -165,12 +161,4 @@ impl Executor for PooledExecutor {
             result
         })
     }
-}
-
-/// The result of an execution whose runner could not be started.
-pub(crate) fn spawn_failure(error: &std::io::Error) -> ExecuteResult {
-    ExecuteResult::failed(
-        ErrorCode::InternalError,
-        format!("cannot start a runner: {error}"),
-    )
 }

@@ -1,18 +1,16 @@
 //! Runner child processes over stdio, and the executor that spawns one per execution.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use execbox_protocol::{LineFramer, Message, RuntimeOptions, DEFAULT_MAX_MESSAGE_BYTES};
+use execbox_protocol::{ErrorCode, LineFramer, Message, DEFAULT_MAX_MESSAGE_BYTES};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::connection::{Connection, RunnerEvent, SessionTimings, Terminate};
-use crate::executor::{ExecuteFuture, Executor};
-use crate::toolset::ToolSet;
+use crate::executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
 
 /// How to start a runner process.
 #[derive(Debug, Clone)]
@@ -38,19 +36,52 @@ impl RunnerCommand {
         self
     }
 
-    /// The `execbox-runner` binary: next to the current executable (or one level up, for test
-    /// binaries under `target/*/deps`), else from `PATH`.
-    pub fn default_runner() -> Self {
-        let name = format!("execbox-runner{}", std::env::consts::EXE_SUFFIX);
-        if let Ok(exe) = std::env::current_exe() {
-            for dir in exe.ancestors().skip(1).take(2) {
-                let candidate = dir.join(&name);
-                if candidate.is_file() {
-                    return RunnerCommand::new(candidate);
-                }
+    /// Finds the `execbox-runner` binary the way a user expects: the `EXECBOX_RUNNER`
+    /// environment variable, else next to the current executable (or one folder up, for test
+    /// binaries under `target/*/deps`), else on `PATH`.
+    pub fn find() -> Result<Self, RunnerNotFound> {
+        let name = format!("{RUNNER_NAME}{}", std::env::consts::EXE_SUFFIX);
+        if let Some(path) = std::env::var_os(RUNNER_ENV).filter(|p| !p.is_empty()) {
+            let command = RunnerCommand::new(path);
+            return match command.resolve() {
+                Ok(_) => Ok(command),
+                Err(why) => Err(RunnerNotFound::Env {
+                    path: command.program,
+                    why,
+                }),
+            };
+        }
+        let exe = std::env::current_exe().ok();
+        let beside: Vec<PathBuf> = exe
+            .iter()
+            .flat_map(|exe| exe.ancestors().skip(1).take(2))
+            .map(|dir| dir.join(&name))
+            .collect();
+        for candidate in &beside {
+            if is_executable(candidate) {
+                return Ok(RunnerCommand::new(candidate));
             }
         }
-        RunnerCommand::new(name)
+        match search_path(Path::new(&name)) {
+            Some(found) => Ok(RunnerCommand::new(found)),
+            None => Err(RunnerNotFound::Missing {
+                looked_beside: beside.first().cloned(),
+            }),
+        }
+    }
+
+    /// The program's path if it can be run: a path with a folder must name an executable
+    /// file; a bare name is looked up on `PATH`.
+    pub fn resolve(&self) -> Result<PathBuf, String> {
+        if self.program.components().count() > 1 {
+            return match std::fs::metadata(&self.program) {
+                Err(e) => Err(e.to_string()),
+                Ok(meta) if !meta.is_file() => Err("not a file".into()),
+                Ok(_) if !is_executable(&self.program) => Err("not executable".into()),
+                Ok(_) => Ok(self.program.clone()),
+            };
+        }
+        search_path(&self.program).ok_or_else(|| "not found on PATH".into())
     }
 
     /// Spawns the runner and connects to its stdio. The child is killed when the connection
@@ -164,7 +195,7 @@ async fn read_stdout(
         };
         framer.push(&buf[..n]);
         while let Some(frame) = framer.next_frame() {
-            let event = crate::ws::frame_to_event(frame);
+            let event = RunnerEvent::from_frame(frame);
             if events.send(event).is_err() {
                 return;
             }
@@ -172,7 +203,7 @@ async fn read_stdout(
     }
     framer.finish();
     while let Some(frame) = framer.next_frame() {
-        let _ = events.send(crate::ws::frame_to_event(frame));
+        let _ = events.send(RunnerEvent::from_frame(frame));
     }
 }
 
@@ -185,12 +216,13 @@ pub struct ProcessExecutor {
 }
 
 impl ProcessExecutor {
-    /// An executor spawning `command` per execution.
-    pub fn new(command: RunnerCommand) -> Self {
-        ProcessExecutor {
-            command,
+    /// An executor spawning `command` per execution; fails when it cannot be run (see
+    /// [`RunnerCommand::find`] for the usual runner).
+    pub fn new(command: RunnerCommand) -> Result<Self, RunnerNotFound> {
+        Ok(ProcessExecutor {
+            command: command.checked()?,
             timings: SessionTimings::default(),
-        }
+        })
     }
 
     /// Overrides the host-side grace periods.
@@ -201,18 +233,91 @@ impl ProcessExecutor {
 }
 
 impl Executor for ProcessExecutor {
-    fn execute<'a>(
-        &'a self,
-        code: &'a str,
-        tools: &'a ToolSet,
-        options: RuntimeOptions,
-        cancel: CancellationToken,
-    ) -> ExecuteFuture<'a> {
+    fn execute(&self, request: ExecuteRequest) -> ExecuteFuture<'_> {
         Box::pin(async move {
             match self.command.spawn(self.timings) {
-                Ok(connection) => connection.execute_once(code, tools, options, &cancel).await,
-                Err(e) => crate::pool::spawn_failure(&e),
+                Ok(connection) => connection.execute_once(&request).await,
+                Err(e) => spawn_failure(&e),
             }
         })
+    }
+}
+
+/// The result of an execution whose runner could not be started.
+pub(crate) fn spawn_failure(error: &std::io::Error) -> ExecuteResult {
+    ExecuteResult::failed(
+        ErrorCode::InternalError,
+        format!("cannot start a runner: {error}"),
+    )
+}
+
+/// The runner's binary name, without the platform's executable suffix.
+const RUNNER_NAME: &str = "execbox-runner";
+
+/// The environment variable naming the runner binary.
+const RUNNER_ENV: &str = "EXECBOX_RUNNER";
+
+/// The runner binary cannot be found or run: executors refuse to start without one.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerNotFound {
+    /// `EXECBOX_RUNNER` names something that cannot be run.
+    #[error("EXECBOX_RUNNER={}: {why}; point it at the execbox-runner binary", path.display())]
+    Env {
+        /// The value of the variable.
+        path: PathBuf,
+        /// Why it cannot be run.
+        why: String,
+    },
+    /// No `execbox-runner` next to this program nor on `PATH`.
+    #[error(
+        "cannot find the execbox-runner binary{}nor on PATH; install it with `cargo install \
+         --path runner` (or `cargo install execbox-runner`), or set EXECBOX_RUNNER to its path",
+        match looked_beside { Some(p) => format!(" (looked for {}) ", p.display()), None => " ".into() }
+    )]
+    Missing {
+        /// Where it was looked for next to the current executable.
+        looked_beside: Option<PathBuf>,
+    },
+    /// An explicitly given runner command cannot be run.
+    #[error("runner {}: {why}", program.display())]
+    Command {
+        /// The program as given.
+        program: PathBuf,
+        /// Why it cannot be run.
+        why: String,
+    },
+}
+
+impl RunnerCommand {
+    /// Checks that the program can be run, for executors to fail at construction.
+    pub(crate) fn checked(self) -> Result<Self, RunnerNotFound> {
+        match self.resolve() {
+            Ok(_) => Ok(self),
+            Err(why) => Err(RunnerNotFound::Command {
+                program: self.program,
+                why,
+            }),
+        }
+    }
+}
+
+/// `name` in the first `PATH` folder holding an executable file of that name.
+fn search_path(name: &Path) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+/// A regular file the current user may execute.
+fn is_executable(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file())
     }
 }

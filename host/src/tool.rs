@@ -9,7 +9,7 @@
 //! use execbox_host::{Provider, Tool, ToolError};
 //! use serde_json::{json, Value};
 //!
-//! let add = Tool::new("add", |input: Value, _ctx| async move {
+//! let add = Tool::new("add", |input, _ctx| async move {
 //!     let a = input["a"].as_f64().ok_or_else(|| ToolError::tool("a must be a number"))?;
 //!     let b = input["b"].as_f64().ok_or_else(|| ToolError::tool("b must be a number"))?;
 //!     Ok(json!(a + b))
@@ -160,12 +160,22 @@ pub struct Tool {
 }
 
 impl Tool {
-    /// A tool called `name` (any string; it is sanitised for the guest) run by `handler`.
-    pub fn new(name: impl Into<String>, handler: impl ToolHandler) -> Tool {
+    /// A tool called `name` (any string; it is sanitised for the guest) run by the async
+    /// closure `handler`, which takes the input and a [`ToolContext`].
+    pub fn new<F, Fut>(name: impl Into<String>, handler: F) -> Tool
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        Self::from_handler(name, handler)
+    }
+
+    /// A tool run by any [`ToolHandler`], such as a [`CommandTool`](crate::CommandTool).
+    pub fn from_handler(name: impl Into<String>, handler: impl ToolHandler) -> Tool {
         Self::from_arc(name, Arc::new(handler))
     }
 
-    /// Like [`Tool::new`], sharing a handler that is already behind an `Arc`.
+    /// Like [`Tool::from_handler`], sharing a handler that is already behind an `Arc`.
     pub fn from_arc(name: impl Into<String>, handler: Arc<dyn ToolHandler>) -> Tool {
         Tool {
             name: name.into(),

@@ -45,10 +45,11 @@ use execbox_protocol::{
 use futures_util::FutureExt as _;
 use serde_json::{Map, Value};
 
-use crate::names::{assign_safe_names, check_provider_name};
-use crate::schema::{
-    drop_value, parse_json, value_depth, with_deep_stack, ParseJsonError, Schema, SHALLOW_DEPTH,
+use crate::json::{
+    drop_value, parse_json, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
 };
+use crate::names::{assign_safe_names, check_provider_name};
+use crate::schema::Schema;
 use crate::tool::{Provider, Tool, ToolContext, ToolError};
 use crate::types::{provider_declaration, ToolDeclaration};
 

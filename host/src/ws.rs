@@ -12,18 +12,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use execbox_protocol::{Frame, Message, RuntimeOptions};
+use execbox_protocol::{Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{header, HeaderValue};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message as WsFrame;
-use tokio_util::sync::CancellationToken;
 
 use crate::connection::{Connection, RunnerEvent, SessionTimings, Terminate};
-use crate::executor::{ExecuteFuture, ExecuteResult, Executor};
-use crate::toolset::ToolSet;
+use crate::executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
 
 /// Connects to a remote runner for each execution.
 #[derive(Clone)]
@@ -80,31 +78,38 @@ impl std::fmt::Debug for WsExecutor {
 }
 
 impl WsExecutor {
-    /// An executor for the runner at `url` (e.g. `ws://127.0.0.1:7070`).
-    pub fn new(url: impl Into<String>) -> Self {
-        WsExecutor {
-            url: url.into(),
+    /// An executor for the runner at `url` (e.g. `ws://127.0.0.1:7070`); fails unless `url`
+    /// is a `ws://` or `wss://` URL with a host.
+    pub fn new(url: impl Into<String>) -> Result<Self, WsError> {
+        let url = url.into();
+        check_url(&url)?;
+        Ok(WsExecutor {
+            url,
             token: None,
             timings: SessionTimings::default(),
             retry: RetryPolicy::default(),
             extra_roots: Vec::new(),
             tls: Arc::new(OnceLock::new()),
-        }
+        })
     }
 
     /// Also trusts the CA certificates of `pem` for `wss://` (e.g. a private CA of the TLS
     /// terminator in front of the runners). An error names what could not be read.
-    pub fn with_tls_roots_pem(mut self, pem: &[u8]) -> Result<Self, String> {
+    pub fn with_tls_roots_pem(mut self, pem: &[u8]) -> Result<Self, WsError> {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::CertificateDer;
         let mut added = 0;
         for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| format!("cannot read a CA certificate from PEM: {e}"))?;
+            let cert = cert.map_err(|e| {
+                WsError::InvalidCa(format!("cannot read a CA certificate from PEM: {e}"))
+            })?;
             self.extra_roots.push(cert.into_owned());
             added += 1;
         }
         if added == 0 {
-            return Err("no CA certificate (-----BEGIN CERTIFICATE-----) in the PEM given".into());
+            return Err(WsError::InvalidCa(
+                "no CA certificate (-----BEGIN CERTIFICATE-----) in the PEM given".into(),
+            ));
         }
         self.tls = Arc::new(OnceLock::new());
         Ok(self)
@@ -154,13 +159,14 @@ impl WsExecutor {
     }
 
     /// Opens one session, trying again while runners turn it away (see [`RetryPolicy`]).
-    pub async fn connect(&self) -> Result<Connection, String> {
+    pub async fn connect(&self) -> Result<Connection, WsError> {
         self.with_retries(|| async {
             self.connect_once()
                 .await
                 .map(|(connection, _turned_away)| connection)
         })
         .await
+        .map_err(WsError::Connect)
     }
 
     /// Runs `attempt` until it gives a session or fails for good, waiting between tries.
@@ -249,7 +255,7 @@ impl WsExecutor {
                 match stream.next().await {
                     Some(Ok(WsFrame::Text(text))) => {
                         heard = true;
-                        let event = frame_to_event(Frame::Line(text.as_str().to_owned()));
+                        let event = RunnerEvent::from_frame(Frame::Line(text.as_str().to_owned()));
                         if event_tx.send(event).is_err() {
                             return;
                         }
@@ -287,6 +293,44 @@ impl WsExecutor {
     }
 }
 
+/// Errors of a [`WsExecutor`].
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WsError {
+    /// The runner address is not a `ws://` or `wss://` URL with a host.
+    #[error("invalid runner URL {url:?}: {why}; expected ws://HOST:PORT or wss://HOST:PORT")]
+    InvalidUrl {
+        /// The address as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The PEM given to [`WsExecutor::with_tls_roots_pem`] holds no usable CA certificate.
+    #[error("{0}")]
+    InvalidCa(String),
+    /// No session could be opened (refused for good, or turned away on every try).
+    #[error("{0}")]
+    Connect(String),
+}
+
+/// Checks the scheme and host of a runner URL.
+fn check_url(url: &str) -> Result<(), WsError> {
+    let invalid = |why: &str| WsError::InvalidUrl {
+        url: url.to_owned(),
+        why: why.to_owned(),
+    };
+    let uri: tokio_tungstenite::tungstenite::http::Uri =
+        url.parse().map_err(|e| invalid(&format!("{e}")))?;
+    match uri.scheme_str() {
+        Some("ws" | "wss") => {}
+        Some(other) => return Err(invalid(&format!("the scheme is {other}://"))),
+        None => return Err(invalid("no scheme")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(invalid("no host"));
+    }
+    Ok(())
+}
+
 /// Whether a failed upgrade is a runner turning the session away for now: the connection
 /// refused or reset (a runner starting or stopping), or an HTTP 502, 503 or 504 (draining, or
 /// a Service with no ready runner).
@@ -306,18 +350,13 @@ fn turned_away(error: &tokio_tungstenite::tungstenite::Error) -> bool {
 }
 
 impl Executor for WsExecutor {
-    fn execute<'a>(
-        &'a self,
-        code: &'a str,
-        tools: &'a ToolSet,
-        options: RuntimeOptions,
-        cancel: CancellationToken,
-    ) -> ExecuteFuture<'a> {
+    fn execute(&self, request: ExecuteRequest) -> ExecuteFuture<'_> {
         Box::pin(async move {
+            let cancel = &request.cancel;
             let ran = self
                 .with_retries(|| async {
                     let (connection, full) = self.connect_once().await?;
-                    let result = connection.execute_once(code, tools, options, &cancel).await;
+                    let result = connection.execute_once(&request).await;
                     // Closed with 1013 before a word: the runner was full and ran nothing.
                     if full.load(Ordering::SeqCst) && !cancel.is_cancelled() {
                         return Err(Refused::Busy(
@@ -332,25 +371,5 @@ impl Executor for WsExecutor {
                 ExecuteResult::failed(execbox_protocol::ErrorCode::InternalError, message)
             })
         })
-    }
-}
-
-/// Classifies one line or frame from a runner.
-pub(crate) fn frame_to_event(frame: Frame) -> RunnerEvent {
-    match frame {
-        Frame::Line(line) => match Message::decode(&line) {
-            Ok(message) => RunnerEvent::Message(message),
-            Err(e) => {
-                let mut shown: String = line.chars().take(200).collect();
-                if shown.len() < line.len() {
-                    shown.push('…');
-                }
-                RunnerEvent::Garbage(format!("{e}: {shown}"))
-            }
-        },
-        Frame::InvalidUtf8 { len } => RunnerEvent::Garbage(format!("{len} bytes of invalid UTF-8")),
-        Frame::Oversized { len, .. } => {
-            RunnerEvent::Garbage(format!("a message of {len} bytes, over the size limit"))
-        }
     }
 }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execbox_host::{
-    CommandTool, Connection, Executor, InProcessExecutor, PoolOptions, PooledExecutor,
-    ProcessExecutor, Provider, RetryPolicy, RunnerCommand, RunnerEvent, SessionTimings, Tool,
-    ToolError, ToolSet, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS, MAX_QUEUED_TOOL_CALLS,
+    CommandTool, Connection, ExecuteRequest, Executor, InProcessExecutor, PoolOptions,
+    PooledExecutor, ProcessExecutor, Provider, RetryPolicy, RunnerCommand, RunnerEvent,
+    SessionTimings, Tool, ToolError, ToolSet, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
+    MAX_QUEUED_TOOL_CALLS,
 };
 use execbox_protocol::{ErrorCode, Message, RawValue, RuntimeOptions, Started, ToolCall};
 use serde_json::{json, Value};
@@ -87,13 +88,17 @@ fn options(timeout_ms: u64) -> RuntimeOptions {
 
 async fn run(executor: &dyn Executor, code: &str) -> execbox_host::ExecuteResult {
     executor
-        .execute(code, &tools(), options(5000), CancellationToken::new())
+        .execute(
+            ExecuteRequest::new(code)
+                .tools(&tools())
+                .options(options(5000)),
+        )
         .await
 }
 
 #[tokio::test]
 async fn fresh_process_executor_runs_tools_and_reports_trusted_errors() {
-    let executor = ProcessExecutor::new(runner());
+    let executor = ProcessExecutor::new(runner()).unwrap();
     let result = run(&executor, "const r = await t.echo({ n: 41 }); r.n + 1").await;
     assert_eq!(result.value(), Some(json!(42)), "{result:?}");
     let result = run(&executor, "await t.fail({})").await;
@@ -115,7 +120,8 @@ async fn pool_prewarms_reuses_and_recycles_after_n_executions() {
             max_executions_per_runner: 2,
             ..PoolOptions::default()
         },
-    );
+    )
+    .unwrap();
     for i in 0..5 {
         let result = run(&pool, &format!("{i} * 2")).await;
         assert_eq!(result.value(), Some(json!(i * 2)));
@@ -133,7 +139,8 @@ async fn pool_prewarms_reuses_and_recycles_after_n_executions() {
             size: 2,
             ..PoolOptions::default()
         },
-    );
+    )
+    .unwrap();
     assert!(pool.wait_idle(2, Duration::from_secs(10)).await);
     // The connections exist; give `sh` the moment it needs to record its pid.
     for _ in 0..500 {
@@ -161,7 +168,8 @@ async fn pool_replaces_a_runner_after_a_failed_execution() {
             prewarm: false,
             ..PoolOptions::default()
         },
-    );
+    )
+    .unwrap();
     assert!(run(&pool, "throw new Error('x')").await.error().is_some());
     assert!(run(&pool, "1").await.is_ok());
     let spawned = pids(&file);
@@ -182,7 +190,8 @@ async fn pool_replaces_a_runner_that_crashed_while_idle() {
             size: 1,
             ..PoolOptions::default()
         },
-    );
+    )
+    .unwrap();
     assert!(pool.wait_idle(1, Duration::from_secs(10)).await);
     // The wrapper records its pid as it starts; on a loaded machine that may lag the pool.
     let until = Instant::now() + Duration::from_secs(10);
@@ -203,7 +212,7 @@ async fn pool_replaces_a_runner_that_crashed_while_idle() {
 #[tokio::test]
 async fn runner_killed_mid_execution_is_internal_error_and_leaves_no_zombie() {
     let file = temp_file("killed.pids");
-    let executor = ProcessExecutor::new(counted_runner(&file));
+    let executor = ProcessExecutor::new(counted_runner(&file)).unwrap();
     let killer = tokio::spawn({
         let file = file.clone();
         async move {
@@ -224,10 +233,9 @@ async fn runner_killed_mid_execution_is_internal_error_and_leaves_no_zombie() {
     });
     let result = executor
         .execute(
-            "while (true) {}",
-            &tools(),
-            options(30_000),
-            CancellationToken::new(),
+            ExecuteRequest::new("while (true) {}")
+                .tools(&tools())
+                .options(options(30_000)),
         )
         .await;
     let pid = killer.await.unwrap();
@@ -244,7 +252,7 @@ async fn runner_printing_garbage_is_internal_error_and_is_killed() {
         "echo $$ >> '{}'; read line; echo 'this is not json'; sleep 30",
         file.display()
     );
-    let executor = ProcessExecutor::new(fake_runner(&script));
+    let executor = ProcessExecutor::new(fake_runner(&script)).unwrap();
     let started = Instant::now();
     let result = run(&executor, "1").await;
     let error = result.error().expect("failed");
@@ -260,7 +268,7 @@ async fn runner_printing_garbage_is_internal_error_and_is_killed() {
 
 #[tokio::test]
 async fn runner_exiting_at_once_is_internal_error_with_its_status() {
-    let executor = ProcessExecutor::new(fake_runner("echo 'boom' >&2; exit 3"));
+    let executor = ProcessExecutor::new(fake_runner("echo 'boom' >&2; exit 3")).unwrap();
     let error = run(&executor, "1").await.error().cloned().expect("failed");
     assert_eq!(error.code, ErrorCode::InternalError);
     assert!(
@@ -275,9 +283,13 @@ async fn runner_exiting_at_once_is_internal_error_with_its_status() {
 async fn silent_runner_hits_the_host_deadline_and_is_killed() {
     let file = temp_file("silent.pids");
     let script = format!("echo $$ >> '{}'; exec cat > /dev/null", file.display());
-    let executor = ProcessExecutor::new(fake_runner(&script));
+    let executor = ProcessExecutor::new(fake_runner(&script)).unwrap();
     let result = executor
-        .execute("1", &tools(), options(100), CancellationToken::new())
+        .execute(
+            ExecuteRequest::new("1")
+                .tools(&tools())
+                .options(options(100)),
+        )
         .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
     assert!(wait_gone(pids(&file)[0]).await);
@@ -307,7 +319,7 @@ async fn cancel_during_a_tool_call_cancels_the_tool_and_times_out() {
         },
     );
     let tools = ToolSet::new(vec![Provider::new("t").tool(hang)]).unwrap();
-    let executor = ProcessExecutor::new(runner());
+    let executor = ProcessExecutor::new(runner()).unwrap();
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
     tokio::spawn(async move {
@@ -315,7 +327,12 @@ async fn cancel_during_a_tool_call_cancels_the_tool_and_times_out() {
         trigger.cancel();
     });
     let result = executor
-        .execute("await t.hang({})", &tools, options(30_000), cancel)
+        .execute(
+            ExecuteRequest::new("await t.hang({})")
+                .tools(&tools)
+                .options(options(30_000))
+                .cancel_on(cancel),
+        )
         .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
     for _ in 0..100 {
@@ -332,7 +349,7 @@ async fn cancel_during_a_tool_call_cancels_the_tool_and_times_out() {
 
 #[tokio::test]
 async fn cancel_during_a_cpu_loop_is_prompt() {
-    let executor = ProcessExecutor::new(runner());
+    let executor = ProcessExecutor::new(runner()).unwrap();
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
     tokio::spawn(async move {
@@ -341,7 +358,12 @@ async fn cancel_during_a_cpu_loop_is_prompt() {
     });
     let started = Instant::now();
     let result = executor
-        .execute("while (true) {}", &tools(), options(30_000), cancel)
+        .execute(
+            ExecuteRequest::new("while (true) {}")
+                .tools(&tools())
+                .options(options(30_000))
+                .cancel_on(cancel),
+        )
         .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
     assert!(
@@ -363,13 +385,12 @@ async fn concurrent_tool_calls_are_dispatched_concurrently() {
         }
     });
     let tools = ToolSet::new(vec![Provider::new("t").tool(meet)]).unwrap();
-    let executor = ProcessExecutor::new(runner());
+    let executor = ProcessExecutor::new(runner()).unwrap();
     let result = executor
         .execute(
-            "await Promise.all([t.meet(1), t.meet(2)])",
-            &tools,
-            options(5000),
-            CancellationToken::new(),
+            ExecuteRequest::new("await Promise.all([t.meet(1), t.meet(2)])")
+                .tools(&tools)
+                .options(options(5000)),
         )
         .await;
     assert_eq!(result.value(), Some(json!([1, 2])), "{result:?}");
@@ -378,21 +399,20 @@ async fn concurrent_tool_calls_are_dispatched_concurrently() {
 #[tokio::test]
 async fn websocket_executor_runs_against_a_listening_runner() {
     let (mut child, url) = listening_runner(&[], &[]);
-    let executor = WsExecutor::new(url.as_str());
+    let executor = WsExecutor::new(url.as_str()).unwrap();
     let result = run(&executor, "(await t.echo([1, 2])).length").await;
     assert_eq!(result.value(), Some(json!(2)), "{result:?}");
     let result = executor
         .execute(
-            "while (true) {}",
-            &tools(),
-            options(100),
-            CancellationToken::new(),
+            ExecuteRequest::new("while (true) {}")
+                .tools(&tools())
+                .options(options(100)),
         )
         .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
     let _ = child.kill();
     let _ = child.wait();
-    let refused = WsExecutor::new("ws://127.0.0.1:1");
+    let refused = WsExecutor::new("ws://127.0.0.1:1").unwrap();
     assert_eq!(
         run(&refused, "1").await.error().unwrap().code,
         ErrorCode::InternalError
@@ -403,12 +423,12 @@ async fn websocket_executor_runs_against_a_listening_runner() {
 async fn websocket_executor_sends_its_token_to_a_protected_runner() {
     let (mut child, url) = listening_runner(&[], &[("EXECBOX_TOKEN", "s3cret")]);
     let url = url.as_str();
-    let with_token = WsExecutor::new(url).with_token("s3cret");
+    let with_token = WsExecutor::new(url).unwrap().with_token("s3cret");
     let result = run(&with_token, "(await t.echo([1, 2])).length").await;
     assert_eq!(result.value(), Some(json!(2)), "{result:?}");
     for refused in [
-        WsExecutor::new(url),
-        WsExecutor::new(url).with_token("wrong"),
+        WsExecutor::new(url).unwrap(),
+        WsExecutor::new(url).unwrap().with_token("wrong"),
     ] {
         let error = run(&refused, "1").await.error().unwrap().clone();
         assert_eq!(error.code, ErrorCode::InternalError);
@@ -452,31 +472,42 @@ fn slow_tools(ms: u64) -> ToolSet {
 async fn websocket_executor_retries_a_session_a_full_runner_turned_away() {
     let (mut child, url) = listening_runner(&["--max-sessions", "1"], &[]);
     let tools = slow_tools(600);
-    let patient = WsExecutor::new(url.as_str()).with_retry(RetryPolicy {
-        attempts: 20,
-        first_backoff: Duration::from_millis(20),
-        max_backoff: Duration::from_millis(100),
-    });
-    let hasty = WsExecutor::new(url.as_str()).with_retry(RetryPolicy {
-        attempts: 2,
-        first_backoff: Duration::from_millis(10),
-        max_backoff: Duration::from_millis(10),
-    });
-    let holder = WsExecutor::new(url.as_str());
+    let patient = WsExecutor::new(url.as_str())
+        .unwrap()
+        .with_retry(RetryPolicy {
+            attempts: 20,
+            first_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(100),
+        });
+    let hasty = WsExecutor::new(url.as_str())
+        .unwrap()
+        .with_retry(RetryPolicy {
+            attempts: 2,
+            first_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(10),
+        });
+    let holder = WsExecutor::new(url.as_str()).unwrap();
     let holding = holder.execute(
-        "await t.slow()",
-        &tools,
-        options(5000),
-        CancellationToken::new(),
+        ExecuteRequest::new("await t.slow()")
+            .tools(&tools)
+            .options(options(5000)),
     );
     let others = async {
         // Let the holder take the only session first.
         tokio::time::sleep(Duration::from_millis(150)).await;
         let turned_away = hasty
-            .execute("1", &tools, options(5000), CancellationToken::new())
+            .execute(
+                ExecuteRequest::new("1")
+                    .tools(&tools)
+                    .options(options(5000)),
+            )
             .await;
         let served = patient
-            .execute("6 * 7", &tools, options(5000), CancellationToken::new())
+            .execute(
+                ExecuteRequest::new("6 * 7")
+                    .tools(&tools)
+                    .options(options(5000)),
+            )
             .await;
         (turned_away, served)
     };
@@ -500,12 +531,11 @@ async fn websocket_executor_retries_a_session_a_full_runner_turned_away() {
 async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
     let (mut child, url) = listening_runner(&["--drain-timeout", "5s"], &[]);
     let tools = slow_tools(1500);
-    let holder = WsExecutor::new(url.as_str());
+    let holder = WsExecutor::new(url.as_str()).unwrap();
     let holding = holder.execute(
-        "await t.slow()",
-        &tools,
-        options(5000),
-        CancellationToken::new(),
+        ExecuteRequest::new("await t.slow()")
+            .tools(&tools)
+            .options(options(5000)),
     );
     let pid = child.id().to_string();
     let late = async {
@@ -517,12 +547,17 @@ async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         WsExecutor::new(url.as_str())
+            .unwrap()
             .with_retry(RetryPolicy {
                 attempts: 3,
                 first_backoff: Duration::from_millis(20),
                 max_backoff: Duration::from_millis(40),
             })
-            .execute("1", &tools, options(5000), CancellationToken::new())
+            .execute(
+                ExecuteRequest::new("1")
+                    .tools(&tools)
+                    .options(options(5000)),
+            )
             .await
     };
     let (held, late) = tokio::join!(holding, late);
@@ -579,12 +614,13 @@ async fn websocket_executor_speaks_tls_to_a_wss_url() {
     let upstream = url.trim_start_matches("ws://").to_owned();
     let (wss, pem) = tls_proxy(upstream).await;
     let trusting = WsExecutor::new(wss.as_str())
+        .unwrap()
         .with_tls_roots_pem(pem.as_bytes())
         .unwrap();
     let result = run(&trusting, "(await t.echo([1, 2, 3])).length").await;
     assert_eq!(result.value(), Some(json!(3)), "{result:?}");
     // Without the CA, the self-signed certificate is refused, and that is not retried.
-    let error = run(&WsExecutor::new(wss.as_str()), "1")
+    let error = run(&WsExecutor::new(wss.as_str()).unwrap(), "1")
         .await
         .error()
         .unwrap()
@@ -597,6 +633,7 @@ async fn websocket_executor_speaks_tls_to_a_wss_url() {
         error.message
     );
     assert!(WsExecutor::new(wss.as_str())
+        .unwrap()
         .with_tls_roots_pem(b"not a certificate")
         .is_err());
     let _ = child.kill();
@@ -613,16 +650,22 @@ async fn in_process_executor_runs_tools_limits_and_cancel() {
     assert_eq!(result.value(), Some(json!("b")));
     let result = executor
         .execute(
-            "while (true) {}",
-            &tools(),
-            options(50),
-            CancellationToken::new(),
+            ExecuteRequest::new("while (true) {}")
+                .tools(&tools())
+                .options(options(50)),
         )
         .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
     let cancel = CancellationToken::new();
     cancel.cancel();
-    let result = executor.execute("1", &tools(), options(5000), cancel).await;
+    let result = executor
+        .execute(
+            ExecuteRequest::new("1")
+                .tools(&tools())
+                .options(options(5000))
+                .cancel_on(cancel),
+        )
+        .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
     assert_eq!(
         run(&executor, "'still fine'").await.value(),
@@ -651,7 +694,7 @@ fn lifetime_tool(name: &str, dir: &Path, sleep: &str) -> Tool {
         name.into(),
         dir.as_os_str().to_owned(),
     ]);
-    Tool::new(name, command)
+    Tool::from_handler(name, command)
 }
 
 /// The `[start, end]` intervals recorded by [`lifetime_tool`].
@@ -692,7 +735,11 @@ async fn peak_concurrency(executor: &dyn Executor, dir: &Path, n: usize) -> usiz
         "const r = await Promise.all(Array.from({{ length: {n} }}, () => t.slow({{}}))); r.map(x => x.pid)"
     );
     let result = executor
-        .execute(&code, &tools, options(120_000), CancellationToken::new())
+        .execute(
+            ExecuteRequest::new(&code)
+                .tools(&tools)
+                .options(options(120_000)),
+        )
         .await;
     let pids: Vec<u64> = serde_json::from_value(result.value().expect("a value")).unwrap();
     let distinct: std::collections::HashSet<_> = pids.iter().collect();
@@ -710,7 +757,7 @@ async fn peak_concurrency(executor: &dyn Executor, dir: &Path, n: usize) -> usiz
 async fn tool_calls_of_one_execution_never_run_more_than_the_cap_at_once() {
     // 200 concurrent calls of a command tool: the default cap holds, all results arrive.
     let dir = temp_dir("cap-default");
-    let peak = peak_concurrency(&ProcessExecutor::new(runner()), &dir, 200).await;
+    let peak = peak_concurrency(&ProcessExecutor::new(runner()).unwrap(), &dir, 200).await;
     assert!(
         (2..=DEFAULT_MAX_CONCURRENT_TOOL_CALLS).contains(&peak),
         "{peak} tool processes alive at once (cap {DEFAULT_MAX_CONCURRENT_TOOL_CALLS})"
@@ -729,7 +776,8 @@ async fn tool_calls_of_one_execution_never_run_more_than_the_cap_at_once() {
             },
             ..PoolOptions::default()
         },
-    );
+    )
+    .unwrap();
     let peak = peak_concurrency(&pool, &dir, 40).await;
     assert!(
         (1..=3).contains(&peak),
@@ -750,11 +798,16 @@ async fn a_cancelled_execution_never_starts_its_queued_tool_calls() {
         "hang".to_owned(),
         started.display().to_string(),
     ]);
-    let tools = ToolSet::new(vec![Provider::new("t").tool(Tool::new("hang", hang))]).unwrap();
-    let executor = ProcessExecutor::new(runner()).with_timings(SessionTimings {
-        max_concurrent_tool_calls: 2,
-        ..SessionTimings::default()
-    });
+    let tools = ToolSet::new(vec![
+        Provider::new("t").tool(Tool::from_handler("hang", hang))
+    ])
+    .unwrap();
+    let executor = ProcessExecutor::new(runner())
+        .unwrap()
+        .with_timings(SessionTimings {
+            max_concurrent_tool_calls: 2,
+            ..SessionTimings::default()
+        });
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
     let watched = started.clone();
@@ -770,10 +823,10 @@ async fn a_cancelled_execution_never_starts_its_queued_tool_calls() {
     });
     let result = executor
         .execute(
-            "await Promise.all(Array.from({ length: 20 }, () => t.hang({})))",
-            &tools,
-            options(60_000),
-            cancel,
+            ExecuteRequest::new("await Promise.all(Array.from({ length: 20 }, () => t.hang({})))")
+                .tools(&tools)
+                .options(options(60_000))
+                .cancel_on(cancel),
         )
         .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
@@ -824,7 +877,7 @@ async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_an
     ]);
     let get = Tool::new("get", |input: Value, _ctx| async move { Ok(input) });
     let tools = ToolSet::new(vec![Provider::new("tools")
-        .tool(Tool::new("slow", slow))
+        .tool(Tool::from_handler("slow", slow))
         .tool(get)])
     .unwrap();
     let pool = PooledExecutor::new(
@@ -834,23 +887,18 @@ async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_an
             prewarm: false,
             ..PoolOptions::default()
         },
-    );
+    )
+    .unwrap();
     // A keeps running for a moment after firing, so that the slow process surely starts.
     let a = pool
-        .execute(
-            "tools.slow({ user: 'alice' }); const t0 = Date.now(); while (Date.now() - t0 < 300) {} 'a'",
-            &tools,
-            options(5000),
-            CancellationToken::new(),
-        )
+        .execute(ExecuteRequest::new("tools.slow({ user: 'alice' }); const t0 = Date.now(); while (Date.now() - t0 < 300) {} 'a'").tools(&tools).options(options(5000)))
         .await;
     assert_eq!(a.value(), Some(json!("a")), "{a:?}");
     let b = pool
         .execute(
-            "await tools.get({ user: 'bob' })",
-            &tools,
-            options(5000),
-            CancellationToken::new(),
+            ExecuteRequest::new("await tools.get({ user: 'bob' })")
+                .tools(&tools)
+                .options(options(5000)),
         )
         .await;
     assert_eq!(b.value(), Some(json!({"user": "bob"})), "{b:?}");
@@ -995,10 +1043,11 @@ async fn a_runner_flooding_tool_calls_gets_the_excess_refused_and_no_result_afte
         runner.done(&id);
         runner
     };
-    let (result, mut runner) = tokio::join!(
-        connection.execute("x", &tools, options(5000), &never),
-        script
-    );
+    let request = ExecuteRequest::new("x")
+        .tools(&tools)
+        .options(options(5000))
+        .cancel_on(never.clone());
+    let (result, mut runner) = tokio::join!(connection.execute(&request), script);
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(starts.load(Ordering::SeqCst), cap, "queued calls started");
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1032,10 +1081,11 @@ async fn a_repeated_call_id_is_never_run_twice_on_a_connection() {
         assert_eq!(answered, ["c-1", "c-2"]);
         runner.done(&id);
     };
-    let (result, ()) = tokio::join!(
-        connection.execute("1", &tools, options(5000), &never),
-        script
-    );
+    let request = ExecuteRequest::new("1")
+        .tools(&tools)
+        .options(options(5000))
+        .cancel_on(never.clone());
+    let (result, ()) = tokio::join!(connection.execute(&request), script);
     assert!(result.is_ok());
     // Execution 2 on the same connection: a fresh id runs; `c-1` of execution 1 does not.
     let script = async {
@@ -1045,10 +1095,11 @@ async fn a_repeated_call_id_is_never_run_twice_on_a_connection() {
         assert_eq!(runner.result().await.0, "c-3");
         runner.done(&id);
     };
-    let (result, ()) = tokio::join!(
-        connection.execute("2", &tools, options(5000), &never),
-        script
-    );
+    let request = ExecuteRequest::new("2")
+        .tools(&tools)
+        .options(options(5000))
+        .cancel_on(never.clone());
+    let (result, ()) = tokio::join!(connection.execute(&request), script);
     assert!(result.is_ok());
     assert_eq!(starts.load(Ordering::SeqCst), 3, "a callId ran twice");
     assert!(runner.host.try_recv().is_err());

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use execbox_host::{Executor, InProcessExecutor, PoolOptions, ToolSet};
+use execbox_host::{ExecuteRequest, Executor, InProcessExecutor, PoolOptions, ToolSet};
 use execbox_protocol::{ErrorCode, RuntimeOptions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,11 @@ async fn run(
         ..RuntimeOptions::default()
     };
     executor
-        .execute(code, &ToolSet::empty(), options, CancellationToken::new())
+        .execute(
+            ExecuteRequest::new(code)
+                .tools(&ToolSet::empty())
+                .options(options),
+        )
         .await
 }
 
@@ -56,7 +60,12 @@ async fn stuck_engine_threads_are_retired_and_executions_fail_fast_at_the_limit(
         ..RuntimeOptions::default()
     };
     let result = executor
-        .execute(STUCK, &ToolSet::empty(), options, cancel)
+        .execute(
+            ExecuteRequest::new(STUCK)
+                .tools(&ToolSet::empty())
+                .options(options)
+                .cancel_on(cancel),
+        )
         .await;
     assert_eq!(
         result.error().unwrap().code,

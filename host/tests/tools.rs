@@ -303,9 +303,7 @@ async fn values_nest_up_to_the_transport_limit_and_no_further() {
             .input_schema(recursive.clone())
             .output_schema(recursive),
         Tool::new("too_deep", |_: Value, _| async {
-            Ok(execbox_host::schema::with_deep_stack(|| {
-                deep_value(MAX_NESTING_DEPTH + 1)
-            }))
+            Ok(deep_value(MAX_NESTING_DEPTH + 1))
         }),
     ]);
     let deepest = nested(MAX_NESTING_DEPTH);

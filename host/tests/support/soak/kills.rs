@@ -5,12 +5,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use execbox_host::{
-    ExecuteResult, Executor, PoolOptions, PooledExecutor, ProcessExecutor, Provider, RunnerCommand,
-    Tool, ToolError, ToolSet,
+    ExecuteRequest, ExecuteResult, Executor, PoolOptions, PooledExecutor, ProcessExecutor,
+    Provider, RunnerCommand, Tool, ToolError, ToolSet,
 };
 use execbox_protocol::{ErrorCode, RuntimeOptions};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use super::{runner_binary, Report, Scale, GRACE};
 
@@ -83,7 +82,7 @@ async fn execute_bounded(
     };
     tokio::time::timeout(
         Duration::from_millis(timeout_ms) + GRACE,
-        executor.execute(code, tools, options, CancellationToken::new()),
+        executor.execute(ExecuteRequest::new(code).tools(tools).options(options)),
     )
     .await
     .ok()
@@ -182,7 +181,8 @@ pub(crate) async fn kills(scale: &Scale) -> Report {
                 prewarm: false,
                 ..PoolOptions::default()
             },
-        );
+        )
+        .unwrap();
         // A killed runner is replaced by a new one, which serves the next success and is then
         // reused (warm) for the next kill: one runner per kill, plus the first.
         kill_under(
@@ -196,7 +196,7 @@ pub(crate) async fn kills(scale: &Scale) -> Report {
         .await;
     }
     let process_pids = temp_file(&format!("process-{}.pids", scale.seed));
-    let process = ProcessExecutor::new(counted_runner(&process_pids));
+    let process = ProcessExecutor::new(counted_runner(&process_pids)).unwrap();
     kill_under(
         &process,
         "ProcessExecutor",

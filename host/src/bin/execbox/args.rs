@@ -1,0 +1,160 @@
+//! The flags of `execbox` and its subcommands.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use execbox_host::{RuntimeOptions, DEFAULT_MAX_CONCURRENT_TOOL_CALLS};
+
+use crate::logging::{self, LogFormat};
+use crate::size::parse_size;
+
+/// Run model-written JavaScript in a sandboxed QuickJS runner, with tools the host owns.
+#[derive(Debug, Parser)]
+#[command(
+    name = "execbox",
+    version,
+    after_help = "Examples:\n  \
+        execbox run examples/hello.js --tools examples/tools.yaml\n  \
+        echo 'await text.word_count({ text: \"a b c\" })' | execbox run - --tools examples/tools.yaml\n  \
+        execbox types --tools examples/tools.yaml\n  \
+        execbox runner --listen 127.0.0.1:7070 &  execbox run script.js --runner ws://127.0.0.1:7070\n  \
+        EXECBOX_TOKEN=... execbox run script.js --runner ws://10.0.0.5:7070   # a token-protected runner\n  \
+        execbox completions bash > ~/.local/share/bash-completion/completions/execbox\n\n\
+        Exit status: 0 when the execution succeeded, 1 when it failed, 2 on bad usage or \
+        configuration, 130 when cancelled by Ctrl-C, 143 when stopped by SIGTERM.\n\n\
+        Environment: RUST_LOG filters diagnostics on stderr (e.g. RUST_LOG=execbox_host=debug; \
+        it overrides -v/-q), EXECBOX_TOKEN is the bearer token for --runner, EXECBOX_RUNNER \
+        is the runner binary library users' executors start."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a script; print its result as JSON on stdout and its logs on stderr.
+    #[command(after_help = "Examples:\n  \
+        execbox run examples/hello.js --tools examples/tools.yaml\n  \
+        execbox run - --timeout-ms 500 <<< 'while (true) {}'      # fails with timeout, exit 1\n  \
+        execbox run examples/hello.js --tools examples/tools.yaml --json\n\n\
+        Ctrl-C cancels the execution (the guest is stopped, its tool calls are cancelled, exit \
+        130); a second Ctrl-C exits at once. SIGTERM stops the execution and kills its tool \
+        processes before exiting (143).")]
+    Run(RunArgs),
+    /// Print the TypeScript declarations of a tools file (for prompts).
+    #[command(after_help = "Examples:\n  \
+        execbox types --tools examples/tools.yaml\n  \
+        execbox types --tools examples/tools.yaml --prompt --timeout-ms 10000")]
+    Types(TypesArgs),
+    /// Be the runner itself (the same code as `execbox-runner`).
+    #[command(after_help = "Examples:\n  \
+        execbox runner                          # NDJSON on stdin/stdout\n  \
+        execbox runner --listen 127.0.0.1:0     # WebSocket; prints ws://127.0.0.1:PORT")]
+    Runner(execbox_runner::RunnerArgs),
+    /// Print a shell completion script.
+    #[command(after_help = "Examples:\n  \
+        execbox completions bash > ~/.local/share/bash-completion/completions/execbox\n  \
+        execbox completions zsh > ~/.zfunc/_execbox\n  \
+        execbox completions fish > ~/.config/fish/completions/execbox.fish")]
+    Completions(CompletionsArgs),
+}
+
+/// How much `execbox` itself says on stderr.
+#[derive(Debug, Args)]
+pub struct Diagnostics {
+    /// Say more on stderr: -v info, -vv debug (with runner and tool lines), -vvv trace.
+    /// RUST_LOG, when set, overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Say only errors on stderr (the guest's logs are still printed).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// The format of diagnostic lines on stderr.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t)]
+    pub log_format: LogFormat,
+}
+
+impl Diagnostics {
+    /// Installs the log subscriber these flags ask for.
+    pub fn init(&self) {
+        logging::init(self.verbose, self.quiet, self.log_format);
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TypesArgs {
+    /// The tools file (YAML).
+    #[arg(long, value_name = "FILE")]
+    pub tools: PathBuf,
+    /// Print a prompt-ready preamble for a model first: how a program runs, what is missing,
+    /// the error shape and the limits; the declarations then carry each tool's error codes.
+    #[arg(long)]
+    pub prompt: bool,
+    /// With --prompt: the wall-clock limit to state, in milliseconds (as `run --timeout-ms`).
+    #[arg(long, value_name = "MS", default_value_t = RuntimeOptions::DEFAULT_TIMEOUT_MS, requires = "prompt")]
+    pub timeout_ms: u64,
+    /// With --prompt: the memory limit to state (as `run --memory-limit-bytes`).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size, requires = "prompt")]
+    pub memory_limit_bytes: u64,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The script to run, or `-` for stdin.
+    #[arg(value_name = "FILE|-")]
+    pub script: String,
+    /// Tools file (YAML) declaring providers of command tools.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+    /// Wall-clock limit in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = RuntimeOptions::DEFAULT_TIMEOUT_MS)]
+    pub timeout_ms: u64,
+    /// Memory limit of the guest's runtime: bytes, or with a unit (64MiB, 512KiB, 1GiB).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    pub memory_limit_bytes: u64,
+    /// Keep at most this many log lines.
+    #[arg(long, value_name = "N", default_value_t = RuntimeOptions::DEFAULT_MAX_LOG_LINES)]
+    pub max_log_lines: u64,
+    /// Keep at most this many log characters (UTF-16 units).
+    #[arg(long, value_name = "N", default_value_t = RuntimeOptions::DEFAULT_MAX_LOG_CHARS)]
+    pub max_log_chars: u64,
+    /// Run at most this many tool calls at once; the others wait in arrival order.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_TOOL_CALLS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_tool_calls: u32,
+    /// Use the runner at this WebSocket address instead of spawning one (`ws://` or `wss://`;
+    /// a Service in front of many runners works: turned-away sessions are retried).
+    #[arg(long, value_name = "ws://ADDR")]
+    pub runner: Option<String>,
+    /// With a `wss://` --runner: also trust the CA certificates in this PEM file.
+    #[arg(long, value_name = "FILE", requires = "runner")]
+    pub runner_ca: Option<PathBuf>,
+    /// With --runner: send this file's content (one trailing newline trimmed) as the bearer
+    /// token; without it, the EXECBOX_TOKEN environment variable is used if set.
+    #[arg(long, value_name = "FILE", requires = "runner")]
+    pub token_file: Option<PathBuf>,
+    /// Print the whole `done` envelope as JSON on stdout, whatever the outcome.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_flags_are_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

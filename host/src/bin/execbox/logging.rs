@@ -1,0 +1,38 @@
+//! Diagnostics of the `execbox` CLI: a `tracing` subscriber on stderr, set by `-v`/`-q`,
+//! `--log-format` and `RUST_LOG`.
+
+use clap::ValueEnum;
+use tracing_subscriber::EnvFilter;
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the subscriber. `RUST_LOG`, when set, wins; else `verbose` (`-v` count) and `quiet`
+/// pick the level: errors with `-q`, warnings by default, then info, debug, trace.
+pub fn init(verbose: u8, quiet: bool, format: LogFormat) {
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(verbose >= 2);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+}

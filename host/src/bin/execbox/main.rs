@@ -1,0 +1,83 @@
+//! `execbox`: run model-written JavaScript against tools from the command line.
+//!
+//! Exit status: 0 the execution succeeded, 1 it failed, 2 bad usage or configuration,
+//! 130 cancelled by Ctrl-C, 143 stopped by SIGTERM.
+
+mod args;
+mod logging;
+mod run;
+mod size;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+use execbox_host::{model_prompt, RuntimeOptions};
+
+use crate::args::{Cli, Command, CompletionsArgs, TypesArgs};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Runner(args) => execbox_runner::init_tracing(args.log_format),
+        Command::Run(args) => args.diagnostics.init(),
+        Command::Types(args) => args.diagnostics.init(),
+        Command::Completions(_) => {}
+    }
+    let outcome = match cli.command {
+        // With --listen, each session is served by `execbox runner` in stdio mode.
+        Command::Runner(args) => execbox_runner::run(&args, || {
+            execbox_runner::ChildCommand::current_exe().map(|c| c.arg("runner"))
+        })
+        .map(|()| ExitCode::SUCCESS),
+        Command::Types(args) => types(&args),
+        Command::Run(args) => run::run(args),
+        Command::Completions(args) => completions(&args),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("execbox: {}", report(&e));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text its parent
+/// already includes is not repeated.
+fn report(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+fn types(args: &TypesArgs) -> anyhow::Result<ExitCode> {
+    let set = run::load_tools(Some(&args.tools))?;
+    let text = if args.prompt {
+        let options = RuntimeOptions {
+            timeout_ms: args.timeout_ms,
+            memory_limit_bytes: args.memory_limit_bytes,
+            ..RuntimeOptions::default()
+        };
+        model_prompt(&set, &options)
+    } else {
+        format!("{}\n", set.declarations())
+    };
+    // A broken pipe (the reader is gone) is a clean exit.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn completions(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
+    let mut command = Cli::command();
+    let mut out = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "execbox", &mut out);
+    let _ = std::io::stdout().lock().write_all(&out);
+    Ok(ExitCode::SUCCESS)
+}
