@@ -169,6 +169,13 @@ impl Connection {
         let started = Instant::now();
         let id = next_execution_id();
         let result = self.drive(&id, request, started).await;
+        tracing::debug!(
+            %id,
+            ok = result.is_ok(),
+            duration_ms = result.duration_ms,
+            cancelled = result.cancelled,
+            "execution finished"
+        );
         self.executions += 1;
         if !result.is_ok() {
             // A failed execution may leave a runner in any state: never reuse it.

@@ -19,6 +19,8 @@ pub struct RunnerCommand {
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<OsString>,
+    /// Environment variables set for it, on top of this process's.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl RunnerCommand {
@@ -27,12 +29,19 @@ impl RunnerCommand {
         RunnerCommand {
             program: program.into(),
             args: Vec::new(),
+            env: Vec::new(),
         }
     }
 
     /// Appends an argument.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Sets an environment variable for the runner (e.g. `RUST_LOG`).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 
@@ -87,19 +96,24 @@ impl RunnerCommand {
     /// Spawns the runner and connects to its stdio. The child is killed when the connection
     /// is terminated or dropped.
     pub fn spawn(&self, timings: SessionTimings) -> std::io::Result<Connection> {
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        command
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("cannot start runner {}: {e}", self.program.display()),
-                )
-            })?;
+            .kill_on_drop(true);
+        // Its own process group: a terminal's Ctrl-C goes to us, and we decide whether the
+        // runner gets a `cancel` or is killed. It still exits when we do (its stdin closes).
+        #[cfg(unix)]
+        command.process_group(0);
+        let mut child = command.spawn().map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot start runner {}: {e}", self.program.display()),
+            )
+        })?;
         let pid = child.id().unwrap_or_default();
         let mut stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -123,7 +137,7 @@ impl RunnerCommand {
             let mut lines = BufReader::new(stderr).lines();
             let mut tail: Vec<String> = Vec::new();
             while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(runner = pid, "{line}");
+                relay_runner_log(pid, &line);
                 tail.push(line);
                 if tail.len() > 5 {
                     tail.remove(0);
@@ -168,6 +182,33 @@ impl RunnerCommand {
         });
         Ok(Connection::new(host_tx, event_rx, terminate, timings))
     }
+}
+
+/// Re-emits one stderr line of a runner as our own `tracing` event, at the runner's level and
+/// without its timestamp and level (so a subscriber prefixes it once). Lines in another shape
+/// are kept whole, at debug level.
+fn relay_runner_log(pid: u32, line: &str) {
+    let (level, message) = split_log_prefix(line).unwrap_or(("DEBUG", line));
+    match level {
+        "ERROR" => tracing::error!(runner = pid, "{message}"),
+        "WARN" => tracing::warn!(runner = pid, "{message}"),
+        "INFO" => tracing::info!(runner = pid, "{message}"),
+        "TRACE" => tracing::trace!(runner = pid, "{message}"),
+        _ => tracing::debug!(runner = pid, "{message}"),
+    }
+}
+
+/// `2026-11-22T20:13:35.123456Z  WARN message` → `("WARN", "message")`: the text format of
+/// `tracing-subscriber` that runners write.
+fn split_log_prefix(line: &str) -> Option<(&str, &str)> {
+    let (timestamp, rest) = line.split_once(' ')?;
+    if !(timestamp.len() >= 20 && timestamp.contains('T') && timestamp.ends_with('Z')) {
+        return None;
+    }
+    let rest = rest.trim_start();
+    let (level, message) = rest.split_once(' ').unwrap_or((rest, ""));
+    matches!(level, "ERROR" | "WARN" | "INFO" | "DEBUG" | "TRACE")
+        .then(|| (level, message.trim_start()))
 }
 
 async fn exit_status(child: &mut Child) -> String {
@@ -319,5 +360,24 @@ fn is_executable(path: &Path) -> bool {
     #[cfg(not(unix))]
     {
         std::fs::metadata(path).is_ok_and(|m| m.is_file())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_log_prefix;
+
+    #[test]
+    fn runner_log_lines_lose_their_timestamp_and_level_once() {
+        assert_eq!(
+            split_log_prefix("2026-11-22T20:13:35.123456Z  WARN lockdown: no landlock"),
+            Some(("WARN", "lockdown: no landlock"))
+        );
+        assert_eq!(
+            split_log_prefix("2026-11-22T20:13:35.123456Z ERROR boom"),
+            Some(("ERROR", "boom"))
+        );
+        assert_eq!(split_log_prefix("thread 'main' panicked at x"), None);
+        assert_eq!(split_log_prefix("2026-11-22T20:13:35Z LOUD hi"), None);
     }
 }

@@ -80,6 +80,15 @@ impl Diagnostics {
     pub fn init(&self) {
         logging::init(self.verbose, self.quiet, self.log_format);
     }
+
+    /// The `RUST_LOG` to give a child runner so it says as much as we do, unless `RUST_LOG`
+    /// is set already (the child inherits it).
+    pub fn runner_filter(&self) -> Option<&'static str> {
+        if std::env::var_os("RUST_LOG").is_some() {
+            return None;
+        }
+        Some(logging::level(self.verbose, self.quiet))
+    }
 }
 
 #[derive(Debug, Args)]

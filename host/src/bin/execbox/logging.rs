@@ -14,16 +14,21 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the subscriber. `RUST_LOG`, when set, wins; else `verbose` (`-v` count) and `quiet`
-/// pick the level: errors with `-q`, warnings by default, then info, debug, trace.
-pub fn init(verbose: u8, quiet: bool, format: LogFormat) {
-    let level = match (quiet, verbose) {
+/// The level `-v` (counted) and `-q` ask for.
+pub fn level(verbose: u8, quiet: bool) -> &'static str {
+    match (quiet, verbose) {
         (true, _) => "error",
         (false, 0) => "warn",
         (false, 1) => "info",
         (false, 2) => "debug",
         (false, _) => "trace",
-    };
+    }
+}
+
+/// Installs the subscriber. `RUST_LOG`, when set, wins; else `verbose` (`-v` count) and `quiet`
+/// pick the level: errors with `-q`, warnings by default, then info, debug, trace.
+pub fn init(verbose: u8, quiet: bool, format: LogFormat) {
+    let level = level(verbose, quiet);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -80,7 +80,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 fn executor(args: &RunArgs, timings: SessionTimings) -> anyhow::Result<Box<dyn Executor>> {
     let Some(url) = &args.runner else {
         let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
-        let executor = ProcessExecutor::new(RunnerCommand::new(exe).arg("runner"))?;
+        let mut runner = RunnerCommand::new(exe).arg("runner");
+        if let Some(filter) = args.diagnostics.runner_filter() {
+            runner = runner.env("RUST_LOG", filter);
+        }
+        let executor = ProcessExecutor::new(runner)?;
         return Ok(Box::new(executor.with_timings(timings)));
     };
     let mut executor = WsExecutor::new(url.clone())
