@@ -46,6 +46,8 @@ mod prompt;
 mod schema;
 mod tool;
 mod toolset;
+#[cfg(feature = "typed")]
+mod typed;
 mod types;
 mod ws;
 
