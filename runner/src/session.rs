@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use execbox_protocol::names::check_provider_name;
 use execbox_protocol::{
-    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Frame, Message, Started,
-    ToolResult,
+    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Frame, Message,
+    RuntimeOptions, Started, ToolResult,
 };
 
 use crate::engine::{oversized, Engine, Event, Outbound, RunLimits};
@@ -97,10 +97,11 @@ struct ControlState {
 }
 
 /// How long past its deadline (or a cancel, or a close) an execution may take to stop before
-/// the watchdog ends it. The interrupt handler runs every few thousand bytecode ticks, so
-/// ordinary code stops within milliseconds; only a loop around a long native call (a huge
-/// `indexOf`, `fill` or regex) can run this long without reaching a tick.
-pub const WATCHDOG_GRACE: Duration = Duration::from_millis(250);
+/// the watchdog ends it: the protocol's one grace, which the host's deadline adds too. The
+/// interrupt handler runs every few thousand bytecode ticks, so ordinary code stops within
+/// milliseconds; only a loop around a long native call (a huge `indexOf`, `fill` or regex)
+/// can run this long without reaching a tick.
+pub const WATCHDOG_GRACE: Duration = RuntimeOptions::DEADLINE_GRACE;
 
 impl Control {
     /// Control around the engine's interrupt flag.
@@ -243,9 +244,9 @@ impl Control {
             // An execution past its memory limit that could not be stopped (one slow native
             // call per loop turn) still ends as what it is.
             let outcome = if self.memory.load(Ordering::Relaxed) {
-                ErrorBody::new(ErrorCode::MemoryLimit, crate::engine::MEMORY_MESSAGE)
+                ErrorBody::memory_limit()
             } else {
-                ErrorBody::new(ErrorCode::Timeout, crate::engine::TIMEOUT_MESSAGE)
+                ErrorBody::timeout()
             };
             if let Some(sink) = sink {
                 sink.send(&Message::Done(Done {

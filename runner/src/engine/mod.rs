@@ -60,10 +60,6 @@ pub struct Finished {
     pub aborted: bool,
 }
 
-/// Message of every `timeout` outcome, cancellation included.
-pub const TIMEOUT_MESSAGE: &str = "Execution timed out";
-/// Message of `memory_limit`.
-pub const MEMORY_MESSAGE: &str = "Execution exceeded its memory limit";
 /// Stack QuickJS may use for guest code; deeper recursion is a RangeError (runtime_error).
 /// The thread running the engine must have a comfortably larger stack (see `ENGINE_STACK_BYTES`).
 const MAX_GUEST_STACK_BYTES: usize = 4 * 1024 * 1024;
@@ -313,17 +309,17 @@ impl Sandbox {
             },
             Err(Stop::Closed) => Finished {
                 logs,
-                outcome: Err(ErrorBody::new(ErrorCode::Timeout, TIMEOUT_MESSAGE)),
+                outcome: Err(ErrorBody::timeout()),
                 aborted: true,
             },
             Err(Stop::Memory) => Finished {
                 logs,
-                outcome: Err(ErrorBody::new(ErrorCode::MemoryLimit, MEMORY_MESSAGE)),
+                outcome: Err(ErrorBody::memory_limit()),
                 aborted: false,
             },
             Err(Stop::Cancelled | Stop::Deadline) => Finished {
                 logs,
-                outcome: Err(ErrorBody::new(ErrorCode::Timeout, TIMEOUT_MESSAGE)),
+                outcome: Err(ErrorBody::timeout()),
                 aborted: false,
             },
         }
@@ -515,7 +511,12 @@ fn register_guest_surface<'js>(
         },
     )?;
     let factory: Function = precompiled::load(ctx)?.get()?;
-    let hooks: Object = factory.call((emit_log, send_tool_call, ctx.globals()))?;
+    let hooks: Object = factory.call((
+        emit_log,
+        send_tool_call,
+        ctx.globals(),
+        execbox_protocol::TIMEOUT_MESSAGE,
+    ))?;
     let hooks = Hooks {
         install: hooks.get("install")?,
         settle: hooks.get("settle")?,
