@@ -144,7 +144,7 @@ impl Executor for PooledExecutor {
                     Err(_) => return ExecuteResult::failed(ErrorCode::InternalError, "pool is closed"),
                 },
                 () = cancel.cancelled() => {
-                    return ExecuteResult::failed(ErrorCode::Timeout, "Execution timed out");
+                    return ExecuteResult::failed(ErrorCode::Timeout, execbox_protocol::TIMEOUT_MESSAGE);
                 }
             };
             let mut connection = match inner.checkout().await {
