@@ -25,6 +25,7 @@
 //! ```
 
 mod cli;
+mod control;
 pub mod engine;
 pub mod listen;
 pub mod location;
@@ -37,3 +38,4 @@ pub mod typescript;
 
 pub use cli::{init_tracing, run, LogFormat, RunnerArgs};
 pub use listen::ChildCommand;
+pub use session::{Inbound, Outbound, Sent, Session, SessionBuilder, SessionInput, SessionLimits};

@@ -27,14 +27,10 @@ use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value
 use crate::location::{Locator, GUEST_FILENAME};
 use crate::logs::LogBuffer;
 use crate::normalize::{fenced_program, normalize, Compiled};
+// Still reachable here until the host and the fuzz targets start sessions with `Session`.
+pub use crate::session::Outbound;
 use crate::typescript::{self, StripError};
 use alloc::{Budget, BudgetAllocator};
-
-/// Where the engine sends what it emits mid-execution (`tool_call`). Implemented by transports.
-pub trait Outbound: Send + Sync {
-    /// Sends one message. Failures are the transport's business (it will report the close).
-    fn send(&self, message: &Message);
-}
 
 /// What the engine waits for while the guest is suspended on tool calls.
 #[derive(Debug)]
