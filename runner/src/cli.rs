@@ -81,6 +81,13 @@ pub struct RunnerArgs {
     /// object per line, for log collectors).
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Test only (tests/lockdown.rs): apply the OS lockdown, try ACTION, and exit with a status
+    /// saying how it went. Hidden: not an interface, and `run` does nothing else with it.
+    #[doc(hidden)]
+    #[arg(long, value_name = "ACTION", hide = true,
+          value_parser = clap::builder::PossibleValuesParser::new(crate::lockdown::PROBES))]
+    pub lockdown_probe: Option<String>,
 }
 
 /// The format of the diagnostics on stderr (`--log-format`).
@@ -109,13 +116,14 @@ impl Default for RunnerArgs {
             insecure_no_sandbox: false,
             drain_timeout: Duration::from_secs(30),
             log_format: LogFormat::Text,
+            lockdown_probe: None,
         }
     }
 }
 
 /// Runs the runner with parsed flags until its transport ends. Unless `insecure_no_sandbox`
-/// is set, the process locks itself down (see [`crate::lockdown`]) before it reads any input,
-/// and fails if it cannot.
+/// is set, the process locks itself down (Landlock, seccomp and rlimits on Linux) before it
+/// reads any input, and fails if it cannot.
 ///
 /// With `--listen`, `child` says how to start the stdio runner that serves each session
 /// (usually [`ChildCommand::current_exe`], plus `runner` inside `execbox`); it is not called
@@ -124,6 +132,9 @@ pub fn run(
     args: &RunnerArgs,
     child: impl FnOnce() -> std::io::Result<ChildCommand>,
 ) -> anyhow::Result<()> {
+    if let Some(action) = &args.lockdown_probe {
+        std::process::exit(crate::lockdown::probe(action));
+    }
     let limits = SessionLimits {
         max_message_bytes: args.max_message_bytes,
         max_pending_tool_calls: args.max_pending_tool_calls as usize,

@@ -19,7 +19,7 @@ use execbox_protocol::{Done, ErrorBody, ErrorCode, Message, RuntimeOptions};
 use crate::session::{Inbound, Outbound};
 
 /// State shared by a transport's reader and the session, guarding cancellation races.
-pub struct Control {
+pub(crate) struct Control {
     interrupt: Arc<AtomicBool>,
     /// Raised by the engine when the active execution exceeded its memory limit.
     pub(crate) memory: Arc<AtomicBool>,
@@ -61,7 +61,7 @@ pub(crate) const WATCHDOG_GRACE: Duration = RuntimeOptions::DEADLINE_GRACE;
 
 impl Control {
     /// Control around the engine's interrupt flag.
-    pub fn new(interrupt: Arc<AtomicBool>) -> Arc<Control> {
+    pub(crate) fn new(interrupt: Arc<AtomicBool>) -> Arc<Control> {
         Arc::new(Control {
             interrupt,
             memory: Arc::new(AtomicBool::new(false)),
@@ -73,7 +73,7 @@ impl Control {
 
     /// Gives the reader the session's sink; call it before the reader starts. (The session
     /// sets it too, but a reader that starts first could queue a concurrent `execute`.)
-    pub fn set_sink(&self, out: Arc<dyn Outbound>) {
+    pub(crate) fn set_sink(&self, out: Arc<dyn Outbound>) {
         *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
     }
 
@@ -84,7 +84,7 @@ impl Control {
     /// Called by the reader for every item before it is queued: applies cancels and closes
     /// at once, and answers an `execute` that arrives while another is active or queued.
     /// Returns the item to queue, or `None` when it was answered here.
-    pub fn admit(&self, item: Inbound) -> Option<Inbound> {
+    pub(crate) fn admit(&self, item: Inbound) -> Option<Inbound> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match &item {
             Inbound::Message(Message::Execute(e)) => {
@@ -165,7 +165,7 @@ impl Control {
     /// answers the execution with `timeout` itself (unless the transport closed) and calls
     /// `on_fire`, which must end the session (stdio exits the process, WebSocket closes the
     /// connection). Returns when the session ends.
-    pub fn watch(&self, on_fire: &dyn Fn()) {
+    pub(crate) fn watch(&self, on_fire: &dyn Fn()) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if state.shutdown {

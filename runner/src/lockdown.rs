@@ -48,7 +48,7 @@
 
 /// Which transport is being locked down; each has its own allowlist and file limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// One NDJSON session on stdin/stdout. Its threads all exist before [`Pending::finish`], so
     /// it may create no thread (nor process) afterwards.
     Stdio,
@@ -77,11 +77,11 @@ pub enum Mode {
 }
 
 /// Where the dynamic loader finds the libraries of a child runner (read and execute only).
-pub const SUPERVISOR_LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
+pub(crate) const SUPERVISOR_LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
 
 impl Mode {
     /// RLIMIT_NOFILE under the lockdown: 64 in stdio mode; 4 per session plus 64 over WebSocket.
-    pub fn max_open_files(self) -> u64 {
+    pub(crate) fn max_open_files(self) -> u64 {
         match self {
             Mode::Stdio => 64,
             Mode::WebSocket { max_sessions } => {
@@ -107,7 +107,7 @@ pub enum Sandbox {
 
 impl Sandbox {
     /// Runs [`begin`] for `mode` when enforcing; `None` when off.
-    pub fn begin(self, mode: Mode) -> anyhow::Result<Option<Pending>> {
+    pub(crate) fn begin(self, mode: Mode) -> anyhow::Result<Option<Pending>> {
         match self {
             Sandbox::Enforce => begin(mode).map(Some),
             Sandbox::Off => Ok(None),
@@ -115,7 +115,7 @@ impl Sandbox {
     }
 
     /// Runs [`begin_supervisor`] when enforcing; `None` when off.
-    pub fn begin_supervisor(
+    pub(crate) fn begin_supervisor(
         self,
         max_sessions: usize,
         child_program: &std::path::Path,
@@ -130,13 +130,13 @@ impl Sandbox {
 /// A lockdown whose Landlock step is in force on this thread; [`Pending::finish`] completes it.
 #[derive(Debug)]
 #[must_use = "the lockdown is incomplete until `finish` is called"]
-pub struct Pending {
+pub(crate) struct Pending {
     mode: Mode,
 }
 
 impl Pending {
     /// Sets the rlimits and installs the seccomp allowlist on every thread of the process.
-    pub fn finish(self) -> anyhow::Result<()> {
+    pub(crate) fn finish(self) -> anyhow::Result<()> {
         imp::finish(self.mode).map_err(|e| refusal(&e))?;
         tracing::debug!(mode = ?self.mode, "OS lockdown complete");
         Ok(())
@@ -146,7 +146,7 @@ impl Pending {
 /// Drops every capability and applies the Landlock step on the calling thread. Call it before
 /// the process has any other thread: threads that already exist keep their capabilities and
 /// are not restricted by Landlock.
-pub fn begin(mode: Mode) -> anyhow::Result<Pending> {
+pub(crate) fn begin(mode: Mode) -> anyhow::Result<Pending> {
     imp::drop_capabilities().map_err(|e| refusal(&e))?;
     if let Mode::Supervisor { .. } = mode {
         anyhow::bail!("the supervisor's lockdown starts with `begin_supervisor`");
@@ -157,14 +157,14 @@ pub fn begin(mode: Mode) -> anyhow::Result<Pending> {
 
 /// Closes every file descriptor above 2. Call it first thing, before the process opens
 /// anything of its own: whatever a parent let the runner inherit is gone.
-pub fn close_inherited_fds() {
+pub(crate) fn close_inherited_fds() {
     imp::close_inherited_fds();
 }
 
 /// The Landlock step of [`Mode::Supervisor`], on the calling thread (call it before the process
 /// has any other thread): read and execute on `child_program` and the system library
 /// directories, nothing else. [`Pending::finish`] then sets its rlimits.
-pub fn begin_supervisor(
+pub(crate) fn begin_supervisor(
     max_sessions: usize,
     child_program: &std::path::Path,
 ) -> anyhow::Result<Pending> {
@@ -176,7 +176,7 @@ pub fn begin_supervisor(
 }
 
 /// Both steps at once, for a process that has only the calling thread.
-pub fn lock_down(mode: Mode) -> anyhow::Result<()> {
+pub(crate) fn lock_down(mode: Mode) -> anyhow::Result<()> {
     begin(mode)?.finish()
 }
 
@@ -189,8 +189,8 @@ fn refusal(cause: &anyhow::Error) -> anyhow::Error {
 
 /// An action tried by the hidden `--lockdown-probe` flag, so tests can check the lockdown from
 /// outside. Each probe runs in its own process and reports through its exit status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Probe {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
     /// Full lockdown, then nothing: exits 0.
     None,
     /// Full lockdown, then spawn and join a thread: exits 0.
@@ -214,15 +214,45 @@ pub enum Probe {
     Clocks,
 }
 
+/// The probes by their `--lockdown-probe` names.
+const PROBE_NAMES: [(&str, Probe); 10] = [
+    ("none", Probe::None),
+    ("thread", Probe::Thread),
+    ("abort", Probe::Abort),
+    ("open", Probe::Open),
+    ("socket", Probe::Socket),
+    ("fork", Probe::Fork),
+    ("spawn", Probe::Spawn),
+    ("landlock-open", Probe::LandlockOpen),
+    ("landlock-connect", Probe::LandlockConnect),
+    ("clocks", Probe::Clocks),
+];
+
+/// The values `--lockdown-probe` accepts.
+pub(crate) const PROBES: [&str; 10] = {
+    let mut names = [""; 10];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = PROBE_NAMES[i].0;
+        i += 1;
+    }
+    names
+};
+
 /// Exit status of a probe whose action was refused with EACCES or EPERM.
-pub const PROBE_DENIED: i32 = 3;
+const PROBE_DENIED: i32 = 3;
 /// Exit status of a probe whose action failed with any other error.
-pub const PROBE_FAILED: i32 = 4;
+const PROBE_FAILED: i32 = 4;
 
 /// Applies the lockdown (WebSocket mode's, the larger allowlist) or only its Landlock step, tries
 /// the probe's action and returns the exit status to report: 0 if the action succeeded,
-/// [`PROBE_DENIED`] or [`PROBE_FAILED`] if it failed, 1 if the lockdown could not be applied.
-pub fn probe(probe: Probe) -> i32 {
+/// [`PROBE_DENIED`] or [`PROBE_FAILED`] if it failed, 1 if the lockdown could not be applied
+/// (or `name` is no probe's).
+pub(crate) fn probe(name: &str) -> i32 {
+    let Some(&(_, probe)) = PROBE_NAMES.iter().find(|(n, _)| *n == name) else {
+        eprintln!("execbox-runner: no lockdown probe is called {name:?}");
+        return 1;
+    };
     let mode = Mode::WebSocket { max_sessions: 1 };
     // Like the server, whose runtime threads exist before its lockdown: glibc's first thread
     // start installs a signal handler (rt_sigaction), which the allowlist does not allow.

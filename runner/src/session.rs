@@ -9,29 +9,6 @@
 //! running guest at once, and a second `execute` is refused at once, even while the engine is
 //! busy. Optionally a watchdog thread ends an execution stuck in a long native call
 //! ([`SessionBuilder::watchdog`]).
-//!
-//! ```
-//! use std::sync::{Arc, Mutex};
-//! use execbox_protocol::Message;
-//! use execbox_runner::{Inbound, Outbound, Session};
-//!
-//! #[derive(Default)]
-//! struct Collect(Mutex<Vec<Message>>);
-//! impl Outbound for Collect {
-//!     fn send(&self, message: &Message) {
-//!         self.0.lock().unwrap().push(message.clone());
-//!     }
-//! }
-//!
-//! let out = Arc::new(Collect::default());
-//! let session = Session::builder().start(out.clone()).unwrap();
-//! session.send(Inbound::from_text(r#"{"type":"execute","id":"a","code":"6 * 7","providers":[]}"#));
-//! session.close();
-//! session.join().unwrap();
-//! let sent = out.0.lock().unwrap();
-//! let Message::Done(done) = &sent[1] else { panic!("{sent:?}") };
-//! assert_eq!(done.outcome.as_ref().unwrap().as_ref().unwrap().get(), "42");
-//! ```
 
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -45,9 +22,7 @@ use execbox_protocol::{
     ToolResult,
 };
 
-use crate::control::busy_done;
-// Still reachable here until the host and the fuzz targets start sessions with `Session`.
-pub use crate::control::Control;
+use crate::control::{busy_done, Control};
 use crate::engine::{oversized, Engine, Event, RunLimits, ENGINE_STACK_BYTES};
 
 /// Where a session sends what the runner emits (`started`, `tool_call`, `done`). Implemented
@@ -334,7 +309,7 @@ impl SessionLimits {
 
 /// Runs the session until the transport closes. Every accepted or rejected `execute` gets
 /// exactly one `done`; everything else that is wrong is logged to stderr and dropped.
-pub fn run_session(
+pub(crate) fn run_session(
     engine: &mut Engine,
     inbound: &Receiver<Inbound>,
     control: &Control,

@@ -10,11 +10,11 @@ use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, 
 use tokio_tungstenite::tungstenite::http::{header, HeaderValue, StatusCode};
 
 /// The environment variable holding the bearer token (when no `--token-file` is given).
-pub const TOKEN_ENV: &str = "EXECBOX_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "EXECBOX_TOKEN";
 /// The subprotocol a browser offers, and the server selects, alongside the token's.
-pub const SUBPROTOCOL: &str = "execbox";
+pub(crate) const SUBPROTOCOL: &str = "execbox";
 /// The prefix of the subprotocol that carries the token: `execbox.bearer.TOKEN`.
-pub const BEARER_SUBPROTOCOL_PREFIX: &str = "execbox.bearer.";
+pub(crate) const BEARER_SUBPROTOCOL_PREFIX: &str = "execbox.bearer.";
 
 /// Reads the bearer token: from `file` if given (one trailing newline trimmed), otherwise from
 /// [`TOKEN_ENV`]; `None` when neither is set. An empty token is an error, never "no auth".
@@ -41,11 +41,11 @@ pub fn load_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
 
 /// The access policy of a listening runner.
 #[derive(Clone, Default)]
-pub struct Auth {
+pub(crate) struct Auth {
     /// The bearer token every upgrade request must carry; `None`: no token required.
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// Origins allowed to connect (exact match); a request with any other `Origin` is refused.
-    pub allowed_origins: Vec<String>,
+    pub(crate) allowed_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -59,7 +59,7 @@ impl std::fmt::Debug for Auth {
 
 impl Auth {
     /// Refuses to serve a non-loopback address without a token, unless `insecure_no_auth`.
-    pub fn check_exposure(
+    pub(crate) fn check_exposure(
         &self,
         addrs: &[SocketAddr],
         insecure_no_auth: bool,
