@@ -7,7 +7,7 @@
 
 use execbox_fuzz::{check_wire, limits, Expected, Session};
 use execbox_protocol::{Execute, Message, ProviderManifest, RuntimeOptions, ToolManifest};
-use execbox_runner::session::Inbound;
+use execbox_runner::Inbound;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

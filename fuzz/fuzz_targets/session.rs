@@ -14,7 +14,7 @@ use execbox_protocol::{
     Cancel, ErrorBody, ErrorCode, Execute, Frame, LineFramer, Message, ProviderManifest, RawValue,
     RuntimeOptions, ToolManifest, ToolResult,
 };
-use execbox_runner::session::Inbound;
+use execbox_runner::Inbound;
 use libfuzzer_sys::fuzz_target;
 
 /// Execution ids; "" is valid on the wire.

@@ -1,22 +1,19 @@
 //! Shared harness of the fuzz targets: an in-process runner session fed like a transport would.
 //!
-//! [`Session`] runs [`run_session`] on its own thread (with [`ENGINE_STACK_BYTES`] of stack and
-//! a fresh [`Engine`]), passes every item through [`Control::admit`] before queueing it, and
-//! records everything the runner sends in a [`Recorder`]. [`Session::close`] sends the final
-//! `Closed` and panics if the session thread does not end within [`WATCHDOG`]: a hang is a finding.
+//! [`Session`] starts a runner session as every transport does ([`execbox_runner::Session`],
+//! with its watchdog), feeds it items as a transport's reader would, and records everything
+//! the runner sends in a [`Recorder`]. [`Session::close`] sends the final `Closed` and panics
+//! if the session does not end within [`WATCHDOG`]: a hang is a finding.
 //!
 //! [`check_wire`] and [`Expected`] hold the invariants both session targets assert.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, Weak};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use execbox_protocol::{peek_envelope, DecodeError, Done, Message, ToolResult};
-use execbox_runner::engine::{Engine, Outbound, ENGINE_STACK_BYTES};
-use execbox_runner::session::{run_session, Control, Inbound, SessionLimits};
+use execbox_runner::{Inbound, Outbound, Sent, SessionInput, SessionLimits};
 
 /// How long a session may take to end after `Closed`, and an execute to get its `done`:
 /// 5 s, or `EXECBOX_FUZZ_WATCHDOG_SECS`. Raise it to fuzz past the known finding that a loop
@@ -41,22 +38,19 @@ const REJECTION_PREFIXES: [&str; 3] = [
 pub struct Recorder {
     sent: Mutex<Vec<Message>>,
     changed: Condvar,
-    /// Set for the echo mode: where to queue the answers, and the control to admit them through.
-    echo: Mutex<Option<(Sender<Inbound>, Weak<Control>)>>,
+    /// Set for the echo mode: the session to feed the answers to.
+    echo: Mutex<Option<SessionInput>>,
 }
 
 impl Outbound for Recorder {
     fn send(&self, message: &Message) {
         if let Message::ToolCall(call) = message {
             let echo = self.echo.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((tx, control)) = echo.as_ref() {
-                let answer = Inbound::Message(Message::ToolResult(ToolResult {
+            if let Some(input) = echo.as_ref() {
+                input.send(Inbound::Message(Message::ToolResult(ToolResult {
                     call_id: call.call_id.clone(),
                     outcome: Ok(call.input.clone()),
-                }));
-                if let Some(item) = control.upgrade().and_then(|c| c.admit(answer)) {
-                    let _ = tx.send(item);
-                }
+                })));
             }
         }
         let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
@@ -87,7 +81,6 @@ impl Recorder {
         }
     }
 
-    /// How many messages were sent so far.
     /// The callIds of every `tool_call` sent so far, oldest first.
     pub fn call_ids(&self) -> Vec<String> {
         let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
@@ -110,14 +103,11 @@ impl Recorder {
     }
 }
 
-/// A runner session on its own thread, fed through [`Control::admit`] like a transport's reader.
+/// A runner session fed like a transport's reader feeds one.
 pub struct Session {
-    tx: Sender<Inbound>,
-    control: Arc<Control>,
+    session: execbox_runner::Session,
     /// What the runner sent.
     pub recorder: Arc<Recorder>,
-    thread: JoinHandle<()>,
-    ended: Receiver<()>,
     /// Set when the runner's watchdog ended an execution the engine could not stop.
     fired: Arc<AtomicBool>,
 }
@@ -125,88 +115,61 @@ pub struct Session {
 impl Session {
     /// Starts a session; with `echo`, every `tool_call` is answered at once with its input.
     pub fn start(limits: SessionLimits, echo: bool) -> Session {
-        let interrupt = Arc::new(AtomicBool::new(false));
-        let control = Control::new(interrupt.clone());
-        let (tx, rx) = mpsc::channel::<Inbound>();
         let recorder = Arc::new(Recorder {
             sent: Mutex::new(Vec::new()),
             changed: Condvar::new(),
-            echo: Mutex::new(echo.then(|| (tx.clone(), Arc::downgrade(&control)))),
+            echo: Mutex::new(None),
         });
-        let out: Arc<dyn Outbound> = recorder.clone();
-        // As the stdio transport does: the sink is set before the reader starts.
-        control.set_sink(out.clone());
-        let (end_tx, ended) = mpsc::channel();
-        let session_control = control.clone();
-        let thread = std::thread::Builder::new()
-            .name("engine".into())
-            .stack_size(ENGINE_STACK_BYTES)
-            .spawn(move || {
-                let mut engine = Engine::new(interrupt);
-                run_session(&mut engine, &rx, &session_control, out, limits);
-                let _ = end_tx.send(());
-            })
-            .expect("spawn the engine thread");
-        // As both transports do: a watchdog answers an execution stuck in a long native call.
+        // As the stdio transport does: a watchdog answers an execution stuck in a long native
+        // call (and here, instead of exiting the process, records that it did).
         let fired = Arc::new(AtomicBool::new(false));
-        let (watch_control, watch_fired) = (control.clone(), fired.clone());
-        std::thread::Builder::new()
-            .name("watchdog".into())
-            .spawn(move || {
-                watch_control
-                    .watch(&|| watch_fired.store(true, std::sync::atomic::Ordering::SeqCst))
-            })
-            .expect("spawn the watchdog thread");
+        let watch_fired = fired.clone();
+        let session = execbox_runner::Session::builder()
+            .limits(limits)
+            .watchdog(move || watch_fired.store(true, Ordering::SeqCst))
+            .start(recorder.clone())
+            .expect("start a runner session");
+        if echo {
+            // Nothing is fed before this returns, so no tool_call can come before it is set.
+            *recorder.echo.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.input());
+        }
         Session {
-            tx,
-            control,
+            session,
             recorder,
-            thread,
-            ended,
             fired,
         }
     }
 
     /// Admits and queues one item; returns whether it was queued (not answered by the reader).
     pub fn feed(&self, item: Inbound) -> bool {
-        match self.control.admit(item) {
-            Some(item) => {
-                let _ = self.tx.send(item);
-                true
-            }
-            None => false,
-        }
+        self.session.send(item) == Sent::Queued
     }
 
     /// Sends the final `Closed`, waits for the session to end (panicking after [`WATCHDOG`])
     /// and returns everything the runner sent.
     pub fn close(self) -> Vec<Message> {
-        self.feed(Inbound::Closed);
-        let deadline = std::time::Instant::now() + *WATCHDOG;
-        loop {
-            if self.ended.recv_timeout(Duration::from_millis(20)).is_ok()
-                || self.thread.is_finished()
-            {
-                break;
-            }
-            if self.fired.load(std::sync::atomic::Ordering::SeqCst) {
+        self.session.close();
+        let deadline = Instant::now() + *WATCHDOG;
+        while !self.session.is_finished() {
+            if self.fired.load(Ordering::SeqCst) {
                 // The watchdog answered; the engine thread ends when its native call returns,
-                // as a WebSocket runner's does. Do not wait for it.
+                // as a runner process's would if it did not exit. Do not wait for it.
                 return std::mem::take(
                     &mut *self.recorder.sent.lock().unwrap_or_else(|e| e.into_inner()),
                 );
             }
-            if std::time::Instant::now() >= deadline {
+            if Instant::now() >= deadline {
                 panic!(
                     "hang: the session did not end within {:?} after Closed",
                     *WATCHDOG
                 );
             }
+            std::thread::sleep(Duration::from_millis(2));
         }
-        if let Err(panic) = self.thread.join() {
+        if let Err(panic) = self.session.join() {
             std::panic::resume_unwind(panic);
         }
-        // Drop the echo sender so nothing keeps the recorder's channel alive.
+        // Drop the echo input so nothing keeps the session's channel alive.
         self.recorder
             .echo
             .lock()

@@ -87,7 +87,7 @@ pub struct SessionTimings {
 impl Default for SessionTimings {
     fn default() -> Self {
         SessionTimings {
-            deadline_grace: Duration::from_millis(250),
+            deadline_grace: execbox_protocol::RuntimeOptions::DEADLINE_GRACE,
             cancel_grace: Duration::from_millis(250),
             max_concurrent_tool_calls: DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
         }
@@ -361,7 +361,7 @@ impl Connection {
         }
         ExecuteResult {
             id: id.to_owned(),
-            outcome: Err(ErrorBody::new(ErrorCode::Timeout, "Execution timed out")),
+            outcome: Err(ErrorBody::timeout()),
             logs,
             duration_ms: started.elapsed().as_millis() as u64,
             cancelled: by_caller,

@@ -128,7 +128,7 @@ impl ExecuteResult {
     pub(crate) fn cancelled_early() -> ExecuteResult {
         ExecuteResult {
             cancelled: true,
-            ..ExecuteResult::failed(ErrorCode::Timeout, "Execution timed out")
+            ..ExecuteResult::failed(ErrorCode::Timeout, execbox_protocol::TIMEOUT_MESSAGE)
         }
     }
 

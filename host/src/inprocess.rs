@@ -17,12 +17,11 @@
 //! Use a [`ProcessExecutor`](crate::ProcessExecutor), a [`PooledExecutor`] or a
 //! [`WsExecutor`](crate::WsExecutor) for untrusted code.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use execbox_protocol::{Message, DEFAULT_MAX_MESSAGE_BYTES};
-use execbox_runner::engine::{Engine, Outbound, ENGINE_STACK_BYTES};
-use execbox_runner::session::{run_session, Control, Inbound, SessionLimits};
+use execbox_protocol::Message;
+use execbox_runner::{Inbound, Outbound, Sent, Session};
 use tokio::sync::mpsc;
 
 use crate::connection::{Connection, RunnerEvent, SessionTimings, Terminate};
@@ -164,56 +163,38 @@ fn spawn_engine(timings: SessionTimings, stuck: &Arc<StuckEngines>) -> std::io::
         stuck: stuck.clone(),
         state: Mutex::new(ThreadState::default()),
     });
-    let interrupt = Arc::new(AtomicBool::new(false));
-    let control = Control::new(interrupt.clone());
-    let (inbound_tx, inbound_rx) = std_mpsc::channel::<Inbound>();
     let (event_tx, event_rx) = mpsc::unbounded_channel::<RunnerEvent>();
     let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
-    let limits = SessionLimits::new(DEFAULT_MAX_MESSAGE_BYTES);
-    let session_control = control.clone();
     let closed_tx = event_tx.clone();
     let out: Arc<dyn Outbound> = Arc::new(ChannelSink {
         events: event_tx,
         thread: thread.clone(),
     });
-    control.set_sink(out.clone());
     let ending = EndGuard(thread.clone());
-    std::thread::Builder::new()
-        .name("execbox-engine".into())
-        .stack_size(ENGINE_STACK_BYTES)
-        .spawn(move || {
+    let session = Session::builder()
+        .thread_name("execbox-engine")
+        .on_end(move || {
             let _ending = ending;
-            run_session(
-                &mut Engine::new(interrupt),
-                &inbound_rx,
-                &session_control,
-                out,
-                limits,
-            );
             let _ = closed_tx.send(RunnerEvent::Closed("engine thread ended".into()));
-        })?;
-    let forward_control = control.clone();
-    let forward_tx = inbound_tx.clone();
+        })
+        .start(out)?;
+    let input = session.input();
     let forward_thread = thread.clone();
     tokio::spawn(async move {
         while let Some(message) = host_rx.recv().await {
             if matches!(message, Message::Execute(_)) {
                 forward_thread.set_busy(true);
             }
-            if let Some(item) = forward_control.admit(Inbound::Message(message)) {
-                if forward_tx.send(item).is_err() {
-                    break;
-                }
+            if input.send(Inbound::Message(message)) == Sent::Ended {
+                break;
             }
         }
-        let _ = forward_control.admit(Inbound::Closed);
-        let _ = forward_tx.send(Inbound::Closed);
+        input.close();
     });
     let terminate: Terminate = Box::new(move || {
         Box::pin(async move {
             thread.retire();
-            let _ = control.admit(Inbound::Closed);
-            let _ = inbound_tx.send(Inbound::Closed);
+            session.close();
         })
     });
     Ok(Connection::new(host_tx, event_rx, terminate, timings))

@@ -101,9 +101,10 @@ impl ToolError {
     }
 
     /// The execution was cancelled while the call was pending: `timeout`,
-    /// `"Execution timed out"`, as the guest sees any aborted execution.
+    /// [`TIMEOUT_MESSAGE`](execbox_protocol::TIMEOUT_MESSAGE), as the guest sees any aborted
+    /// execution.
     pub fn cancelled() -> Self {
-        Self::timeout("Execution timed out")
+        Self::timeout(execbox_protocol::TIMEOUT_MESSAGE)
     }
 }
 

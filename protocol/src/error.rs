@@ -63,6 +63,14 @@ impl fmt::Display for ErrorCode {
     }
 }
 
+/// The message of every `timeout` error: the deadline passed, or the execution was cancelled.
+/// Runners, hosts and tools that end an execution for time all say exactly this, so a
+/// caller can rely on one text (the code, not the text, carries the meaning).
+pub const TIMEOUT_MESSAGE: &str = "Execution timed out";
+
+/// The message of every `memory_limit` error.
+pub const MEMORY_LIMIT_MESSAGE: &str = "Execution exceeded its memory limit";
+
 /// The `error` object of `done` and of a failing `tool_result`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -79,6 +87,16 @@ impl ErrorBody {
             code,
             message: message.into(),
         }
+    }
+
+    /// `timeout` with [`TIMEOUT_MESSAGE`]: the deadline passed or the execution was cancelled.
+    pub fn timeout() -> Self {
+        ErrorBody::new(ErrorCode::Timeout, TIMEOUT_MESSAGE)
+    }
+
+    /// `memory_limit` with [`MEMORY_LIMIT_MESSAGE`].
+    pub fn memory_limit() -> Self {
+        ErrorBody::new(ErrorCode::MemoryLimit, MEMORY_LIMIT_MESSAGE)
     }
 }
 

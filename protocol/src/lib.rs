@@ -36,7 +36,7 @@ pub mod names;
 mod options;
 mod safety;
 
-pub use error::{ErrorBody, ErrorCode};
+pub use error::{ErrorBody, ErrorCode, MEMORY_LIMIT_MESSAGE, TIMEOUT_MESSAGE};
 pub use framing::{
     peek_envelope, Envelope, Frame, LineFramer, DEFAULT_MAX_MESSAGE_BYTES, PEEK_BYTES,
 };

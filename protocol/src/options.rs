@@ -1,5 +1,7 @@
 //! Runtime options of an execution and their defaults, applied per missing field.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 /// Limits for one execution (`execute.options`, `ExecutorRuntimeOptions` in the spec).
@@ -12,7 +14,8 @@ pub struct RuntimeOptions {
     ///
     /// Covers CPU loops, microtask loops and time spent waiting for tool results. It does not
     /// cover the time before `started` (parsing the request). Enforced by the runner's
-    /// interrupt handler and by its wait for host messages.
+    /// interrupt handler and by its wait for host messages; past it by
+    /// [`RuntimeOptions::DEADLINE_GRACE`], by the runner's watchdog and the host's deadline.
     pub timeout_ms: u64,
     /// Memory the guest's JavaScript runtime may allocate, in bytes. Default 64 MiB.
     ///
@@ -35,6 +38,14 @@ impl RuntimeOptions {
     pub const DEFAULT_MAX_LOG_LINES: u64 = 100;
     /// Default `maxLogChars`.
     pub const DEFAULT_MAX_LOG_CHARS: u64 = 64_000;
+
+    /// How long past `timeoutMs` (or a cancel) an execution may take to stop before it is
+    /// ended from outside: 250 ms. The runner's watchdog then answers `timeout` itself (the
+    /// engine is stuck in one long native call the interrupt handler cannot reach) and ends
+    /// its session; the host's own deadline (`timeoutMs` + this) cancels and then kills.
+    /// One constant for both, so the runner answers before the host gives up on it.
+    /// Not on the wire: a runner in another language picks its own.
+    pub const DEADLINE_GRACE: Duration = Duration::from_millis(250);
 
     /// The wire names of the four fields, in declaration order.
     pub const FIELDS: [&'static str; 4] = [

@@ -1,39 +1,68 @@
 //! The execbox runner: executes untrusted JavaScript in QuickJS, one fresh sandbox per execution,
 //! and asks the trusted host for every tool call over the execbox protocol.
 //!
-//! The pieces, from the wire inwards:
-//! - the [`stdio`] transport reads messages on its own thread, feeding [`session::Inbound`]
-//!   items to a channel and cancellations straight to [`session::Control`];
-//! - [`session::run_session`] is the protocol state machine: `started`, exactly one `done` per
-//!   `execute`, rejections of malformed or concurrent requests;
-//! - [`engine::Engine`] runs one execution in a [`QuickJS`](rquickjs) sandbox and is the only
-//!   code that touches the engine; [`normalize`] turns guest code into a function body and
-//!   [`logs::LogBuffer`] applies the log limits;
-//! - [`lockdown`] confines the whole process (Landlock, seccomp, rlimits on Linux) before the
-//!   transport reads the first byte of guest input;
-//! - [`listen`] is `--listen`: a supervisor that runs no guest code and serves each WebSocket
-//!   session with its own stdio runner process ([`ChildCommand`]).
+//! The core types, from the wire inwards:
+//! - [`Session`] is one session with the engine: started with [`Session::builder`] and an
+//!   [`Outbound`] sink for what the runner sends, fed [`Inbound`] items (decoded messages, or
+//!   the transport's close) in arrival order. It answers each `execute` with `started` and
+//!   exactly one `done`, asks for tool calls, and applies a `cancel` at once, even in a tight
+//!   loop; [`SessionLimits`] bounds its messages and pending tool calls. Every execution runs
+//!   in a fresh QuickJS sandbox with its own memory budget and deadline.
+//! - [`serve_stdio`] is the runner process: one [`Session`] on stdin/stdout, the whole
+//!   process locked down first ([`Sandbox`]: Landlock, seccomp, rlimits on Linux), with a
+//!   watchdog that ends the process ([`WATCHDOG_EXIT_CODE`]) when an execution is stuck in a
+//!   long native call.
+//! - With the `cli` feature (on by default), [`run`] is the `execbox-runner` command line
+//!   ([`RunnerArgs`]), shared by `execbox runner`: stdio, or `--listen`, a supervisor that
+//!   runs no guest code and serves each WebSocket session with its own stdio runner process
+//!   ([`ChildCommand`]).
 //!
-//! ```no_run
-//! // The same as running `execbox-runner --listen 127.0.0.1:0 --max-sessions 16`.
-//! let args = execbox_runner::RunnerArgs {
-//!     listen: Some("127.0.0.1:0".into()),
-//!     max_sessions: 16,
-//!     ..Default::default()
-//! };
-//! execbox_runner::run(&args, execbox_runner::ChildCommand::current_exe).unwrap();
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use execbox_protocol::Message;
+//! use execbox_runner::{Inbound, Outbound, Session, SessionLimits};
+//!
+//! /// Keeps what the runner sends.
+//! #[derive(Default)]
+//! struct Sent(Mutex<Vec<String>>);
+//! impl Outbound for Sent {
+//!     fn send(&self, message: &Message) {
+//!         self.0.lock().unwrap().push(message.encode());
+//!     }
+//! }
+//!
+//! let sent = Arc::new(Sent::default());
+//! let session = Session::builder()
+//!     .limits(SessionLimits::default())
+//!     .start(sent.clone())
+//!     .unwrap();
+//! session.send(Inbound::from_text(
+//!     r#"{"type":"execute","id":"a","code":"const r = 6 * 7; `answer: ${r}`","providers":[]}"#,
+//! ));
+//! session.close(); // the transport closed: the session ends once "a" is answered
+//! session.join().unwrap();
+//! let sent = sent.0.lock().unwrap();
+//! assert_eq!(sent[0], r#"{"type":"started","id":"a"}"#);
+//! assert!(sent[1].ends_with(r#""result":"answer: 42"}"#), "{}", sent[1]);
 //! ```
 
 mod cli;
-pub mod engine;
+mod control;
+mod engine;
 pub mod listen;
-pub mod location;
-pub mod lockdown;
-pub mod logs;
-pub mod normalize;
-pub mod session;
-pub mod stdio;
-pub mod typescript;
+mod location;
+mod lockdown;
+mod logs;
+mod normalize;
+mod session;
+mod stdio;
+mod typescript;
 
 pub use cli::{init_tracing, run, LogFormat, RunnerArgs};
-pub use listen::ChildCommand;
+pub use listen::child::ChildCommand;
+pub use lockdown::{LockdownError, Sandbox};
+pub use session::{
+    Inbound, Outbound, Sent, Session, SessionBuilder, SessionInput, SessionLimits,
+    DEFAULT_MAX_PENDING_TOOL_CALLS,
+};
+pub use stdio::{serve as serve_stdio, StdioError, WATCHDOG_EXIT_CODE};

@@ -11,14 +11,14 @@
 use crate::normalize::{fence_body, Compiled};
 
 /// The script name guest code is compiled under; stack frames of guest code name it.
-pub const GUEST_FILENAME: &str = "sandbox-user-code.js";
+pub(crate) const GUEST_FILENAME: &str = "sandbox-user-code.js";
 
 /// Longest source line shown whole; longer ones are shown around the column.
 const SHOWN_CHARS: usize = 120;
 
 /// Maps the engine's positions in one compiled program back to the user's code.
 #[derive(Debug, Clone)]
-pub struct Locator {
+pub(crate) struct Locator {
     compiled: Compiled,
     /// The code after fence stripping: what line numbers count in.
     body: String,
@@ -28,7 +28,7 @@ pub struct Locator {
 
 impl Locator {
     /// A locator for `compiled`, normalised from `code`.
-    pub fn new(code: &str, compiled: Compiled) -> Locator {
+    pub(crate) fn new(code: &str, compiled: Compiled) -> Locator {
         Locator {
             compiled,
             body: fence_body(code).to_owned(),
@@ -38,7 +38,7 @@ impl Locator {
 
     /// The same, knowing the execution's namespaces, so a call of a tool that does not exist
     /// can be named (see [`Locator::locate`]).
-    pub fn with_providers(mut self, providers: Vec<(String, Vec<String>)>) -> Locator {
+    pub(crate) fn with_providers(mut self, providers: Vec<(String, Vec<String>)>) -> Locator {
         self.providers = providers;
         self
     }
@@ -74,7 +74,7 @@ impl Locator {
 
     /// `message` with the location of the innermost guest frame of `stack` (a QuickJS stack
     /// or a syntax error's), or `message` alone when the stack names no guest frame.
-    pub fn locate(&self, message: &str, stack: &str) -> String {
+    pub(crate) fn locate(&self, message: &str, stack: &str) -> String {
         match innermost_guest_frame(stack) {
             Some((line, column)) => {
                 let (line, column) = self.compiled.user_position(line, column);
@@ -88,7 +88,7 @@ impl Locator {
     }
 
     /// `message (line L, column C)`, then the line and a caret under the column.
-    pub fn at(&self, message: &str, line: u32, column: u32) -> String {
+    pub(crate) fn at(&self, message: &str, line: u32, column: u32) -> String {
         let mut out = format!("{message} (line {line}, column {column})");
         let Some(text) = self.body.lines().nth(line.saturating_sub(1) as usize) else {
             return out;
@@ -169,7 +169,7 @@ fn member_calls(text: &str) -> Vec<(std::ops::Range<usize>, String, String)> {
 }
 
 /// The (line, column) of the first frame of guest code in a QuickJS stack text.
-pub fn innermost_guest_frame(stack: &str) -> Option<(u32, u32)> {
+pub(crate) fn innermost_guest_frame(stack: &str) -> Option<(u32, u32)> {
     let marker = format!("{GUEST_FILENAME}:");
     stack.match_indices(&marker).find_map(|(at, _)| {
         let rest = &stack[at + marker.len()..];

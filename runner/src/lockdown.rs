@@ -48,7 +48,7 @@
 
 /// Which transport is being locked down; each has its own allowlist and file limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// One NDJSON session on stdin/stdout. Its threads all exist before [`Pending::finish`], so
     /// it may create no thread (nor process) afterwards.
     Stdio,
@@ -77,11 +77,11 @@ pub enum Mode {
 }
 
 /// Where the dynamic loader finds the libraries of a child runner (read and execute only).
-pub const SUPERVISOR_LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
+pub(crate) const SUPERVISOR_LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
 
 impl Mode {
     /// RLIMIT_NOFILE under the lockdown: 64 in stdio mode; 4 per session plus 64 over WebSocket.
-    pub fn max_open_files(self) -> u64 {
+    pub(crate) fn max_open_files(self) -> u64 {
         match self {
             Mode::Stdio => 64,
             Mode::WebSocket { max_sessions } => {
@@ -96,6 +96,58 @@ impl Mode {
     }
 }
 
+/// Why the OS lockdown could not be applied. The runner refuses to start without it, unless
+/// told to with `--insecure-no-sandbox` ([`Sandbox::Off`]); each message says so.
+#[derive(Debug, thiserror::Error)]
+pub enum LockdownError {
+    /// There is no lockdown on this system: it exists only on Linux, on x86_64 and aarch64.
+    #[error(
+        "cannot apply the OS lockdown, refusing to start: it exists only on Linux (x86_64, \
+         aarch64) (--insecure-no-sandbox runs without it, at your own risk)"
+    )]
+    Unsupported,
+    /// One of its steps failed.
+    #[error(
+        "cannot apply the OS lockdown, refusing to start: {step}: {cause} \
+         (--insecure-no-sandbox runs without it, at your own risk)"
+    )]
+    Failed {
+        /// What was being done, e.g. `Landlock is unavailable (it needs Linux 5.13+ ...)`.
+        step: String,
+        /// Why it failed: the system's error, with its causes.
+        cause: String,
+    },
+}
+
+impl LockdownError {
+    /// `step` failed because of `cause` (its whole chain of sources is kept in the text).
+    fn failed(step: impl Into<String>, cause: impl std::fmt::Display) -> LockdownError {
+        LockdownError::Failed {
+            step: step.into(),
+            cause: cause.to_string(),
+        }
+    }
+}
+
+/// `?` with the step that failed, for any error.
+trait Step<T> {
+    fn step(self, step: impl Into<String>) -> Result<T, LockdownError>;
+}
+
+impl<T, E: std::error::Error> Step<T> for Result<T, E> {
+    fn step(self, step: impl Into<String>) -> Result<T, LockdownError> {
+        self.map_err(|e| {
+            let mut cause = e.to_string();
+            let mut source = e.source();
+            while let Some(inner) = source {
+                cause.push_str(&format!(": {inner}"));
+                source = inner.source();
+            }
+            LockdownError::failed(step, cause)
+        })
+    }
+}
+
 /// Whether a transport locks the process down before reading guest input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sandbox {
@@ -107,7 +159,7 @@ pub enum Sandbox {
 
 impl Sandbox {
     /// Runs [`begin`] for `mode` when enforcing; `None` when off.
-    pub fn begin(self, mode: Mode) -> anyhow::Result<Option<Pending>> {
+    pub(crate) fn begin(self, mode: Mode) -> Result<Option<Pending>, LockdownError> {
         match self {
             Sandbox::Enforce => begin(mode).map(Some),
             Sandbox::Off => Ok(None),
@@ -115,11 +167,11 @@ impl Sandbox {
     }
 
     /// Runs [`begin_supervisor`] when enforcing; `None` when off.
-    pub fn begin_supervisor(
+    pub(crate) fn begin_supervisor(
         self,
         max_sessions: usize,
         child_program: &std::path::Path,
-    ) -> anyhow::Result<Option<Pending>> {
+    ) -> Result<Option<Pending>, LockdownError> {
         match self {
             Sandbox::Enforce => begin_supervisor(max_sessions, child_program).map(Some),
             Sandbox::Off => Ok(None),
@@ -130,14 +182,14 @@ impl Sandbox {
 /// A lockdown whose Landlock step is in force on this thread; [`Pending::finish`] completes it.
 #[derive(Debug)]
 #[must_use = "the lockdown is incomplete until `finish` is called"]
-pub struct Pending {
+pub(crate) struct Pending {
     mode: Mode,
 }
 
 impl Pending {
     /// Sets the rlimits and installs the seccomp allowlist on every thread of the process.
-    pub fn finish(self) -> anyhow::Result<()> {
-        imp::finish(self.mode).map_err(|e| refusal(&e))?;
+    pub(crate) fn finish(self) -> Result<(), LockdownError> {
+        imp::finish(self.mode)?;
         tracing::debug!(mode = ?self.mode, "OS lockdown complete");
         Ok(())
     }
@@ -146,51 +198,47 @@ impl Pending {
 /// Drops every capability and applies the Landlock step on the calling thread. Call it before
 /// the process has any other thread: threads that already exist keep their capabilities and
 /// are not restricted by Landlock.
-pub fn begin(mode: Mode) -> anyhow::Result<Pending> {
-    imp::drop_capabilities().map_err(|e| refusal(&e))?;
+pub(crate) fn begin(mode: Mode) -> Result<Pending, LockdownError> {
+    imp::drop_capabilities()?;
     if let Mode::Supervisor { .. } = mode {
-        anyhow::bail!("the supervisor's lockdown starts with `begin_supervisor`");
+        return Err(LockdownError::failed(
+            "Landlock",
+            "the supervisor's lockdown starts with `begin_supervisor`",
+        ));
     }
-    imp::landlock().map_err(|e| refusal(&e))?;
+    imp::landlock()?;
     Ok(Pending { mode })
 }
 
 /// Closes every file descriptor above 2. Call it first thing, before the process opens
 /// anything of its own: whatever a parent let the runner inherit is gone.
-pub fn close_inherited_fds() {
+pub(crate) fn close_inherited_fds() {
     imp::close_inherited_fds();
 }
 
 /// The Landlock step of [`Mode::Supervisor`], on the calling thread (call it before the process
 /// has any other thread): read and execute on `child_program` and the system library
 /// directories, nothing else. [`Pending::finish`] then sets its rlimits.
-pub fn begin_supervisor(
+pub(crate) fn begin_supervisor(
     max_sessions: usize,
     child_program: &std::path::Path,
-) -> anyhow::Result<Pending> {
-    imp::drop_capabilities().map_err(|e| refusal(&e))?;
-    imp::landlock_supervisor(child_program).map_err(|e| refusal(&e))?;
+) -> Result<Pending, LockdownError> {
+    imp::drop_capabilities()?;
+    imp::landlock_supervisor(child_program)?;
     Ok(Pending {
         mode: Mode::Supervisor { max_sessions },
     })
 }
 
 /// Both steps at once, for a process that has only the calling thread.
-pub fn lock_down(mode: Mode) -> anyhow::Result<()> {
+pub(crate) fn lock_down(mode: Mode) -> Result<(), LockdownError> {
     begin(mode)?.finish()
-}
-
-fn refusal(cause: &anyhow::Error) -> anyhow::Error {
-    anyhow::anyhow!(
-        "cannot apply the OS lockdown, refusing to start: {cause:#} \
-         (--insecure-no-sandbox runs without it, at your own risk)"
-    )
 }
 
 /// An action tried by the hidden `--lockdown-probe` flag, so tests can check the lockdown from
 /// outside. Each probe runs in its own process and reports through its exit status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Probe {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
     /// Full lockdown, then nothing: exits 0.
     None,
     /// Full lockdown, then spawn and join a thread: exits 0.
@@ -214,15 +262,45 @@ pub enum Probe {
     Clocks,
 }
 
+/// The probes by their `--lockdown-probe` names.
+const PROBE_NAMES: [(&str, Probe); 10] = [
+    ("none", Probe::None),
+    ("thread", Probe::Thread),
+    ("abort", Probe::Abort),
+    ("open", Probe::Open),
+    ("socket", Probe::Socket),
+    ("fork", Probe::Fork),
+    ("spawn", Probe::Spawn),
+    ("landlock-open", Probe::LandlockOpen),
+    ("landlock-connect", Probe::LandlockConnect),
+    ("clocks", Probe::Clocks),
+];
+
+/// The values `--lockdown-probe` accepts.
+pub(crate) const PROBES: [&str; 10] = {
+    let mut names = [""; 10];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = PROBE_NAMES[i].0;
+        i += 1;
+    }
+    names
+};
+
 /// Exit status of a probe whose action was refused with EACCES or EPERM.
-pub const PROBE_DENIED: i32 = 3;
+const PROBE_DENIED: i32 = 3;
 /// Exit status of a probe whose action failed with any other error.
-pub const PROBE_FAILED: i32 = 4;
+const PROBE_FAILED: i32 = 4;
 
 /// Applies the lockdown (WebSocket mode's, the larger allowlist) or only its Landlock step, tries
 /// the probe's action and returns the exit status to report: 0 if the action succeeded,
-/// [`PROBE_DENIED`] or [`PROBE_FAILED`] if it failed, 1 if the lockdown could not be applied.
-pub fn probe(probe: Probe) -> i32 {
+/// [`PROBE_DENIED`] or [`PROBE_FAILED`] if it failed, 1 if the lockdown could not be applied
+/// (or `name` is no probe's).
+pub(crate) fn probe(name: &str) -> i32 {
+    let Some(&(_, probe)) = PROBE_NAMES.iter().find(|(n, _)| *n == name) else {
+        eprintln!("execbox-runner: no lockdown probe is called {name:?}");
+        return 1;
+    };
     let mode = Mode::WebSocket { max_sessions: 1 };
     // Like the server, whose runtime threads exist before its lockdown: glibc's first thread
     // start installs a signal handler (rt_sigaction), which the allowlist does not allow.
@@ -273,36 +351,59 @@ pub fn probe(probe: Probe) -> i32 {
 mod imp {
     use std::collections::BTreeMap;
 
-    use anyhow::Context as _;
     use landlock::{
         path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus,
-        Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+        RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
+        Scope, ABI,
     };
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
         SeccompRule, TargetArch,
     };
 
-    use super::Mode;
+    use super::{LockdownError, Mode, Step as _};
 
     /// The newest Landlock ABI the `landlock` crate knows; the kernel's may be older.
     const NEWEST_ABI: ABI = ABI::V9;
 
-    pub(super) fn landlock() -> anyhow::Result<()> {
-        let status = Ruleset::default()
+    /// What a missing Landlock (or one without the rights of ABI 1) fails with.
+    const LANDLOCK_MISSING: &str =
+        "Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)";
+
+    /// A ruleset that handles every filesystem right (those of ABI 1 are a hard requirement,
+    /// newer ones are dropped on older kernels), TCP bind and connect, and the scopes.
+    fn ruleset() -> Result<RulesetCreated, LockdownError> {
+        let ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
             .handle_access(AccessFs::from_all(ABI::V1))
-            .context("Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)")?
-            .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(AccessFs::from_all(NEWEST_ABI))?
-            .handle_access(AccessNet::from_all(NEWEST_ABI))?
-            .scope(Scope::from_all(NEWEST_ABI))?
-            .create()?
-            .restrict_self()
-            .context("cannot restrict the runner with Landlock")?;
+            .step(LANDLOCK_MISSING)?;
+        let handled = || {
+            ruleset
+                .set_compatibility(CompatLevel::BestEffort)
+                .handle_access(AccessFs::from_all(NEWEST_ABI))?
+                .handle_access(AccessNet::from_all(NEWEST_ABI))?
+                .scope(Scope::from_all(NEWEST_ABI))?
+                .create()
+        };
+        handled().step("cannot build the Landlock ruleset")
+    }
+
+    /// Fails unless Landlock is enforced and `no_new_privs` set.
+    fn enforced(status: &RestrictionStatus) -> Result<(), LockdownError> {
         if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
-            anyhow::bail!("Landlock is not enforced ({status:?})");
+            return Err(LockdownError::failed(
+                "Landlock",
+                format!("it is not enforced ({status:?})"),
+            ));
         }
+        Ok(())
+    }
+
+    pub(super) fn landlock() -> Result<(), LockdownError> {
+        let status = ruleset()?
+            .restrict_self()
+            .step("cannot restrict the runner with Landlock")?;
+        enforced(&status)?;
         if let LandlockStatus::Available { effective_abi, .. } = status.landlock {
             tracing::debug!(abi = ?effective_abi, ruleset = ?status.ruleset, "Landlock enforced");
         }
@@ -311,47 +412,44 @@ mod imp {
 
     /// Like [`landlock`], with read and execute granted on the child program and the library
     /// directories (those that exist).
-    pub(super) fn landlock_supervisor(child_program: &std::path::Path) -> anyhow::Result<()> {
+    pub(super) fn landlock_supervisor(
+        child_program: &std::path::Path,
+    ) -> Result<(), LockdownError> {
         let program = child_program
             .canonicalize()
-            .with_context(|| format!("cannot resolve {}", child_program.display()))?;
+            .step(format!("cannot resolve {}", child_program.display()))?;
         let read_exec = AccessFs::Execute | AccessFs::ReadFile;
-        let status = Ruleset::default()
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(AccessFs::from_all(ABI::V1))
-            .context("Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)")?
-            .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(AccessFs::from_all(NEWEST_ABI))?
-            .handle_access(AccessNet::from_all(NEWEST_ABI))?
-            .scope(Scope::from_all(NEWEST_ABI))?
-            .create()?
-            .add_rules(path_beneath_rules([program.as_path()], read_exec))?
-            .add_rules(path_beneath_rules(
-                super::SUPERVISOR_LIBRARY_DIRS,
-                read_exec,
-            ))?
-            // `/proc/PID/status` of itself and its runner processes, for /metrics' memory
-            // figure: reading files only, no directory listing, nothing executed.
-            .add_rules(path_beneath_rules(["/proc"], AccessFs::ReadFile))?
-            .restrict_self()
-            .context("cannot restrict the supervisor with Landlock")?;
-        if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
-            anyhow::bail!("Landlock is not enforced ({status:?})");
-        }
-        Ok(())
+        let ruleset = ruleset()?;
+        let restricted = || {
+            ruleset
+                .add_rules(path_beneath_rules([program.as_path()], read_exec))?
+                .add_rules(path_beneath_rules(
+                    super::SUPERVISOR_LIBRARY_DIRS,
+                    read_exec,
+                ))?
+                // `/proc/PID/status` of itself and its runner processes, for /metrics' memory
+                // figure: reading files only, no directory listing, nothing executed.
+                .add_rules(path_beneath_rules(["/proc"], AccessFs::ReadFile))?
+                .restrict_self()
+        };
+        let status = restricted().step("cannot restrict the supervisor with Landlock")?;
+        enforced(&status)
     }
 
-    pub(super) fn finish(mode: Mode) -> anyhow::Result<()> {
-        set_rlimit(libc::RLIMIT_CORE, 0).context("cannot set RLIMIT_CORE")?;
-        set_rlimit(libc::RLIMIT_NOFILE, mode.max_open_files())
-            .context("cannot set RLIMIT_NOFILE")?;
-        if let Mode::Supervisor { .. } = mode {
-            return supervisor_seccomp();
-        }
+    pub(super) fn finish(mode: Mode) -> Result<(), LockdownError> {
+        set_rlimit(libc::RLIMIT_CORE, 0).step("cannot set RLIMIT_CORE")?;
+        set_rlimit(libc::RLIMIT_NOFILE, mode.max_open_files()).step("cannot set RLIMIT_NOFILE")?;
         if mode == Mode::Stdio {
             // NPROC counts threads too (of the whole user, and not for root); only stdio mode,
             // whose threads all exist by now, can afford it. WebSocket mode relies on seccomp.
-            set_rlimit(libc::RLIMIT_NPROC, 0).context("cannot set RLIMIT_NPROC")?;
+            set_rlimit(libc::RLIMIT_NPROC, 0).step("cannot set RLIMIT_NPROC")?;
+        }
+        seccomp(mode).step("cannot install the seccomp filter")
+    }
+
+    fn seccomp(mode: Mode) -> Result<(), seccompiler::Error> {
+        if let Mode::Supervisor { .. } = mode {
+            return supervisor_seccomp();
         }
         let arch = TargetArch::try_from(std::env::consts::ARCH)?;
         // Filters stack: for each syscall the kernel takes the strictest verdict of all of them,
@@ -369,8 +467,7 @@ mod imp {
         ];
         for filter in filters {
             let program: BpfProgram = filter.try_into()?;
-            seccompiler::apply_filter_all_threads(&program)
-                .context("cannot install the seccomp filter")?;
+            seccompiler::apply_filter_all_threads(&program)?;
         }
         Ok(())
     }
@@ -379,7 +476,7 @@ mod imp {
     /// then stacks on it). No errno filter for `open`: the session processes' loader needs it
     /// (Landlock confines it to the program and the libraries). Anything not allowed fails
     /// with EPERM rather than killing the process, which serves every session.
-    fn supervisor_seccomp() -> anyhow::Result<()> {
+    fn supervisor_seccomp() -> Result<(), seccompiler::Error> {
         let arch = TargetArch::try_from(std::env::consts::ARCH)?;
         let filters = [
             only(&[libc::SYS_clone3], libc::ENOSYS, arch)?,
@@ -392,8 +489,7 @@ mod imp {
         ];
         for filter in filters {
             let program: BpfProgram = filter.try_into()?;
-            seccompiler::apply_filter_all_threads(&program)
-                .context("cannot install the seccomp filter")?;
+            seccompiler::apply_filter_all_threads(&program)?;
         }
         Ok(())
     }
@@ -461,7 +557,7 @@ mod imp {
         libc::SYS_seccomp,
     ];
 
-    fn supervisor_allowlist() -> anyhow::Result<BTreeMap<i64, Vec<SeccompRule>>> {
+    fn supervisor_allowlist() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BOTH
             .iter()
             .chain(SUPERVISOR)
@@ -589,7 +685,7 @@ mod imp {
         libc::SYS_epoll_pwait,
     ];
 
-    fn allowlist(mode: Mode) -> anyhow::Result<BTreeMap<i64, Vec<SeccompRule>>> {
+    fn allowlist(mode: Mode) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
             BOTH.iter().map(|&nr| (nr, Vec::new())).collect();
         if let Mode::WebSocket { .. } = mode {
@@ -616,13 +712,17 @@ mod imp {
         Ok(rules)
     }
 
-    fn rule(arg: u8, op: SeccompCmpOp, value: u64) -> anyhow::Result<SeccompRule> {
+    fn rule(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, seccompiler::Error> {
         let condition = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)?;
         Ok(SeccompRule::new(vec![condition])?)
     }
 
     /// A filter that fails `syscalls` with `errno` and lets everything else through.
-    fn only(syscalls: &[i64], errno: i32, arch: TargetArch) -> anyhow::Result<SeccompFilter> {
+    fn only(
+        syscalls: &[i64],
+        errno: i32,
+        arch: TargetArch,
+    ) -> Result<SeccompFilter, seccompiler::Error> {
         let rules = syscalls.iter().map(|&nr| (nr, Vec::new())).collect();
         Ok(SeccompFilter::new(
             rules,
@@ -671,7 +771,7 @@ mod imp {
     }
     const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-    pub(super) fn drop_capabilities() -> anyhow::Result<()> {
+    pub(super) fn drop_capabilities() -> Result<(), LockdownError> {
         let mut header = CapHeader {
             version: CAPABILITY_VERSION_3,
             pid: 0,
@@ -681,7 +781,7 @@ mod imp {
         #[allow(unsafe_code)]
         let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
         if got != 0 {
-            return Err(std::io::Error::last_os_error()).context("cannot read capabilities");
+            return Err(std::io::Error::last_os_error()).step("cannot read capabilities");
         }
         let held = data
             .iter()
@@ -721,7 +821,7 @@ mod imp {
             #[allow(unsafe_code)]
             let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, none.as_ptr()) };
             if set != 0 {
-                return Err(std::io::Error::last_os_error()).context("cannot drop capabilities");
+                return Err(std::io::Error::last_os_error()).step("cannot drop capabilities");
             }
         }
         Ok(())
@@ -837,20 +937,22 @@ mod imp {
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
 mod imp {
-    use super::Mode;
+    use super::{LockdownError, Mode};
 
     const UNSUPPORTED: &str = "the OS lockdown exists only on Linux (x86_64, aarch64)";
 
-    pub(super) fn landlock() -> anyhow::Result<()> {
-        anyhow::bail!(UNSUPPORTED)
+    pub(super) fn landlock() -> Result<(), LockdownError> {
+        Err(LockdownError::Unsupported)
     }
 
-    pub(super) fn landlock_supervisor(_child_program: &std::path::Path) -> anyhow::Result<()> {
-        anyhow::bail!(UNSUPPORTED)
+    pub(super) fn landlock_supervisor(
+        _child_program: &std::path::Path,
+    ) -> Result<(), LockdownError> {
+        Err(LockdownError::Unsupported)
     }
 
-    pub(super) fn finish(_mode: Mode) -> anyhow::Result<()> {
-        anyhow::bail!(UNSUPPORTED)
+    pub(super) fn finish(_mode: Mode) -> Result<(), LockdownError> {
+        Err(LockdownError::Unsupported)
     }
 
     pub(super) fn fork_and_exit_child() -> std::io::Result<()> {
@@ -861,8 +963,8 @@ mod imp {
         Err(std::io::Error::other(UNSUPPORTED))
     }
 
-    pub(super) fn drop_capabilities() -> anyhow::Result<()> {
-        anyhow::bail!(UNSUPPORTED)
+    pub(super) fn drop_capabilities() -> Result<(), LockdownError> {
+        Err(LockdownError::Unsupported)
     }
 
     pub(super) fn close_inherited_fds() {}

@@ -8,7 +8,7 @@ use execbox_protocol::RuntimeOptions;
 /// cumulatively, clipping the line where the budget runs out", but never stores what would
 /// be dropped, so a guest flooding the console costs no memory.
 #[derive(Debug, Default)]
-pub struct LogBuffer {
+pub(crate) struct LogBuffer {
     lines: Vec<String>,
     /// Lines seen so far, kept or not.
     seen: u64,
@@ -21,7 +21,7 @@ pub struct LogBuffer {
 
 impl LogBuffer {
     /// An empty buffer with the limits of `options`.
-    pub fn new(options: &RuntimeOptions) -> Self {
+    pub(crate) fn new(options: &RuntimeOptions) -> Self {
         LogBuffer {
             lines: Vec::new(),
             seen: 0,
@@ -32,7 +32,7 @@ impl LogBuffer {
     }
 
     /// Records one console line.
-    pub fn push(&mut self, line: &str) {
+    pub(crate) fn push(&mut self, line: &str) {
         self.seen += 1;
         if self.full || self.seen > self.max_lines {
             return;
@@ -53,7 +53,7 @@ impl LogBuffer {
     }
 
     /// The kept lines.
-    pub fn into_lines(self) -> Vec<String> {
+    pub(crate) fn into_lines(self) -> Vec<String> {
         self.lines
     }
 }

@@ -21,18 +21,11 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     runner: execbox_runner::RunnerArgs,
-
-    /// Test only: apply the OS lockdown, try ACTION and exit (tests/lockdown.rs reads the status).
-    #[arg(long, value_name = "ACTION", hide = true)]
-    lockdown_probe: Option<execbox_runner::lockdown::Probe>,
 }
 
 fn main() {
     let cli = Cli::parse();
     execbox_runner::init_tracing(cli.runner.log_format);
-    if let Some(probe) = cli.lockdown_probe {
-        std::process::exit(execbox_runner::lockdown::probe(probe));
-    }
     // With --listen, each session is served by this same program in stdio mode.
     if let Err(e) = execbox_runner::run(&cli.runner, execbox_runner::ChildCommand::current_exe) {
         eprintln!("execbox-runner: {e:#}");

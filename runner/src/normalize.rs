@@ -7,17 +7,17 @@
 
 /// Result of [`normalize`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Normalized {
+pub(crate) struct Normalized {
     /// Preferred source: e.g. `async () => {const x = 1;\nreturn (x + 1\n)\n}`.
-    pub primary: String,
+    pub(crate) primary: String,
     /// Fallback if `primary` does not compile: the whole (fence-stripped) program wrapped
     /// as `async () => {<src>\n}`. `None` when primary already is that plain wrap.
-    pub fallback: Option<String>,
+    pub(crate) fallback: Option<String>,
     /// Where the program starts in the code as the user wrote it (after the fence).
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// For `primary`: where `return (` was inserted before the last expression, as the
     /// (line, column) of the expression in the code as the user wrote it.
-    pub splice: Option<(u32, u32)>,
+    pub(crate) splice: Option<(u32, u32)>,
 }
 
 /// Where a normalised program's text starts in the code the user wrote. Every wrapper keeps
@@ -25,18 +25,18 @@ pub struct Normalized {
 /// compiled text, and only columns on the first line and the spliced line move (see
 /// [`Compiled::user_position`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Origin {
+pub(crate) struct Origin {
     /// Lines of the user's code before the program text (blank lines, a shebang line).
-    pub lines: u32,
+    pub(crate) lines: u32,
     /// Characters before the program text on its first line.
-    pub columns: u32,
+    pub(crate) columns: u32,
 }
 
 /// A program as the engine compiles it, with what it takes to map positions back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compiled {
+pub(crate) struct Compiled {
     /// The text to evaluate: `origin.lines` newlines, `(`, the function, `\n)`.
-    pub text: String,
+    pub(crate) text: String,
     origin: Origin,
     /// Characters of wrapper before the program's first character on its line.
     prefix: u32,
@@ -48,7 +48,7 @@ const RETURN_OPEN: u32 = 8;
 
 impl Normalized {
     /// `primary`, or with `fallback` the fallback (when there is one), ready to compile.
-    pub fn compiled(&self, fallback: bool) -> Compiled {
+    pub(crate) fn compiled(&self, fallback: bool) -> Compiled {
         let use_fallback = fallback && self.fallback.is_some();
         let source = match (&self.fallback, use_fallback) {
             (Some(fallback), true) => fallback.as_str(),
@@ -77,7 +77,7 @@ impl Normalized {
 impl Compiled {
     /// The (line, column) in the user's code of a 1-based line and column the engine
     /// reported for [`Compiled::text`].
-    pub fn user_position(&self, line: u32, column: u32) -> (u32, u32) {
+    pub(crate) fn user_position(&self, line: u32, column: u32) -> (u32, u32) {
         let line = line.max(1);
         let first = self.origin.lines + 1;
         // Undo the wrapper on the first line: user column = text column - prefix + origin.
@@ -101,7 +101,7 @@ impl Compiled {
 }
 
 /// Normalises guest code into the source text of an async arrow function.
-pub fn normalize(code: &str) -> Normalized {
+pub(crate) fn normalize(code: &str) -> Normalized {
     let body = fence_body(code);
     let mut source = strip_code_fence(code.trim()).trim();
     if source.starts_with("#!") {
@@ -176,7 +176,7 @@ pub fn normalize(code: &str) -> Normalized {
 const WRAP_OPEN: &str = "async () => {";
 
 /// The code as the user wrote it, after a fence: what line numbers count from.
-pub fn fence_body(code: &str) -> &str {
+pub(crate) fn fence_body(code: &str) -> &str {
     let trimmed = code.trim_start();
     match trimmed.strip_prefix("```") {
         Some(rest) => rest.split_once('\n').map_or("", |(_, body)| body),
@@ -186,7 +186,7 @@ pub fn fence_body(code: &str) -> &str {
 
 /// [`fence_body`] without a closing fence (and what trails it): the program as written, with
 /// its lines where they were.
-pub fn fenced_program(code: &str) -> &str {
+pub(crate) fn fenced_program(code: &str) -> &str {
     let body = fence_body(code);
     if body.len() == code.len() {
         return body;
@@ -210,7 +210,7 @@ fn origin(code: &str, body: &str, source: &str) -> Origin {
 }
 
 /// Strips a surrounding Markdown code fence (with optional language tag), then trims.
-pub fn strip_code_fence(code: &str) -> &str {
+pub(crate) fn strip_code_fence(code: &str) -> &str {
     let Some(rest) = code.strip_prefix("```") else {
         return code;
     };

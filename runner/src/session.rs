@@ -1,16 +1,20 @@
-//! The protocol state machine of one transport session, independent of the transport.
+//! Sessions: how every user starts one ([`Session`]), and the protocol state machine it runs.
 //!
-//! A transport feeds [`Inbound`] items into a channel from its own reader (thread or task)
-//! and passes each through [`Control::admit`] first, so a `cancel` or a close reaches the
-//! running guest at once through the interrupt flag, even in a tight CPU loop, and a second
-//! `execute` is refused at once, even while the engine is busy. The session
-//! ([`run_session`]) consumes the channel on the engine's thread.
+//! A session is one engine thread serving one transport: `started`, exactly one `done` per
+//! `execute`, the wait for tool results, rejections of malformed and concurrent requests.
+//! Whoever owns the transport starts it with [`Session::builder`], giving it an [`Outbound`]
+//! sink for what the runner sends, and feeds it what arrives, in order, through
+//! [`Session::send`] (or a [`SessionInput`] cloned for a reader thread). Each item passes the
+//! session's [`Control`](crate::control::Control) first, so a `cancel` or a close stops a
+//! running guest at once, and a second `execute` is refused at once, even while the engine is
+//! busy. Optionally a watchdog thread ends an execution stuck in a long native call
+//! ([`SessionBuilder::watchdog`]).
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
 
 use execbox_protocol::names::check_provider_name;
 use execbox_protocol::{
@@ -18,7 +22,211 @@ use execbox_protocol::{
     ToolResult,
 };
 
-use crate::engine::{oversized, Engine, Event, Outbound, RunLimits};
+use crate::control::{busy_done, Control};
+use crate::engine::{oversized, Engine, Event, RunLimits, ENGINE_STACK_BYTES};
+
+/// Where a session sends what the runner emits (`started`, `tool_call`, `done`). Implemented
+/// by transports: stdout, a channel, a recorder.
+pub trait Outbound: Send + Sync {
+    /// Sends one message. Failures are the transport's business: it reports the close to the
+    /// session as [`Inbound::Closed`].
+    fn send(&self, message: &Message);
+}
+
+/// How to start a [`Session`]: its limits, its watchdog, and what runs when it ends.
+#[must_use = "a session starts only with `start`"]
+pub struct SessionBuilder {
+    limits: SessionLimits,
+    watchdog: Option<Box<dyn Fn() + Send + Sync>>,
+    on_end: Option<Box<dyn FnOnce() + Send>>,
+    thread_name: String,
+}
+
+impl SessionBuilder {
+    /// The session's limits; [`SessionLimits::default`] when not given.
+    pub fn limits(mut self, limits: SessionLimits) -> SessionBuilder {
+        self.limits = limits;
+        self
+    }
+
+    /// Starts a watchdog thread: when an execution outlives its deadline, a cancel or a close
+    /// by [`RuntimeOptions::DEADLINE_GRACE`](execbox_protocol::RuntimeOptions::DEADLINE_GRACE)
+    /// (the engine is stuck in one long native call the interrupt handler cannot reach), the
+    /// watchdog answers it with `timeout` (`memory_limit` past its memory limit) and then
+    /// calls `on_fire`, which must end the session's owner: the stdio runner exits its
+    /// process, since a thread cannot be killed. Without a watchdog nobody answers such an
+    /// execution until its native call returns.
+    pub fn watchdog(mut self, on_fire: impl Fn() + Send + Sync + 'static) -> SessionBuilder {
+        self.watchdog = Some(Box::new(on_fire));
+        self
+    }
+
+    /// Runs `on_end` on the engine thread when the session ends, or unwinds.
+    pub fn on_end(mut self, on_end: impl FnOnce() + Send + 'static) -> SessionBuilder {
+        self.on_end = Some(Box::new(on_end));
+        self
+    }
+
+    /// The name of the engine thread (`engine` when not given).
+    pub fn thread_name(mut self, name: impl Into<String>) -> SessionBuilder {
+        self.thread_name = name.into();
+        self
+    }
+
+    /// Starts the session's threads (the engine's, and the watchdog's if asked for); `out`
+    /// receives everything the runner sends. The engine builds its first sandbox at once.
+    /// Fails only when a thread cannot be spawned.
+    pub fn start(self, out: Arc<dyn Outbound>) -> std::io::Result<Session> {
+        let interrupt = Arc::new(AtomicBool::new(false));
+        let control = Control::new(interrupt.clone());
+        // Before any item is fed: an `execute` arriving while another is queued is answered
+        // by the feeder, through this sink.
+        control.set_sink(out.clone());
+        let (tx, rx) = mpsc::channel::<Inbound>();
+        if let Some(on_fire) = self.watchdog {
+            let watched = control.clone();
+            std::thread::Builder::new()
+                .name("watchdog".into())
+                .spawn(move || watched.watch(&*on_fire))?;
+        }
+        let session_control = control.clone();
+        let limits = self.limits;
+        let on_end = self.on_end.map(OnEnd);
+        let engine = std::thread::Builder::new()
+            .name(self.thread_name)
+            .stack_size(ENGINE_STACK_BYTES)
+            .spawn(move || {
+                let _on_end = on_end;
+                run_session(
+                    &mut Engine::new(interrupt),
+                    &rx,
+                    &session_control,
+                    out,
+                    limits,
+                );
+            });
+        let engine = match engine {
+            Ok(engine) => engine,
+            Err(e) => {
+                control.shutdown();
+                return Err(e);
+            }
+        };
+        Ok(Session {
+            input: SessionInput { tx, control },
+            engine,
+        })
+    }
+}
+
+/// Runs a callback when dropped: at the end of the engine thread, returned or unwound.
+struct OnEnd(Box<dyn FnOnce() + Send>);
+
+impl Drop for OnEnd {
+    fn drop(&mut self) {
+        let on_end = std::mem::replace(&mut self.0, Box::new(|| ()));
+        on_end();
+    }
+}
+
+/// A running session: feed it what arrives from the transport, in order, then close it.
+///
+/// Dropping it does not end the session; [`Session::close`] does (the engine thread then
+/// finishes what was already queued and returns).
+pub struct Session {
+    input: SessionInput,
+    engine: JoinHandle<()>,
+}
+
+impl Session {
+    /// A builder with the default limits, no watchdog and no end callback.
+    pub fn builder() -> SessionBuilder {
+        SessionBuilder {
+            limits: SessionLimits::default(),
+            watchdog: None,
+            on_end: None,
+            thread_name: "engine".into(),
+        }
+    }
+
+    /// Feeds one item (see [`SessionInput::send`]).
+    pub fn send(&self, item: Inbound) -> Sent {
+        self.input.send(item)
+    }
+
+    /// The transport closed: see [`SessionInput::close`].
+    pub fn close(&self) {
+        self.input.close();
+    }
+
+    /// A handle that feeds this session from another thread or task.
+    pub fn input(&self) -> SessionInput {
+        self.input.clone()
+    }
+
+    /// Whether the engine thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.engine.is_finished()
+    }
+
+    /// Waits for the engine thread to end; `Err` holds its panic.
+    pub fn join(self) -> std::thread::Result<()> {
+        self.engine.join()
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("finished", &self.is_finished())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Feeds a [`Session`]; cheap to clone, for a transport's reader thread or task.
+#[derive(Clone)]
+pub struct SessionInput {
+    tx: Sender<Inbound>,
+    control: Arc<Control>,
+}
+
+/// What became of an item fed to a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Queued for the engine.
+    Queued,
+    /// Answered at once, without the engine: an `execute` while another is active or queued.
+    Answered,
+    /// The session has ended: nothing more will be read.
+    Ended,
+}
+
+impl SessionInput {
+    /// Feeds one item from the transport. A `cancel` of the running execution (or a close
+    /// during one) interrupts the guest at once; an `execute` while another is active or
+    /// queued is answered here with `internal_error`; everything else is queued in order.
+    pub fn send(&self, item: Inbound) -> Sent {
+        match self.control.admit(item) {
+            None => Sent::Answered,
+            Some(item) => match self.tx.send(item) {
+                Ok(()) => Sent::Queued,
+                Err(_) => Sent::Ended,
+            },
+        }
+    }
+
+    /// The transport closed: aborts the running execution (there is nobody left to answer),
+    /// and the session ends once it has run the executions already queued.
+    pub fn close(&self) {
+        self.send(Inbound::Closed);
+    }
+}
+
+impl std::fmt::Debug for SessionInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionInput").finish_non_exhaustive()
+    }
+}
 
 /// One item from the transport, in arrival order.
 #[derive(Debug)]
@@ -62,214 +270,6 @@ impl Inbound {
     }
 }
 
-/// State shared by a transport's reader and the session, guarding cancellation races.
-pub struct Control {
-    interrupt: Arc<AtomicBool>,
-    /// Raised by the engine when the active execution exceeded its memory limit.
-    memory: Arc<AtomicBool>,
-    state: Mutex<ControlState>,
-    /// Wakes the watchdog when the state changes.
-    changed: Condvar,
-    /// The session's sink, for answers the reader gives without waiting for the engine.
-    /// Cleared when the session ends, so the transport's writer sees its last sender go.
-    sink: Mutex<Option<Arc<dyn Outbound>>>,
-}
-
-#[derive(Debug, Default)]
-struct ControlState {
-    active: Option<String>,
-    /// Executes read but not yet picked up by the session.
-    queued: HashSet<String>,
-    /// Queued executes already cancelled.
-    cancelled: HashSet<String>,
-    /// The oldest queued execute, which will run next.
-    queued_first: Option<String>,
-    /// The transport closed while an execution was active.
-    closed_mid_execution: bool,
-    /// When the active execution started.
-    started_at: Option<Instant>,
-    /// When the watchdog ends the active execution if the engine has not.
-    watch_at: Option<Instant>,
-    /// The watchdog ended the active execution (and answered it, unless the transport closed).
-    fired: bool,
-    /// The session is over; the watchdog returns.
-    shutdown: bool,
-}
-
-/// How long past its deadline (or a cancel, or a close) an execution may take to stop before
-/// the watchdog ends it. The interrupt handler runs every few thousand bytecode ticks, so
-/// ordinary code stops within milliseconds; only a loop around a long native call (a huge
-/// `indexOf`, `fill` or regex) can run this long without reaching a tick.
-pub const WATCHDOG_GRACE: Duration = Duration::from_millis(250);
-
-impl Control {
-    /// Control around the engine's interrupt flag.
-    pub fn new(interrupt: Arc<AtomicBool>) -> Arc<Control> {
-        Arc::new(Control {
-            interrupt,
-            memory: Arc::new(AtomicBool::new(false)),
-            state: Mutex::new(ControlState::default()),
-            changed: Condvar::new(),
-            sink: Mutex::new(None),
-        })
-    }
-
-    /// Gives the reader the session's sink; call it before the reader starts. (The session
-    /// sets it too, but a reader that starts first could queue a concurrent `execute`.)
-    pub fn set_sink(&self, out: Arc<dyn Outbound>) {
-        *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
-    }
-
-    fn clear_sink(&self) {
-        self.sink.lock().unwrap_or_else(|e| e.into_inner()).take();
-    }
-
-    /// Called by the reader for every item before it is queued: applies cancels and closes
-    /// at once, and answers an `execute` that arrives while another is active or queued.
-    /// Returns the item to queue, or `None` when it was answered here.
-    pub fn admit(&self, item: Inbound) -> Option<Inbound> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match &item {
-            Inbound::Message(Message::Execute(e)) => {
-                let busy = state.active.as_deref().or(state.queued_first.as_deref());
-                let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                if let (Some(busy), Some(sink)) = (busy, sink) {
-                    tracing::warn!(id = %e.id, active = %busy, "rejecting execute: an execution is active");
-                    sink.send(&busy_done(&e.id, busy));
-                    return None;
-                }
-                state.queued.insert(e.id.clone());
-                if state.queued_first.is_none() {
-                    state.queued_first = Some(e.id.clone());
-                }
-            }
-            Inbound::Message(Message::Cancel(c)) => {
-                if state.active.as_deref() == Some(c.id.as_str()) {
-                    self.interrupt.store(true, Ordering::SeqCst);
-                    self.watch_soon(&mut state);
-                } else if state.queued.contains(&c.id) {
-                    state.cancelled.insert(c.id.clone());
-                }
-            }
-            // Aborts the running execution; executes already read still run (a closed
-            // transport can deliver no tool results, so any that waits on one ends).
-            Inbound::Closed if state.active.is_some() => {
-                state.closed_mid_execution = true;
-                self.interrupt.store(true, Ordering::SeqCst);
-                self.watch_soon(&mut state);
-            }
-            _ => {}
-        }
-        Some(item)
-    }
-
-    /// Brings the watchdog's deadline forward to a grace period from now.
-    fn watch_soon(&self, state: &mut ControlState) {
-        let soon = Instant::now() + WATCHDOG_GRACE;
-        state.watch_at = Some(state.watch_at.map_or(soon, |at| at.min(soon)));
-        self.changed.notify_all();
-    }
-
-    fn begin(&self, id: &str, timeout_ms: u64) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.queued.remove(id);
-        state.queued_first = None;
-        let stop = state.cancelled.remove(id);
-        state.active = Some(id.to_owned());
-        let now = Instant::now();
-        state.started_at = Some(now);
-        state.fired = false;
-        state.watch_at = Some(now + Duration::from_millis(timeout_ms) + WATCHDOG_GRACE);
-        if stop {
-            self.watch_soon(&mut state);
-        }
-        self.interrupt.store(stop, Ordering::SeqCst);
-        self.changed.notify_all();
-    }
-
-    /// Ends the active execution: its id, whether the transport closed during it, and
-    /// whether the watchdog already ended it.
-    fn end(&self) -> (Option<String>, bool, bool) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        self.interrupt.store(false, Ordering::SeqCst);
-        state.watch_at = None;
-        let fired = std::mem::take(&mut state.fired);
-        (state.active.take(), state.closed_mid_execution, fired)
-    }
-
-    fn shutdown(&self) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.shutdown = true;
-        self.changed.notify_all();
-    }
-
-    /// The watchdog: run it on its own thread. When an execution outlives its deadline, a
-    /// cancel or a close by [`WATCHDOG_GRACE`] (the engine is stuck in a long native call), it
-    /// answers the execution with `timeout` itself (unless the transport closed) and calls
-    /// `on_fire`, which must end the session (stdio exits the process, WebSocket closes the
-    /// connection). Returns when the session ends.
-    pub fn watch(&self, on_fire: &dyn Fn()) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if state.shutdown {
-                return;
-            }
-            let at = match (&state.active, state.watch_at, state.fired) {
-                (Some(_), Some(at), false) => at,
-                _ => {
-                    state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
-                    continue;
-                }
-            };
-            let now = Instant::now();
-            if now < at {
-                state = self
-                    .changed
-                    .wait_timeout(state, at - now)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-                continue;
-            }
-            state.fired = true;
-            let id = state.active.clone().unwrap_or_default();
-            let elapsed = state.started_at.map(|t| t.elapsed()).unwrap_or_default();
-            let sink = if state.closed_mid_execution {
-                None
-            } else {
-                self.sink.lock().unwrap_or_else(|e| e.into_inner()).clone()
-            };
-            drop(state);
-            tracing::warn!(%id, ?elapsed, "execution did not stop in time (a long native call?); ending the session");
-            // An execution past its memory limit that could not be stopped (one slow native
-            // call per loop turn) still ends as what it is.
-            let outcome = if self.memory.load(Ordering::Relaxed) {
-                ErrorBody::new(ErrorCode::MemoryLimit, crate::engine::MEMORY_MESSAGE)
-            } else {
-                ErrorBody::new(ErrorCode::Timeout, crate::engine::TIMEOUT_MESSAGE)
-            };
-            if let Some(sink) = sink {
-                sink.send(&Message::Done(Done {
-                    id,
-                    duration_ms: elapsed.as_millis() as u64,
-                    logs: Vec::new(),
-                    outcome: Err(outcome),
-                }));
-            }
-            on_fire();
-            state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    fn forget(&self, id: &str) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.queued.remove(id);
-        state.cancelled.remove(id);
-        if state.queued_first.as_deref() == Some(id) {
-            state.queued_first = None;
-        }
-    }
-}
-
 /// Limits of a session that are not per-execution options.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
@@ -281,6 +281,14 @@ pub struct SessionLimits {
 
 /// Default of [`SessionLimits::max_pending_tool_calls`] (`--max-pending-tool-calls`).
 pub const DEFAULT_MAX_PENDING_TOOL_CALLS: usize = 64;
+
+impl Default for SessionLimits {
+    /// [`DEFAULT_MAX_MESSAGE_BYTES`](execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES) and
+    /// [`DEFAULT_MAX_PENDING_TOOL_CALLS`], the runner's flag defaults.
+    fn default() -> Self {
+        SessionLimits::new(execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES)
+    }
+}
 
 impl SessionLimits {
     /// Limits with `max_message_bytes` and the default for everything else.
@@ -301,7 +309,7 @@ impl SessionLimits {
 
 /// Runs the session until the transport closes. Every accepted or rejected `execute` gets
 /// exactly one `done`; everything else that is wrong is logged to stderr and dropped.
-pub fn run_session(
+pub(crate) fn run_session(
     engine: &mut Engine,
     inbound: &Receiver<Inbound>,
     control: &Control,
@@ -386,7 +394,7 @@ fn serve_items(
 /// Checks that every provider name is a JavaScript identifier that shadows nothing the guest
 /// needs (see [`execbox_protocol::names`]). The error is the field (`providers[N].name`) and
 /// what is wrong with it.
-pub fn check_provider_names(exec: &Execute) -> Result<(), (String, String)> {
+pub(crate) fn check_provider_names(exec: &Execute) -> Result<(), (String, String)> {
     for (i, provider) in exec.providers.iter().enumerate() {
         check_provider_name(&provider.name).map_err(|why| (format!("providers[{i}].name"), why))?;
     }
@@ -511,19 +519,6 @@ fn wait(
             other => handle_stray(other, control, out, Some(exec), limits),
         }
     }
-}
-
-/// The `done` refusing `id` because `active` holds the session.
-fn busy_done(id: &str, active: &str) -> Message {
-    Message::Done(Done {
-        id: id.to_owned(),
-        duration_ms: 0,
-        logs: Vec::new(),
-        outcome: Err(ErrorBody::new(
-            ErrorCode::InternalError,
-            format!("Runner already has an active execution ({active:?})"),
-        )),
-    })
 }
 
 /// Receives the next item by the deadline. A tool result usually follows its call within

@@ -1,15 +1,13 @@
 //! The stdio transport: NDJSON on stdin and stdout, read on its own thread.
 
 use std::io::{self, Read, Write};
-use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use execbox_protocol::{LineFramer, Message};
 
-use crate::engine::{Engine, Outbound, ENGINE_STACK_BYTES};
-use crate::lockdown::{Mode, Sandbox};
-use crate::session::{run_session, Control, Inbound, SessionLimits};
+use crate::lockdown::{LockdownError, Mode, Sandbox};
+use crate::session::{Inbound, Outbound, Sent, Session, SessionInput, SessionLimits};
 
 /// Writes each message as one line to stdout, flushed at once. Nothing else ever writes there.
 struct StdoutSink {
@@ -31,68 +29,69 @@ impl Outbound for StdoutSink {
     }
 }
 
-/// Exit status when the watchdog ended the process (see [`Control::watch`]).
+/// Exit status when the watchdog ended the process: an execution was stuck in a long native
+/// call, its `timeout` is answered, and a thread cannot be killed.
 pub const WATCHDOG_EXIT_CODE: i32 = 3;
 
 /// Serves one session on stdin/stdout until stdin closes.
 ///
 /// With [`Sandbox::Enforce`], the Landlock step of the lockdown comes first (on this thread,
-/// so both threads inherit it), then both threads are spawned, then the rlimits and seccomp
-/// reach all of them; only then is the reader let go to read stdin. So no thread need be created
-/// under the lockdown, and stdio's allowlist has no `clone`.
-pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> anyhow::Result<()> {
+/// so every thread spawned after it inherits it), then the session's threads and the reader
+/// are spawned, then the rlimits and seccomp reach all of them; only then is the reader let go
+/// to read stdin. So no thread need be created under the lockdown, and stdio's allowlist has
+/// no `clone`.
+pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> Result<(), StdioError> {
     if sandbox == Sandbox::Enforce {
         crate::lockdown::close_inherited_fds();
     }
     let lockdown = sandbox.begin(Mode::Stdio)?;
-    let interrupt = Arc::new(AtomicBool::new(false));
-    let control = Control::new(interrupt.clone());
-    let (tx, rx) = mpsc::channel::<Inbound>();
-
+    let out = Arc::new(StdoutSink {
+        stdout: Mutex::new(io::stdout()),
+    });
+    // The engine may be stuck in a native call that cannot be interrupted: once the watchdog
+    // has answered, ending the process is the only way to free the host's runner.
+    let session = Session::builder()
+        .limits(limits)
+        .watchdog(|| std::process::exit(WATCHDOG_EXIT_CODE))
+        .start(out)
+        .map_err(StdioError::Spawn)?;
     let (go, gate) = mpsc::channel::<()>();
-    let reader_control = control.clone();
+    let input = session.input();
     std::thread::Builder::new()
         .name("stdin-reader".into())
         .spawn(move || {
             if gate.recv().is_ok() {
-                read_stdin(limits, &reader_control, &tx);
+                read_stdin(limits, &input);
             }
-        })?;
-
-    let out: Arc<dyn Outbound> = Arc::new(StdoutSink {
-        stdout: Mutex::new(io::stdout()),
-    });
-    control.set_sink(out.clone());
-    let watchdog_control = control.clone();
-    std::thread::Builder::new()
-        .name("watchdog".into())
-        .spawn(move || {
-            // The engine is stuck in a native call and cannot be interrupted: the `done` is
-            // out, and ending the process is the only way to free the host's runner.
-            watchdog_control.watch(&|| std::process::exit(WATCHDOG_EXIT_CODE));
-        })?;
-    let engine_thread = std::thread::Builder::new()
-        .name("engine".into())
-        .stack_size(ENGINE_STACK_BYTES)
-        .spawn(move || run_session(&mut Engine::new(interrupt), &rx, &control, out, limits))?;
+        })
+        .map_err(StdioError::Spawn)?;
     if let Some(lockdown) = lockdown {
         lockdown.finish()?;
     }
-    go.send(())?;
-    engine_thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("the engine thread panicked"))?;
-    Ok(())
+    // The reader is alive (it waits on the gate) until it has been let go.
+    let _ = go.send(());
+    session.join().map_err(|_| StdioError::EnginePanicked)
 }
 
-fn read_stdin(limits: SessionLimits, control: &Control, tx: &mpsc::Sender<Inbound>) {
+/// Why a stdio session could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum StdioError {
+    /// The OS lockdown could not be applied; nothing was read.
+    #[error(transparent)]
+    Lockdown(#[from] LockdownError),
+    /// A thread of the session (engine, watchdog, stdin reader) could not be started.
+    #[error("cannot start the session's threads")]
+    Spawn(#[source] io::Error),
+    /// The engine thread panicked: a bug in the runner.
+    #[error("the engine thread panicked")]
+    EnginePanicked,
+}
+
+fn read_stdin(limits: SessionLimits, input: &SessionInput) {
     let mut framer = LineFramer::new(limits.max_message_bytes);
     let mut buf = vec![0u8; 64 * 1024];
     let mut stdin = io::stdin().lock();
-    let forward = |item: Inbound| match control.admit(item) {
-        Some(item) => tx.send(item).is_ok(),
-        None => true,
-    };
+    let forward = |item: Inbound| input.send(item) != Sent::Ended;
     loop {
         let n = match stdin.read(&mut buf) {
             Ok(0) => break,

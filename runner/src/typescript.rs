@@ -8,7 +8,7 @@
 
 /// Why code could not be stripped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StripError {
+pub(crate) enum StripError {
     /// TypeScript that needs code generated for it, which strip-only mode refuses; the
     /// message names the construct.
     Unsupported {
@@ -25,7 +25,7 @@ pub enum StripError {
 
 /// Whether a fenced program says it is TypeScript (```` ```ts ````, `typescript`, `tsx`,
 /// `mts`, `cts`).
-pub fn is_typescript_fence(code: &str) -> bool {
+pub(crate) fn is_typescript_fence(code: &str) -> bool {
     let Some(rest) = code.trim_start().strip_prefix("```") else {
         return false;
     };
@@ -51,7 +51,7 @@ const MAX_NESTING: usize = 1_000;
 /// the engine thread's 64 MiB stack, 120,000 chained prefix operators (`!!!…`, one character
 /// per level, the densest nesting there is) parse and 250,000 overflow, so 100,000 bytes can
 /// never nest deep enough to abort the runner.
-pub const MAX_TYPESCRIPT_BYTES: usize = 100_000;
+pub(crate) const MAX_TYPESCRIPT_BYTES: usize = 100_000;
 
 /// A bound of how deep `code` nests: brackets, braces and parentheses, plus angle brackets
 /// (which may open type arguments), counted without regard to strings or comments, so that it
@@ -73,7 +73,7 @@ fn nesting_bound(code: &str) -> usize {
 
 /// `body` with its type annotations replaced by spaces: same length, same lines and columns.
 #[cfg(feature = "typescript")]
-pub fn strip(body: &str) -> Result<String, StripError> {
+pub(crate) fn strip(body: &str) -> Result<String, StripError> {
     if body.len() > MAX_TYPESCRIPT_BYTES {
         return Err(StripError::Unsupported {
             what: format!(
@@ -154,7 +154,7 @@ pub fn strip(body: &str) -> Result<String, StripError> {
 
 /// Without the `typescript` feature, TypeScript is not recognised: the JavaScript error stands.
 #[cfg(not(feature = "typescript"))]
-pub fn strip(_body: &str) -> Result<String, StripError> {
+pub(crate) fn strip(_body: &str) -> Result<String, StripError> {
     Err(StripError::Invalid)
 }
 

@@ -8,7 +8,7 @@
 // `valueOf`), so this file is hostile territory: it never hands the guest a reference to
 // anything of its own, builds descriptors and records without a prototype, and first cuts
 // the only hook that could see its frames (see `sealStackTraceHooks`).
-(function (emitLog, sendToolCall, globalObject) {
+(function (emitLog, sendToolCall, globalObject, timeoutMessage) {
   "use strict";
 
   const ReflectApply = Reflect.apply;
@@ -403,7 +403,7 @@
       record[4](trustedError(sent[0], sent[1]));
     } else {
       // The execution is being torn down (cancelled or timed out): nothing is sent.
-      record[4](trustedError("timeout", "Execution timed out"));
+      record[4](trustedError("timeout", timeoutMessage));
     }
   }
 

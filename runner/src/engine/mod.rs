@@ -27,18 +27,13 @@ use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value
 use crate::location::{Locator, GUEST_FILENAME};
 use crate::logs::LogBuffer;
 use crate::normalize::{fenced_program, normalize, Compiled};
+use crate::session::Outbound;
 use crate::typescript::{self, StripError};
 use alloc::{Budget, BudgetAllocator};
 
-/// Where the engine sends what it emits mid-execution (`tool_call`). Implemented by transports.
-pub trait Outbound: Send + Sync {
-    /// Sends one message. Failures are the transport's business (it will report the close).
-    fn send(&self, message: &Message);
-}
-
 /// What the engine waits for while the guest is suspended on tool calls.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     /// A `tool_result` arrived (for any callId; the engine checks it).
     ToolResult(ToolResult),
     /// The host cancelled this execution.
@@ -51,24 +46,20 @@ pub enum Event {
 
 /// The end of an execution, as plain data.
 #[derive(Debug)]
-pub struct Finished {
+pub(crate) struct Finished {
     /// Console lines after truncation.
-    pub logs: Vec<String>,
+    pub(crate) logs: Vec<String>,
     /// The result JSON (`None` for undefined) or the error.
-    pub outcome: Result<Option<Box<RawValue>>, ErrorBody>,
+    pub(crate) outcome: Result<Option<Box<RawValue>>, ErrorBody>,
     /// True when the transport closed: there is nobody to send `done` to.
-    pub aborted: bool,
+    pub(crate) aborted: bool,
 }
 
-/// Message of every `timeout` outcome, cancellation included.
-pub const TIMEOUT_MESSAGE: &str = "Execution timed out";
-/// Message of `memory_limit`.
-pub const MEMORY_MESSAGE: &str = "Execution exceeded its memory limit";
 /// Stack QuickJS may use for guest code; deeper recursion is a RangeError (runtime_error).
 /// The thread running the engine must have a comfortably larger stack (see `ENGINE_STACK_BYTES`).
 const MAX_GUEST_STACK_BYTES: usize = 4 * 1024 * 1024;
 /// Stack size for threads that run an [`Engine`].
-pub const ENGINE_STACK_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const ENGINE_STACK_BYTES: usize = 64 * 1024 * 1024;
 
 /// The number of the next `tool_call`, shared by every engine of the process: a callId is
 /// never reused, so a late `tool_result` of one execution can never match a call of another.
@@ -76,16 +67,16 @@ static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
 /// Limits of one execution that come from the runner's configuration, not from the request.
 #[derive(Debug, Clone, Copy)]
-pub struct RunLimits {
+pub(crate) struct RunLimits {
     /// The largest message the runner may send; a `tool_call` over it is refused in the
     /// sandbox with `serialization_error`.
-    pub max_message_bytes: usize,
+    pub(crate) max_message_bytes: usize,
     /// Tool calls sent and not yet answered, at most; further calls wait in the sandbox.
-    pub max_pending_tool_calls: usize,
+    pub(crate) max_pending_tool_calls: usize,
 }
 
 /// Runs executions, one at a time, each in a fresh sandbox.
-pub struct Engine {
+pub(crate) struct Engine {
     spare: Option<Sandbox>,
     retired: Option<Sandbox>,
     interrupt: Arc<AtomicBool>,
@@ -98,7 +89,7 @@ impl Engine {
     /// An engine with no sandbox built yet. `interrupt` is the flag a transport sets to stop
     /// the running guest at once (cancel, close); the interrupt handler reads it, so this
     /// works even in a tight CPU loop. An engine is bound to the thread that creates it.
-    pub fn new(interrupt: Arc<AtomicBool>) -> Self {
+    pub(crate) fn new(interrupt: Arc<AtomicBool>) -> Self {
         Engine {
             spare: None,
             retired: None,
@@ -109,13 +100,13 @@ impl Engine {
 
     /// Raises `flag` whenever an execution exceeds its memory limit (it is lowered when the
     /// next execution starts). Call it before the first execution.
-    pub fn report_memory_to(&mut self, flag: Arc<AtomicBool>) {
+    pub(crate) fn report_memory_to(&mut self, flag: Arc<AtomicBool>) {
         self.memory = flag;
         self.spare = None;
     }
 
     /// Idle-time work: frees the last execution's sandbox and builds the next one.
-    pub fn prepare(&mut self) {
+    pub(crate) fn prepare(&mut self) {
         self.retired = None;
         if self.spare.is_none() {
             match Sandbox::new(self.interrupt.clone(), self.memory.clone()) {
@@ -127,7 +118,7 @@ impl Engine {
 
     /// Runs one execution to its end. `started` is when `started` was sent (the clock of
     /// `timeoutMs`); `wait` blocks until the next relevant event or the given deadline.
-    pub fn run(
+    pub(crate) fn run(
         &mut self,
         exec: &Execute,
         started: Instant,
@@ -313,17 +304,17 @@ impl Sandbox {
             },
             Err(Stop::Closed) => Finished {
                 logs,
-                outcome: Err(ErrorBody::new(ErrorCode::Timeout, TIMEOUT_MESSAGE)),
+                outcome: Err(ErrorBody::timeout()),
                 aborted: true,
             },
             Err(Stop::Memory) => Finished {
                 logs,
-                outcome: Err(ErrorBody::new(ErrorCode::MemoryLimit, MEMORY_MESSAGE)),
+                outcome: Err(ErrorBody::memory_limit()),
                 aborted: false,
             },
             Err(Stop::Cancelled | Stop::Deadline) => Finished {
                 logs,
-                outcome: Err(ErrorBody::new(ErrorCode::Timeout, TIMEOUT_MESSAGE)),
+                outcome: Err(ErrorBody::timeout()),
                 aborted: false,
             },
         }
@@ -515,7 +506,12 @@ fn register_guest_surface<'js>(
         },
     )?;
     let factory: Function = precompiled::load(ctx)?.get()?;
-    let hooks: Object = factory.call((emit_log, send_tool_call, ctx.globals()))?;
+    let hooks: Object = factory.call((
+        emit_log,
+        send_tool_call,
+        ctx.globals(),
+        execbox_protocol::TIMEOUT_MESSAGE,
+    ))?;
     let hooks = Hooks {
         install: hooks.get("install")?,
         settle: hooks.get("settle")?,
@@ -728,7 +724,7 @@ enum CompileFailure {
 
 /// The size of `message` encoded, when it exceeds `limit`. Cheap for small messages: only
 /// one that could be over the limit is encoded to measure it.
-pub fn oversized(message: &Message, limit: usize) -> Option<usize> {
+pub(crate) fn oversized(message: &Message, limit: usize) -> Option<usize> {
     if message.size_hint() <= limit {
         return None;
     }

@@ -15,7 +15,7 @@ use super::backoff::{suppressed_note, Backoff, RateLimited};
 use super::metrics::Pids;
 
 /// How many runner processes are kept started ahead of demand, waiting on stdin.
-pub const WARM_CHILDREN: usize = 2;
+pub(crate) const WARM_CHILDREN: usize = 2;
 /// How long a session waits for a runner process before it is closed with 1011.
 const TAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -64,7 +64,7 @@ pub(crate) struct Spawner {
 impl Spawner {
     /// `--max-message-bytes`, `--max-pending-tool-calls` and, when set,
     /// `--insecure-no-sandbox` are passed to each child.
-    pub(crate) fn new(
+    pub fn new(
         command: ChildCommand,
         max_message_bytes: usize,
         max_pending_tool_calls: u32,

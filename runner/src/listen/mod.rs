@@ -3,7 +3,7 @@
 //!
 //! The supervisor runs no guest code. It accepts connections, checks the upgrade request
 //! ([`Auth`]), and relays each session to a runner process started ahead of demand
-//! ([`ChildCommand`], [`WARM_CHILDREN`]): `execbox-runner` in stdio mode, which locks itself
+//! ([`ChildCommand`], [`child::WARM_CHILDREN`]): `execbox-runner` in stdio mode, which locks itself
 //! down and ends itself (exit status 3) when an execution is stuck in a native call. A guest
 //! can therefore hold a CPU or a `--max-sessions` slot no longer than its `timeoutMs` plus the
 //! watchdog's grace: the slot is released only once the session's process is reaped.
@@ -12,7 +12,7 @@
 //! - [`MAX_PENDING_HANDSHAKES`] and `--handshake-timeout-ms`: connections not yet upgraded
 //!   (more are closed at accept);
 //! - `--idle-timeout-ms`: a session with no execution in flight and no frame from its client;
-//! - [`outbound_bound`]: runner output waiting for a client that does not read (1008);
+//! - [`relay::outbound_bound`]: runner output waiting for a client that does not read (1008);
 //! - `--max-message-bytes` + 4 KiB: one frame from the client (1009);
 //! - accept errors (EMFILE...) back off from 5 ms to 1 s, with one warning per second at most.
 //!
@@ -24,7 +24,7 @@
 
 mod auth;
 mod backoff;
-mod child;
+pub(crate) mod child;
 mod http;
 mod metrics;
 mod relay;
@@ -41,9 +41,9 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 
-pub use auth::{load_token, Auth, BEARER_SUBPROTOCOL_PREFIX, SUBPROTOCOL, TOKEN_ENV};
-pub use child::{ChildCommand, WARM_CHILDREN};
-pub use relay::outbound_bound;
+pub(crate) use auth::Auth;
+pub use auth::{load_token, TokenError};
+pub(crate) use child::ChildCommand;
 
 use crate::lockdown::Sandbox;
 use backoff::{suppressed_note, Backoff, RateLimited};
@@ -53,32 +53,32 @@ use metrics::{Metrics, Rejection};
 /// At most this many connections may be in their WebSocket handshake at once; further ones
 /// are closed as soon as they are accepted. With `--handshake-timeout-ms`, this bounds what a
 /// flood of raw connections can hold.
-pub const MAX_PENDING_HANDSHAKES: usize = 64;
+pub(crate) const MAX_PENDING_HANDSHAKES: usize = 64;
 
 /// How a listening runner serves sessions.
 #[derive(Debug, Clone)]
-pub struct ListenOptions {
+pub(crate) struct ListenOptions {
     /// `--max-sessions`: sessions served at once.
-    pub max_sessions: usize,
+    pub(crate) max_sessions: usize,
     /// `--max-message-bytes`: passed to each runner process; frames over it + 4 KiB are closed
     /// with 1009.
-    pub max_message_bytes: usize,
+    pub(crate) max_message_bytes: usize,
     /// `--max-pending-tool-calls`: passed to each runner process.
-    pub max_pending_tool_calls: u32,
+    pub(crate) max_pending_tool_calls: u32,
     /// `--handshake-timeout-ms`: how long a connection may take to complete its upgrade.
-    pub handshake_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
     /// `--idle-timeout-ms`: how long a session may stay with no execution in flight and no
     /// frame from its client.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// Who may open a session.
-    pub auth: Auth,
+    pub(crate) auth: Auth,
     /// `--insecure-no-auth`: serve a non-loopback address without a token.
-    pub insecure_no_auth: bool,
+    pub(crate) insecure_no_auth: bool,
     /// `--insecure-no-sandbox`: neither the supervisor nor its runner processes lock down.
-    pub insecure_no_sandbox: bool,
+    pub(crate) insecure_no_sandbox: bool,
     /// `--drain-timeout`: after SIGTERM, how long sessions may run on before their
     /// executions are cancelled.
-    pub drain_timeout: Duration,
+    pub(crate) drain_timeout: Duration,
 }
 
 /// Where the supervisor is in its life; sessions watch it.
@@ -143,7 +143,7 @@ impl Signals {
 /// Landlock on this thread, then build the runtime (its threads inherit Landlock), then the
 /// rlimits and seccomp on all threads, and only then start runner processes and accept
 /// connections.
-pub fn serve(
+pub(crate) fn serve(
     addr: &str,
     options: ListenOptions,
     child: ChildCommand,

@@ -64,7 +64,7 @@ pub(crate) struct Context {
 /// Most bytes of runner output a session holds for a client that does not read:
 /// twice `--max-message-bytes` plus 1 MiB (a whole message being written, another queued, and
 /// room for small ones). Past it the session is closed with 1008 and its runner killed.
-pub fn outbound_bound(max_message_bytes: usize) -> usize {
+pub(crate) fn outbound_bound(max_message_bytes: usize) -> usize {
     max_message_bytes.saturating_mul(2).saturating_add(1 << 20)
 }
 
