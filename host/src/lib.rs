@@ -40,14 +40,17 @@ pub mod external;
 #[cfg(feature = "runner")]
 pub mod inprocess;
 pub mod names;
+mod policy;
 pub mod pool;
 pub mod process;
 pub mod prompt;
 pub mod schema;
 pub mod tool;
+mod tools_file;
 pub mod toolset;
 pub mod types;
 pub mod ws;
+mod yaml;
 
 pub use connection::{
     Connection, RunnerEvent, SessionTimings, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
@@ -57,9 +60,15 @@ pub use executor::{ExecuteResult, Executor};
 pub use external::{CommandTool, ToolsFile};
 #[cfg(feature = "runner")]
 pub use inprocess::InProcessExecutor;
+pub use policy::{
+    Admitted, Approval, ApprovalRequest, ApproveAll, Approver, AuditEvent, AuditLog, AuditOutcome,
+    DenyAll, ExecutionGuard, GuardError, Policy, PolicyBuilder, PolicyError, Principal, RateLimit,
+    RateLimits, TerminalApprover, ToolPolicy,
+};
 pub use pool::{PoolOptions, PooledExecutor};
 pub use process::{ProcessExecutor, RunnerCommand};
 pub use prompt::model_prompt;
 pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
 pub use toolset::{ToolSet, ToolSetError};
 pub use ws::{RetryPolicy, WsExecutor};
+pub use yaml::YamlError;

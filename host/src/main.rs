@@ -21,6 +21,7 @@ use execbox_protocol::RuntimeOptions;
         execbox run examples/hello.js --tools examples/tools.yaml\n  \
         echo 'await text.word_count({ text: \"a b c\" })' | execbox run - --tools examples/tools.yaml\n  \
         execbox types --tools examples/tools.yaml\n  \
+        execbox check --tools examples/tools.yaml\n  \
         execbox runner --listen 127.0.0.1:7070 &  execbox run script.js --runner ws://127.0.0.1:7070\n  \
         EXECBOX_TOKEN=... execbox run script.js --runner ws://10.0.0.5:7070   # a token-protected runner\n\n\
         Exit status: 0 when the execution succeeded, 1 when it failed, 2 on bad usage or configuration."
@@ -43,11 +44,24 @@ enum Command {
         execbox types --tools examples/tools.yaml\n  \
         execbox types --tools examples/tools.yaml --prompt --timeout-ms 10000")]
     Types(TypesArgs),
+    /// Check a tools file without running anything: its format, and that every command
+    /// exists and is executable; print a one-line summary.
+    #[command(after_help = "Examples:\n  \
+        execbox check --tools examples/tools.yaml\n\n\
+        Exit status: 0 when the file is valid, 2 (with the error on stderr) when not.")]
+    Check(CheckArgs),
     /// Be the runner itself (the same code as `execbox-runner`).
     #[command(after_help = "Examples:\n  \
         execbox runner                          # NDJSON on stdin/stdout\n  \
         execbox runner --listen 127.0.0.1:0     # WebSocket; prints ws://127.0.0.1:PORT")]
     Runner(execbox_runner::RunnerArgs),
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// The tools file (YAML).
+    #[arg(long, value_name = "FILE")]
+    tools: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -119,6 +133,7 @@ fn main() -> ExitCode {
         })
         .map(|()| ExitCode::SUCCESS),
         Command::Types(args) => types(&args),
+        Command::Check(args) => check(&args),
         Command::Run(args) => run(args),
     };
     match outcome {
@@ -134,8 +149,25 @@ fn load_tools(path: Option<&PathBuf>) -> anyhow::Result<ToolSet> {
     let Some(path) = path else {
         return Ok(ToolSet::empty());
     };
-    let providers = ToolsFile::load(path)?;
+    let providers = ToolsFile::load_checked(path)?;
     ToolSet::new(providers).with_context(|| format!("invalid tools in {}", path.display()))
+}
+
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let providers = ToolsFile::load_checked(&args.tools)?;
+    ToolSet::new(providers.clone())
+        .with_context(|| format!("invalid tools in {}", args.tools.display()))?;
+    let tools: usize = providers.iter().map(|p| p.tools().len()).sum();
+    let names: Vec<&str> = providers.iter().map(|p| p.name()).collect();
+    println!(
+        "{}: ok: {} provider{} ({}), {tools} tool{}",
+        args.tools.display(),
+        providers.len(),
+        if providers.len() == 1 { "" } else { "s" },
+        names.join(", "),
+        if tools == 1 { "" } else { "s" },
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn types(args: &TypesArgs) -> anyhow::Result<ExitCode> {
