@@ -4,7 +4,7 @@
 //! It lets an operator expose a script or binary as a tool without writing Rust.
 //!
 //! The tools file that declares them (format, parsing, checks) is
-//! [`ToolsFile`](crate::ToolsFile), in `tools_file.rs`.
+//! [`ToolsFile`](crate::tools_file), in `tools_file.rs`.
 //!
 //! # One call
 //!

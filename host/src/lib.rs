@@ -13,7 +13,10 @@
 //!   [`ProcessExecutor`] (a fresh runner process each time), [`PooledExecutor`] (warm runner
 //!   processes), [`WsExecutor`] (a runner behind `execbox-runner --listen`) and
 //!   [`InProcessExecutor`] (engine threads in this process, feature `runner`; trusted code only);
-//! - underneath, a [`Connection`] speaks the protocol's host side over any transport.
+//! - underneath, a [`Connection`] speaks the protocol's host side over any transport;
+//! - a [`Policy`] says which [`Principal`] holds which permissions; an [`ExecutionGuard`]
+//!   applies it to one execution's calls (permissions, [`RateLimits`], an [`Approver`], the
+//!   [`AuditLog`]); not yet applied by the executors themselves.
 //!
 //! ```no_run
 //! use execbox_host::{Executor, PoolOptions, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
@@ -46,7 +49,7 @@ pub mod process;
 pub mod prompt;
 pub mod schema;
 pub mod tool;
-mod tools_file;
+pub mod tools_file;
 pub mod toolset;
 pub mod types;
 pub mod ws;

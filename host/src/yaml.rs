@@ -33,7 +33,7 @@ pub const MAX_REPLAYED_EVENTS: usize = 100_000;
 /// Why a YAML configuration file cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum YamlError {
-    /// The file cannot be read (or is larger than [`MAX_FILE_BYTES`]).
+    /// The file cannot be read (or is larger than 4 MiB).
     #[error("cannot read {}: {source}", path.display())]
     Read {
         /// The file.

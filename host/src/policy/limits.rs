@@ -48,7 +48,7 @@ pub struct RateLimit {
 
 impl RateLimit {
     /// `requests` per `window`; `requests` must be at least 1 and `window` from 1 ms to
-    /// [`MAX_WINDOW`].
+    /// 366 days.
     pub fn new(requests: u32, window: Duration) -> Result<RateLimit, PolicyError> {
         let requests = NonZeroU32::new(requests)
             .ok_or_else(|| PolicyError::InvalidRateLimit("`requests` must be at least 1".into()))?;
