@@ -196,8 +196,13 @@ fn container_path(at: &str, error: &SaphyrError) -> String {
 
 /// The line, column and one-line message of a parser or deserializer error.
 fn describe(error: &SaphyrError) -> (Option<u64>, Option<u64>, String) {
-    let error = error.without_snippet();
-    let location = error.location().filter(|l| l.line() > 0);
+    let outer = error.without_snippet();
+    let location = outer.location().filter(|l| l.line() > 0);
+    // An error met while replaying an alias is wrapped with the alias's locations.
+    let error = match outer {
+        SaphyrError::AliasError { error, .. } => error.without_snippet(),
+        other => other,
+    };
     let line = location.map(|l| l.line());
     let column = location.map(|l| l.column()).filter(|c| *c > 0);
     let message = match error {
@@ -217,9 +222,8 @@ fn describe(error: &SaphyrError) -> (Option<u64>, Option<u64>, String) {
         SaphyrError::AliasReplayLimitExceeded { .. }
         | SaphyrError::AliasExpansionLimitExceeded { .. }
         | SaphyrError::AliasReplayStackDepthExceeded { .. } => format!(
-            "aliases expand to too much ({}); a configuration file may replay at most \
-             {MAX_REPLAYED_EVENTS} events through aliases",
-            strip_location(&error.to_string())
+            "aliases expand to more than a configuration file may hold (at most \
+             {MAX_REPLAYED_EVENTS} parser events replayed through aliases); is it an alias bomb?"
         ),
         other => strip_location(&other.to_string()),
     };
@@ -229,7 +233,7 @@ fn describe(error: &SaphyrError) -> (Option<u64>, Option<u64>, String) {
 /// serde-saphyr ends its messages with ` at line L, column C`; the location is reported
 /// separately, as `file:line:column`.
 fn strip_location(message: &str) -> String {
-    match message.rfind(" at line ") {
+    match message.find(" at line ") {
         Some(i) => message[..i].to_string(),
         None => message.to_string(),
     }
