@@ -3,34 +3,8 @@
 //! This is a stable, versioned contract, modelled on Orbit's External Executor Protocol v1.
 //! It lets an operator expose a script or binary as a tool without writing Rust.
 //!
-//! # The tools file (version 1)
-//!
-//! ```yaml
-//! version: 1                         # required; this execbox reads version 1
-//! providers:                         # required; provider name -> provider
-//!   text:                            # a JavaScript identifier: the guest's namespace
-//!     description: Text utilities    # optional; JSDoc of the namespace
-//!     tools:                         # required; tool name -> tool (names are sanitised)
-//!       word_count:
-//!         description: Count words   # optional
-//!         command: ./word_count.py   # required; the program to run
-//!         args: []                   # optional; arguments, always passed
-//!         env: { LANG: C.UTF-8 }     # optional; added to the inherited environment
-//!         timeout_seconds: 10        # optional; default 30, at most 86400
-//!         input_schema: { type: object, required: [text], properties: { text: { type: string } } }
-//!         output_schema: { type: object }   # optional
-//! ```
-//!
-//! - A `command` containing a `/` that is not absolute is resolved against the directory of
-//!   the tools file; a bare name (`python3`) is looked up in `PATH`. Commands run in the
-//!   host's working directory.
-//! - `args` and `env` values may be strings, numbers or booleans (numbers and booleans are
-//!   passed as their YAML text).
-//! - Unknown fields are ignored, so a newer file with additive fields still loads. A new
-//!   meaning for an existing field gets a new `version`.
-//! - Errors name the file and the place: the YAML path and line for parse errors
-//!   (``tools.yaml: providers.text.tools.x: missing field `command` at line 7 column 7``),
-//!   the YAML path for semantic ones.
+//! The tools file that declares them (format, parsing, checks) is
+//! [`ToolsFile`](crate::tools_file), in `tools_file.rs`.
 //!
 //! # One call
 //!
@@ -88,30 +62,23 @@
 //! version 1. Later changes are additive (new optional request fields, new optional tools
 //! file fields) or come with a new version number.
 
-use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use execbox_protocol::MAX_NESTING_DEPTH;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::json::{
     drop_value, parse_json, truncate, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
 };
-use crate::names::check_provider_name;
-use crate::tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
-
-/// The tools file version this host reads.
-pub const TOOLS_FILE_VERSION: u64 = 1;
+use crate::tool::{BoxFuture, ToolContext, ToolError, ToolHandler};
 
 /// Default `timeout_seconds` of a command tool.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -136,289 +103,6 @@ pub const MAX_QUOTED_STDOUT_BYTES: usize = 200;
 
 /// How long to wait for a killed process to be reaped before leaving it to tokio.
 const REAP_GRACE: Duration = Duration::from_secs(1);
-
-/// The YAML tools file: see the [module docs](self) for the format.
-#[derive(Debug, Clone, Copy)]
-pub struct ToolsFile;
-
-/// Why a tools file cannot be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ToolsFileError {
-    /// The file cannot be read.
-    #[error("cannot read tools file {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// The file is not YAML of the expected shape; the message holds the YAML path and
-    /// the line and column.
-    #[error("{}: {message}", path.display())]
-    Syntax {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong and where.
-        message: String,
-        /// 1-based line, when known.
-        line: Option<usize>,
-        /// 1-based column, when known.
-        column: Option<usize>,
-    },
-    /// The file parses but a value is not acceptable.
-    #[error("{}: {at}: {message}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// The YAML path of the value, e.g. `providers.text.tools.x.timeout_seconds`.
-        at: String,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-impl ToolsFile {
-    /// Reads and checks a tools file; relative commands resolve against its directory.
-    pub fn load(path: impl AsRef<Path>) -> Result<Vec<Provider>, ToolsFileError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ToolsFileError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let dir = std::path::absolute(&dir).unwrap_or(dir);
-        Self::parse(&text, path, &dir)
-    }
-
-    /// Checks the text of a tools file. `path` is only used in error messages; relative
-    /// commands resolve against `base_dir`.
-    pub fn parse(
-        text: &str,
-        path: &Path,
-        base_dir: &Path,
-    ) -> Result<Vec<Provider>, ToolsFileError> {
-        let invalid = |at: String, message: String| ToolsFileError::Invalid {
-            path: path.to_path_buf(),
-            at,
-            message,
-        };
-        if text.trim().is_empty() {
-            return Err(invalid(
-                "(file)".into(),
-                "the file is empty; expected `version: 1` and `providers`".into(),
-            ));
-        }
-        let file: FileDef = serde_yaml::from_str(text).map_err(|e| {
-            let location = e.location();
-            ToolsFileError::Syntax {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-                line: location.as_ref().map(|l| l.line()),
-                column: location.as_ref().map(|l| l.column()),
-            }
-        })?;
-        match &file.version {
-            Some(v) if v.as_u64() == Some(TOOLS_FILE_VERSION) => {}
-            Some(v) => {
-                let found = serde_yaml::to_string(v).unwrap_or_default();
-                return Err(invalid(
-                    "version".into(),
-                    format!(
-                        "unsupported version {}; this execbox reads version {TOOLS_FILE_VERSION}",
-                        found.trim()
-                    ),
-                ));
-            }
-            None => {
-                return Err(invalid(
-                    "version".into(),
-                    format!("is required (write `version: {TOOLS_FILE_VERSION}`)"),
-                ))
-            }
-        }
-        let mut providers = Vec::with_capacity(file.providers.0.len());
-        for (pname, pdef) in file.providers.0 {
-            let at = format!("providers.{pname}");
-            check_provider_name(&pname).map_err(|reason| invalid(at.clone(), reason))?;
-            let mut provider = Provider::new(pname.clone());
-            if let Some(d) = pdef.description {
-                provider = provider.description(d);
-            }
-            for (tname, tdef) in pdef.tools.0 {
-                let at = format!("{at}.tools.{tname}");
-                if tdef.command.trim().is_empty() {
-                    return Err(invalid(format!("{at}.command"), "must not be empty".into()));
-                }
-                let timeout = match tdef.timeout_seconds {
-                    None => DEFAULT_TIMEOUT,
-                    Some(secs) => Duration::try_from_secs_f64(secs)
-                        .ok()
-                        .filter(|d| !d.is_zero() && *d <= MAX_TIMEOUT)
-                        .ok_or_else(|| {
-                            invalid(
-                                format!("{at}.timeout_seconds"),
-                                format!(
-                                    "must be a number of seconds above 0 and at most {}, got {secs}",
-                                    MAX_TIMEOUT.as_secs()
-                                ),
-                            )
-                        })?,
-                };
-                if tdef.args_have_nul() {
-                    return Err(invalid(format!("{at}.args"), "must not contain NUL".into()));
-                }
-                let command = resolve_command(&tdef.command, base_dir);
-                let mut handler = CommandTool::new(pname.clone(), tname.clone(), command)
-                    .args(tdef.args.into_iter().map(|a| a.0))
-                    .timeout(timeout);
-                for (k, v) in tdef.env.0 {
-                    if k.is_empty() || k.contains('=') || k.contains('\0') || v.0.contains('\0') {
-                        return Err(invalid(
-                            format!("{at}.env.{k}"),
-                            "is not a valid environment variable".into(),
-                        ));
-                    }
-                    handler = handler.env(k, v.0);
-                }
-                let mut tool = Tool::from_handler(tname.clone(), handler);
-                if let Some(d) = tdef.description {
-                    tool = tool.description(d);
-                }
-                if let Some(s) = tdef.input_schema {
-                    tool = tool.input_schema(s);
-                }
-                if let Some(s) = tdef.output_schema {
-                    tool = tool.output_schema(s);
-                }
-                provider = provider.tool(tool);
-            }
-            providers.push(provider);
-        }
-        Ok(providers)
-    }
-}
-
-/// `command` as given, or joined to `base_dir` when it is a relative path with a `/`.
-fn resolve_command(command: &str, base_dir: &Path) -> PathBuf {
-    let p = Path::new(command);
-    if p.is_relative() && command.contains('/') {
-        let rest: PathBuf = p
-            .components()
-            .filter(|c| !matches!(c, std::path::Component::CurDir))
-            .collect();
-        base_dir.join(rest)
-    } else {
-        p.to_path_buf()
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(expecting = "a tools file mapping with `version` and `providers`")]
-struct FileDef {
-    version: Option<serde_yaml::Value>,
-    providers: OrderedMap<ProviderDef>,
-}
-
-#[derive(Deserialize)]
-#[serde(expecting = "a provider mapping with `tools`")]
-struct ProviderDef {
-    description: Option<String>,
-    tools: OrderedMap<ToolDef>,
-}
-
-#[derive(Deserialize)]
-#[serde(expecting = "a tool mapping with `command`")]
-struct ToolDef {
-    description: Option<String>,
-    command: String,
-    #[serde(default)]
-    args: Vec<Scalar>,
-    #[serde(default)]
-    env: OrderedMap<Scalar>,
-    timeout_seconds: Option<f64>,
-    input_schema: Option<Value>,
-    output_schema: Option<Value>,
-}
-
-impl ToolDef {
-    fn args_have_nul(&self) -> bool {
-        self.args.iter().any(|a| a.0.contains('\0'))
-    }
-}
-
-/// A YAML mapping with string keys, in document order, refusing duplicate keys.
-struct OrderedMap<T>(Vec<(String, T)>);
-
-impl<T> Default for OrderedMap<T> {
-    fn default() -> Self {
-        OrderedMap(Vec::new())
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for OrderedMap<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = OrderedMap<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping")
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(OrderedMap(Vec::new()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut seen = HashSet::new();
-                let mut entries = Vec::new();
-                while let Some(key) = map.next_key::<Scalar>()? {
-                    if !seen.insert(key.0.clone()) {
-                        return Err(de::Error::custom(format!("duplicate key {:?}", key.0)));
-                    }
-                    let value = map.next_value::<T>()?;
-                    entries.push((key.0, value));
-                }
-                Ok(OrderedMap(entries))
-            }
-        }
-        deserializer.deserialize_map(V(PhantomData))
-    }
-}
-
-/// A string, number or boolean, as text.
-struct Scalar(String);
-
-impl<'de> Deserialize<'de> for Scalar {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Scalar;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string, number or boolean")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
-                Ok(Scalar(v))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
-            }
-        }
-        deserializer.deserialize_any(V)
-    }
-}
 
 /// A tool implemented by an external command: see the [module docs](self) for the contract.
 ///
@@ -954,107 +638,6 @@ fn kill_process_group(_pgid: u32) {}
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn parse(text: &str) -> Result<Vec<Provider>, ToolsFileError> {
-        ToolsFile::parse(text, Path::new("tools.yaml"), Path::new("/base"))
-    }
-
-    #[test]
-    fn a_full_file_loads_in_order_with_defaults() {
-        let providers = parse(
-            r#"
-version: 1
-future_field: ignored
-providers:
-  text:
-    description: Text utilities
-    tools:
-      word-count:
-        description: Count words
-        command: ./wc.py
-        args: [--json, 5, true]
-        env: { A: b, N: 1 }
-        timeout_seconds: 2.5
-        input_schema: { type: object, required: [text], properties: { text: { type: string } } }
-        unknown: 1
-      upper:
-        command: python3
-  data:
-    tools: {}
-"#,
-        )
-        .unwrap();
-        assert_eq!(providers.len(), 2);
-        assert_eq!(providers[0].name(), "text");
-        assert_eq!(providers[0].get_description(), Some("Text utilities"));
-        let tools = providers[0].tools();
-        assert_eq!(tools[0].name(), "word-count");
-        assert_eq!(
-            tools[0].get_input_schema().unwrap()["required"],
-            serde_json::json!(["text"])
-        );
-        assert_eq!(tools[1].name(), "upper");
-        assert!(providers[1].tools().is_empty());
-    }
-
-    #[test]
-    fn commands_with_a_slash_resolve_against_the_file() {
-        assert_eq!(
-            resolve_command("./x.py", Path::new("/base")),
-            Path::new("/base/x.py")
-        );
-        assert_eq!(
-            resolve_command("bin/x", Path::new("/base")),
-            Path::new("/base/bin/x")
-        );
-        assert_eq!(
-            resolve_command("python3", Path::new("/base")),
-            Path::new("python3")
-        );
-        assert_eq!(
-            resolve_command("/usr/bin/x", Path::new("/base")),
-            Path::new("/usr/bin/x")
-        );
-    }
-
-    #[test]
-    fn errors_name_the_file_and_the_place() {
-        let cases = [
-            ("", "tools.yaml: (file): the file is empty"),
-            ("providers: {}", "tools.yaml: version: is required"),
-            ("version: 2\nproviders: {}", "tools.yaml: version: unsupported version 2"),
-            ("version: 1", "missing field `providers`"),
-            (
-                "version: 1\nproviders:\n  text:\n    tools:\n      x:\n        args: []\n",
-                "tools.yaml: providers.text.tools.x: missing field `command` at line 6",
-            ),
-            (
-                "version: 1\nproviders:\n  my-tools:\n    tools: {}\n",
-                "tools.yaml: providers.my-tools: must be a JavaScript identifier",
-            ),
-            (
-                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a, timeout_seconds: 0 }\n",
-                "tools.yaml: providers.t.tools.x.timeout_seconds: must be a number of seconds above 0",
-            ),
-            (
-                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a, timeout_seconds: nope }\n",
-                "providers.t.tools.x.timeout_seconds: invalid type: string \"nope\"",
-            ),
-            (
-                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a }\n      x: { command: b }\n",
-                "duplicate key \"x\"",
-            ),
-            (
-                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: \" \" }\n",
-                "providers.t.tools.x.command: must not be empty",
-            ),
-            ("version: 1\nproviders: [", "tools.yaml: "),
-        ];
-        for (text, want) in cases {
-            let got = parse(text).unwrap_err().to_string();
-            assert!(got.contains(want), "{text:?}\n  got: {got}\n want: {want}");
-        }
-    }
 
     #[test]
     fn failure_messages_give_the_status_and_the_last_lines_of_stderr() {

@@ -13,7 +13,10 @@
 //!   [`ProcessExecutor`] (a fresh runner process each time), [`PooledExecutor`] (warm runner
 //!   processes), [`WsExecutor`] (a runner behind `execbox-runner --listen`) and
 //!   [`InProcessExecutor`] (engine threads in this process, feature `runner`; trusted code only);
-//! - underneath, a [`Connection`] speaks the protocol's host side over any transport.
+//! - underneath, a [`Connection`] speaks the protocol's host side over any transport;
+//! - a [`Policy`] says which [`Principal`] holds which permissions; an [`ExecutionGuard`]
+//!   applies it to one execution's calls (permissions, [`RateLimits`], an [`Approver`], the
+//!   [`AuditLog`]); not yet applied by the executors themselves.
 //!
 //! ```no_run
 //! use execbox_host::{ExecuteRequest, Executor, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
@@ -40,32 +43,42 @@ mod external;
 mod inprocess;
 mod json;
 mod names;
+mod policy;
 mod pool;
 mod process;
 mod prompt;
 mod schema;
 mod tool;
+mod tools_file;
 mod toolset;
 #[cfg(feature = "typed")]
 mod typed;
 mod types;
 mod ws;
+mod yaml;
 
 pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
     MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
 };
 pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
-pub use external::{CommandTool, ToolsFile, ToolsFileError, TOOLS_FILE_VERSION};
+pub use external::CommandTool;
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
+pub use policy::{
+    Admitted, Approval, ApprovalRequest, ApproveAll, Approver, AuditEvent, AuditLog, AuditOutcome,
+    DenyAll, ExecutionGuard, GuardError, Policy, PolicyBuilder, PolicyError, Principal, RateLimit,
+    RateLimits, TerminalApprover, ToolPolicy,
+};
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use process::{ProcessExecutor, RunnerCommand, RunnerNotFound};
 pub use prompt::model_prompt;
 pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
+pub use tools_file::{ToolsFile, ToolsFileError, TOOLS_FILE_VERSION};
 pub use toolset::{ToolSet, ToolSetError};
 pub use ws::{RetryPolicy, WsExecutor};
 
 // The types a caller must name, so one `use execbox_host::…` line is enough.
 pub use execbox_protocol::{ErrorBody, ErrorCode, RuntimeOptions};
 pub use tokio_util::sync::CancellationToken;
+pub use yaml::YamlError;

@@ -34,6 +34,8 @@ use execbox_protocol::{ErrorBody, ErrorCode};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::policy::{RateLimit, ToolPolicy};
+
 /// A boxed, sendable future: what a [`ToolHandler`] returns.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -157,6 +159,7 @@ pub struct Tool {
     description: Option<String>,
     input_schema: Option<Value>,
     output_schema: Option<Value>,
+    policy: ToolPolicy,
     handler: Arc<dyn ToolHandler>,
 }
 
@@ -183,6 +186,7 @@ impl Tool {
             description: None,
             input_schema: None,
             output_schema: None,
+            policy: ToolPolicy::default(),
             handler,
         }
     }
@@ -203,6 +207,30 @@ impl Tool {
     pub fn output_schema(mut self, schema: Value) -> Self {
         self.output_schema = Some(schema);
         self
+    }
+
+    /// Sets the permissions a caller must hold, every one (`weather:read`); a principal
+    /// lacking one does not see the tool at all.
+    pub fn permissions(mut self, permissions: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.policy.permissions = permissions.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the rate limit, counted per principal and tool.
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.policy.rate_limit = Some(limit);
+        self
+    }
+
+    /// Sets whether each call waits for an [`Approver`](crate::Approver)'s decision.
+    pub fn requires_approval(mut self, required: bool) -> Self {
+        self.policy.requires_approval = required;
+        self
+    }
+
+    /// What the tool declares it needs: permissions, rate limit, approval.
+    pub fn policy(&self) -> &ToolPolicy {
+        &self.policy
     }
 
     /// The name as given (before sanitising).
@@ -238,6 +266,7 @@ impl fmt::Debug for Tool {
             .field("description", &self.description)
             .field("input_schema", &self.input_schema)
             .field("output_schema", &self.output_schema)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }

@@ -36,11 +36,11 @@ fn k8s_dir() -> PathBuf {
 
 /// Parses `doc` as `T` and checks that nothing was dropped on the way (an unknown or misspelt
 /// field would be): the typed value, written back, equals the document.
-fn typed<T: DeserializeOwned + Serialize>(doc: &serde_yaml::Value, origin: &str) -> T {
-    let value: T = serde_yaml::from_value(doc.clone())
+fn typed<T: DeserializeOwned + Serialize>(doc: &serde_json::Value, origin: &str) -> T {
+    let value: T = serde_json::from_value(doc.clone())
         .unwrap_or_else(|e| panic!("{origin}: not a valid {}: {e}", std::any::type_name::<T>()));
     let back = serde_json::to_value(&value).unwrap();
-    let original: serde_json::Value = serde_json::to_value(doc).unwrap();
+    let original = doc.clone();
     assert_eq!(
         back,
         original,
@@ -61,8 +61,9 @@ fn load() -> Manifests {
     assert!(!files.is_empty());
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let doc = serde_yaml::Value::deserialize(doc).unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for (i, doc) in docs.into_iter().enumerate() {
             if doc.is_null() {
                 continue;
             }
@@ -80,8 +81,6 @@ fn load() -> Manifests {
     }
     manifests
 }
-
-use serde::Deserialize as _;
 
 fn runner(deployment: &Deployment) -> &Container {
     let pod = deployment
@@ -268,9 +267,9 @@ fn the_service_hpa_and_pdb_select_the_runner_pods() {
         .iter()
         .find_map(|c| c.data.as_ref()?.get("config.yaml").cloned())
         .expect("the prometheus-adapter rules");
-    let rules: serde_yaml::Value = serde_yaml::from_str(&rules).unwrap();
+    let rules: serde_json::Value = serde_saphyr::from_str(&rules).unwrap();
     let served: Vec<&str> = rules["rules"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .filter_map(|r| r["name"]["as"].as_str())

@@ -17,6 +17,7 @@ use crate::size::parse_size;
         execbox run examples/hello.js --tools examples/tools.yaml\n  \
         echo 'await text.word_count({ text: \"a b c\" })' | execbox run - --tools examples/tools.yaml\n  \
         execbox types --tools examples/tools.yaml\n  \
+        execbox check --tools examples/tools.yaml\n  \
         execbox runner --listen 127.0.0.1:7070 &  execbox run script.js --runner ws://127.0.0.1:7070\n  \
         EXECBOX_TOKEN=... execbox run script.js --runner ws://10.0.0.5:7070   # a token-protected runner\n  \
         execbox completions bash > ~/.local/share/bash-completion/completions/execbox\n\n\
@@ -47,6 +48,12 @@ pub enum Command {
         execbox types --tools examples/tools.yaml\n  \
         execbox types --tools examples/tools.yaml --prompt --timeout-ms 10000")]
     Types(TypesArgs),
+    /// Check a tools file without running anything: its format, and that every command
+    /// exists and is executable; print a one-line summary.
+    #[command(after_help = "Examples:\n  \
+        execbox check --tools examples/tools.yaml\n\n\
+        Exit status: 0 when the file is valid, 2 (with the error on stderr) when not.")]
+    Check(CheckArgs),
     /// Be the runner itself (the same code as `execbox-runner`).
     #[command(after_help = "Examples:\n  \
         execbox runner                          # NDJSON on stdin/stdout\n  \
@@ -89,6 +96,15 @@ impl Diagnostics {
         }
         Some(logging::level(self.verbose, self.quiet))
     }
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The tools file (YAML).
+    #[arg(long, value_name = "FILE")]
+    pub tools: PathBuf,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
 }
 
 #[derive(Debug, Args)]

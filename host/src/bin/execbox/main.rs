@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 use execbox_host::{model_prompt, RuntimeOptions};
 
-use crate::args::{Cli, Command, CompletionsArgs, TypesArgs};
+use crate::args::{CheckArgs, Cli, Command, CompletionsArgs, TypesArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Command::Runner(args) => execbox_runner::init_tracing(args.log_format),
         Command::Run(args) => args.diagnostics.init(),
         Command::Types(args) => args.diagnostics.init(),
+        Command::Check(args) => args.diagnostics.init(),
         Command::Completions(_) => {}
     }
     let outcome = match cli.command {
@@ -31,6 +32,7 @@ fn main() -> ExitCode {
         })
         .map(|()| ExitCode::SUCCESS),
         Command::Types(args) => types(&args),
+        Command::Check(args) => check(&args),
         Command::Run(args) => run::run(args),
         Command::Completions(args) => completions(&args),
     };
@@ -71,6 +73,23 @@ fn types(args: &TypesArgs) -> anyhow::Result<ExitCode> {
     };
     // A broken pipe (the reader is gone) is a clean exit.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let set = run::load_tools(Some(&args.tools))?;
+    let providers = set.manifests();
+    let tools: usize = providers.iter().map(|p| p.tools.len()).sum();
+    let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    println!(
+        "{}: ok: {} provider{} ({}), {tools} tool{}",
+        args.tools.display(),
+        providers.len(),
+        plural(providers.len()),
+        names.join(", "),
+        plural(tools),
+    );
     Ok(ExitCode::SUCCESS)
 }
 

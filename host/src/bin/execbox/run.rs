@@ -24,7 +24,7 @@ pub fn load_tools(path: Option<&PathBuf>) -> anyhow::Result<ToolSet> {
     let Some(path) = path else {
         return Ok(ToolSet::empty());
     };
-    let providers = ToolsFile::load(path)?;
+    let providers = ToolsFile::load_checked(path)?;
     ToolSet::new(providers).with_context(|| format!("invalid tools in {}", path.display()))
 }
 

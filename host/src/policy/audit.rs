@@ -1,0 +1,464 @@
+//! The audit log: one JSON line per event, appended and flushed before the caller goes on.
+//!
+//! Each line is one object:
+//!
+//! | field | presence | meaning |
+//! |---|---|---|
+//! | `ts` | always | when the event was recorded, RFC 3339 in UTC |
+//! | `event` | always | `execution_started`, `execution_finished` or `tool_call` |
+//! | `execution_id` | always | the execution |
+//! | `principal` | always | the principal's name, `null` without one |
+//! | `tool` | `tool_call` | `provider.tool`, as the guest called it |
+//! | `outcome` | `tool_call`, `execution_finished` | `ok`, `denied`, `rate_limited`, `approval_denied`, or the error code |
+//! | `duration_ms` | `tool_call`, `execution_finished` | milliseconds, with microseconds as decimals |
+//! | `input_sha256` | `tool_call` | SHA-256 of the input as compact JSON, hex |
+//! | `input` | with `include_input: true` | the input itself (off by default: inputs carry secrets) |
+//! | `error` | when there is one | the error message |
+//!
+//! The file is opened with `O_APPEND` (created with mode 0600), and each line is handed to
+//! the kernel in a single `write(2)`: concurrent writers, in this process or others, never
+//! interleave within a line. There is no buffer in between, so a line is out of the process
+//! when [`AuditLog::record`] returns (it is not `fsync`ed: a power loss may lose the last
+//! lines, a crash of the process does not). A write that fails, or writes less than the whole
+//! line (a full disk), is an error: the caller fails the execution closed.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use execbox_protocol::ErrorCode;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::PolicyError;
+
+/// What happened, in an audit line's `outcome`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuditOutcome {
+    /// The call or execution succeeded.
+    Ok,
+    /// The principal lacks a permission the tool requires.
+    Denied,
+    /// The call exceeded its rate limit.
+    RateLimited,
+    /// Approval was refused, or nobody could be asked.
+    ApprovalDenied,
+    /// The call or execution failed with this code.
+    Error(ErrorCode),
+}
+
+impl AuditOutcome {
+    /// The value of `outcome`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AuditOutcome::Ok => "ok",
+            AuditOutcome::Denied => "denied",
+            AuditOutcome::RateLimited => "rate_limited",
+            AuditOutcome::ApprovalDenied => "approval_denied",
+            AuditOutcome::Error(code) => code.as_str(),
+        }
+    }
+}
+
+impl Serialize for AuditOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// One event to record; built with [`AuditEvent::execution_started`],
+/// [`AuditEvent::execution_finished`] or [`AuditEvent::tool_call`].
+#[derive(Clone, Debug)]
+pub struct AuditEvent<'a> {
+    event: &'static str,
+    execution_id: &'a str,
+    principal: Option<&'a str>,
+    tool: Option<&'a str>,
+    outcome: Option<AuditOutcome>,
+    duration: Option<Duration>,
+    input: Input<'a>,
+    error: Option<&'a str>,
+}
+
+/// A call's input as an event carries it.
+#[derive(Clone, Copy, Debug)]
+enum Input<'a> {
+    None,
+    Value(&'a Value),
+    Digested(&'a InputDigest),
+}
+
+/// A call's input reduced to what its audit line needs (the digest, and the input itself
+/// with `include_input`), so that the input can move into the tool before the line is written.
+#[derive(Clone, Debug)]
+pub(crate) struct InputDigest {
+    sha256: String,
+    input: Option<Value>,
+}
+
+impl<'a> AuditEvent<'a> {
+    /// An execution begins.
+    pub fn execution_started(execution_id: &'a str, principal: Option<&'a str>) -> Self {
+        AuditEvent {
+            event: "execution_started",
+            execution_id,
+            principal,
+            tool: None,
+            outcome: None,
+            duration: None,
+            input: Input::None,
+            error: None,
+        }
+    }
+
+    /// An execution ended with `outcome` after `duration`.
+    pub fn execution_finished(
+        execution_id: &'a str,
+        principal: Option<&'a str>,
+        outcome: AuditOutcome,
+        duration: Duration,
+    ) -> Self {
+        AuditEvent {
+            event: "execution_finished",
+            outcome: Some(outcome),
+            duration: Some(duration),
+            ..Self::execution_started(execution_id, principal)
+        }
+    }
+
+    /// A call of `tool` (`provider.tool`) with `input` ended with `outcome` after `duration`
+    /// (zero for a call refused before it ran).
+    pub fn tool_call(
+        execution_id: &'a str,
+        principal: Option<&'a str>,
+        tool: &'a str,
+        input: &'a Value,
+        outcome: AuditOutcome,
+        duration: Duration,
+    ) -> Self {
+        AuditEvent {
+            event: "tool_call",
+            tool: Some(tool),
+            input: Input::Value(input),
+            outcome: Some(outcome),
+            duration: Some(duration),
+            ..Self::execution_started(execution_id, principal)
+        }
+    }
+
+    /// [`AuditEvent::tool_call`] with the input already digested.
+    pub(crate) fn tool_call_digested(
+        execution_id: &'a str,
+        principal: Option<&'a str>,
+        tool: &'a str,
+        input: &'a InputDigest,
+        outcome: AuditOutcome,
+        duration: Duration,
+    ) -> Self {
+        AuditEvent {
+            event: "tool_call",
+            tool: Some(tool),
+            input: Input::Digested(input),
+            outcome: Some(outcome),
+            duration: Some(duration),
+            ..Self::execution_started(execution_id, principal)
+        }
+    }
+
+    /// Adds the error message.
+    pub fn error(mut self, message: &'a str) -> Self {
+        self.error = Some(message);
+        self
+    }
+}
+
+/// The line as written.
+#[derive(Serialize)]
+struct Line<'a> {
+    ts: String,
+    event: &'a str,
+    execution_id: &'a str,
+    principal: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outcome: Option<AuditOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_sha256: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+/// An append-only JSON-lines audit log; see the module docs for the format. Share it behind
+/// an `Arc`: [`AuditLog::record`] takes `&self` and is safe from many threads and processes.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    file: File,
+    include_input: bool,
+}
+
+impl AuditLog {
+    /// Opens (creating, mode 0600) `path` for appending; `include_input` puts tool inputs in
+    /// the lines, not just their digest.
+    pub fn open(path: impl AsRef<Path>, include_input: bool) -> Result<AuditLog, PolicyError> {
+        let path = path.as_ref();
+        let mut options = OpenOptions::new();
+        options.append(true).create(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(path).map_err(|source| PolicyError::Audit {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(AuditLog {
+            path: path.to_path_buf(),
+            file,
+            include_input,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one line for `event`; when this returns `Ok` the line is written.
+    pub fn record(&self, event: &AuditEvent<'_>) -> Result<(), PolicyError> {
+        let fail = |source| PolicyError::Audit {
+            path: self.path.clone(),
+            source,
+        };
+        let digested;
+        let (input_sha256, input) = match event.input {
+            Input::None => (None, None),
+            Input::Value(v) => {
+                digested = self.digest(v)?;
+                (Some(digested.sha256.as_str()), digested.input.as_ref())
+            }
+            Input::Digested(d) => (Some(d.sha256.as_str()), d.input.as_ref()),
+        };
+        let line = Line {
+            ts: now_rfc3339(),
+            event: event.event,
+            execution_id: event.execution_id,
+            principal: event.principal,
+            tool: event.tool,
+            outcome: event.outcome,
+            duration_ms: event
+                .duration
+                .map(|d| (d.as_secs_f64() * 1_000_000.0).round() / 1000.0),
+            input_sha256,
+            input,
+            error: event.error,
+        };
+        let mut bytes = serde_json::to_vec(&line).map_err(|e| fail(std::io::Error::other(e)))?;
+        bytes.push(b'\n');
+        // One write(2) of the whole line: with O_APPEND the kernel places it at the end of the
+        // file atomically. A short write (a full disk) leaves a partial line and is an error.
+        let written = (&self.file).write(&bytes).map_err(fail)?;
+        if written != bytes.len() {
+            return Err(fail(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                format!(
+                    "only {written} of {} bytes of an audit line were written (disk full?)",
+                    bytes.len()
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    /// The digest of `input` (SHA-256 of its compact JSON), and the input itself when lines
+    /// include it.
+    pub(crate) fn digest(&self, input: &Value) -> Result<InputDigest, PolicyError> {
+        let json = serde_json::to_vec(input).map_err(|e| PolicyError::Audit {
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        Ok(InputDigest {
+            sha256: sha256_hex(&json),
+            input: self.include_input.then(|| input.clone()),
+        })
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_string())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = String::with_capacity(64);
+    for b in digest.as_ref() {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 15)] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn temp_file(name: &str) -> PathBuf {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        std::env::temp_dir().join(format!(
+            "execbox-audit-{name}-{}-{}.jsonl",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    fn lines(path: &Path) -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+            .collect()
+    }
+
+    #[test]
+    fn each_event_is_one_line_with_the_documented_fields() {
+        let path = temp_file("fields");
+        let log = AuditLog::open(&path, false).unwrap();
+        let input = json!({"city": "Paris", "secret": "hunter2"});
+        log.record(&AuditEvent::execution_started("e1", Some("alice")))
+            .unwrap();
+        log.record(
+            &AuditEvent::tool_call(
+                "e1",
+                Some("alice"),
+                "weather.get",
+                &input,
+                AuditOutcome::RateLimited,
+                Duration::ZERO,
+            )
+            .error("rate limit exceeded for weather.get: 3 per 1m; retry in 20 s"),
+        )
+        .unwrap();
+        log.record(&AuditEvent::execution_finished(
+            "e1",
+            None,
+            AuditOutcome::Error(ErrorCode::Timeout),
+            Duration::from_micros(1_234_567),
+        ))
+        .unwrap();
+        let got = lines(&path);
+        assert_eq!(got.len(), 3);
+        let ts = got[0]["ts"].as_str().unwrap();
+        assert!(
+            time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339).is_ok(),
+            "{ts}"
+        );
+        assert_eq!(got[0]["event"], "execution_started");
+        assert_eq!(got[0]["principal"], "alice");
+        assert!(got[0].get("tool").is_none());
+        let call = &got[1];
+        assert_eq!(call["event"], "tool_call");
+        assert_eq!(call["tool"], "weather.get");
+        assert_eq!(call["outcome"], "rate_limited");
+        assert_eq!(call["duration_ms"], 0.0);
+        assert_eq!(
+            call["input_sha256"],
+            sha256_hex(br#"{"city":"Paris","secret":"hunter2"}"#)
+        );
+        assert!(call.get("input").is_none(), "inputs stay out by default");
+        assert!(!std::fs::read_to_string(&path).unwrap().contains("hunter2"));
+        assert!(call["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("rate limit exceeded"));
+        assert_eq!(got[2]["principal"], Value::Null);
+        assert_eq!(got[2]["outcome"], "timeout");
+        assert_eq!(got[2]["duration_ms"], 1234.567);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn include_input_puts_the_input_in_the_line() {
+        let path = temp_file("input");
+        let log = AuditLog::open(&path, true).unwrap();
+        let input = json!({"q": "line\nbreak"});
+        log.record(&AuditEvent::tool_call(
+            "e",
+            None,
+            "t.x",
+            &input,
+            AuditOutcome::Ok,
+            Duration::from_millis(3),
+        ))
+        .unwrap();
+        assert_eq!(lines(&path)[0]["input"], input);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn lines_stay_whole_under_concurrent_writers() {
+        let path = temp_file("concurrent");
+        // Two logs on one file (as two processes would have) and eight threads.
+        let logs = [
+            Arc::new(AuditLog::open(&path, true).unwrap()),
+            Arc::new(AuditLog::open(&path, true).unwrap()),
+        ];
+        let big = json!({"padding": "x".repeat(10_000)});
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let log = logs[t % 2].clone();
+                let big = &big;
+                s.spawn(move || {
+                    for i in 0..250 {
+                        let id = format!("t{t}-{i}");
+                        log.record(&AuditEvent::tool_call(
+                            &id,
+                            Some("p"),
+                            "t.x",
+                            big,
+                            AuditOutcome::Ok,
+                            Duration::from_micros(5),
+                        ))
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        let got = lines(&path);
+        assert_eq!(got.len(), 2000);
+        assert!(got.iter().all(|l| l["input"] == big));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn an_unwritable_audit_file_is_an_error() {
+        let e = AuditLog::open("/nonexistent-dir/audit.jsonl", false).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "cannot write the audit log /nonexistent-dir/audit.jsonl: No such file"
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with("refusing to run unaudited"), "{e}");
+        // A full disk: /dev/full accepts the open and fails every write with ENOSPC.
+        if Path::new("/dev/full").exists() {
+            let log = AuditLog::open("/dev/full", false).unwrap();
+            let e = log
+                .record(&AuditEvent::execution_started("e", None))
+                .unwrap_err();
+            assert!(matches!(e, PolicyError::Audit { .. }), "{e}");
+            assert!(e.to_string().contains("/dev/full"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Rate limits: a tool's `rate_limit` and the counters that enforce it, per principal and tool.
+//!
+//! A [`RateLimit`] is `requests` per `window`. It is enforced with `governor`'s GCRA (the
+//! generic cell rate algorithm) with a burst of `requests`: a fresh principal may make all
+//! `requests` at once, and after that one more each `window / requests`. So a 3-per-minute
+//! limit admits 3 calls at once, refuses the 4th, and admits one more 20 s later; no window
+//! boundary lets a caller make 2 × `requests` in a short time, as fixed windows do.
+//!
+//! [`RateLimits`] holds the counters, keyed by principal (or none) and `provider.tool`:
+//! - [`RateLimits::in_memory`]: for a long-lived host (the library, server modes);
+//! - [`RateLimits::open`]: in a SQLite state file (see `state.rs`) that processes share, so
+//!   successive or concurrent `execbox run` invocations count together.
+//!
+//! Both run the same algorithm (governor's), so a limit means the same in either.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use governor::clock::{Clock, MonotonicClock};
+use governor::state::keyed::HashMapStateStore;
+use governor::{NotUntil, Quota, RateLimiter};
+
+use super::state::{EpochClock, SqliteLimiter, SqliteStore, StateDb};
+use super::PolicyError;
+
+/// The longest accepted `window` (366 days).
+pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
+
+/// A tool's rate limit: at most `requests` calls per `window`, per principal.
+///
+/// ```
+/// use execbox_host::RateLimit;
+/// use std::time::Duration;
+///
+/// let limit: RateLimit = "100 per 1h".parse().unwrap();
+/// assert_eq!(limit, RateLimit::new(100, Duration::from_secs(3600)).unwrap());
+/// assert_eq!(limit.to_string(), "100 per 1h");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    requests: NonZeroU32,
+    window: Duration,
+}
+
+impl RateLimit {
+    /// `requests` per `window`; `requests` must be at least 1 and `window` from 1 ms to
+    /// 366 days.
+    pub fn new(requests: u32, window: Duration) -> Result<RateLimit, PolicyError> {
+        let requests = NonZeroU32::new(requests)
+            .ok_or_else(|| PolicyError::InvalidRateLimit("`requests` must be at least 1".into()))?;
+        if window < Duration::from_millis(1) || window > MAX_WINDOW {
+            return Err(PolicyError::InvalidRateLimit(format!(
+                "`window` must be from 1ms to {}d",
+                MAX_WINDOW.as_secs() / 86_400
+            )));
+        }
+        Ok(RateLimit { requests, window })
+    }
+
+    /// How many calls a window admits (the burst).
+    pub fn requests(&self) -> u32 {
+        self.requests.get()
+    }
+
+    /// The window.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// governor's quota: a burst of `requests`, one cell back every `window / requests`.
+    pub(crate) fn quota(&self) -> Quota {
+        let period = (self.window / self.requests.get()).max(Duration::from_nanos(1));
+        Quota::with_period(period)
+            .expect("the period is at least 1 ns")
+            .allow_burst(self.requests)
+    }
+}
+
+impl fmt::Display for RateLimit {
+    /// `100 per 1h`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} per {}", self.requests, Window(self.window))
+    }
+}
+
+impl std::str::FromStr for RateLimit {
+    type Err = PolicyError;
+
+    /// `N per WINDOW` or `N/WINDOW`: `100 per 1h`, `3/1m`.
+    fn from_str(s: &str) -> Result<RateLimit, PolicyError> {
+        let (n, w) = s
+            .split_once(" per ")
+            .or_else(|| s.split_once('/'))
+            .ok_or_else(|| {
+                PolicyError::InvalidRateLimit(format!(
+                    "{s:?} is not a rate limit; write it as `100 per 1h`"
+                ))
+            })?;
+        let requests = n.trim().parse::<u32>().map_err(|_| {
+            PolicyError::InvalidRateLimit(format!("{n:?} is not a number of requests"))
+        })?;
+        let window = parse_window(w.trim()).map_err(PolicyError::InvalidRateLimit)?;
+        RateLimit::new(requests, window)
+    }
+}
+
+/// A window as written in files: `30s`, `5m`, `1h`, `1d` (also `ms`); a whole number and a unit.
+pub(crate) fn parse_window(text: &str) -> Result<Duration, String> {
+    let bad =
+        || format!("{text:?} is not a window; write a whole number and a unit: 30s, 5m, 1h or 1d");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    let ms = n.checked_mul(unit_ms).ok_or_else(bad)?;
+    Ok(Duration::from_millis(ms))
+}
+
+/// A window written back in the largest unit that divides it: `1h`, `90s`, `1500ms`.
+struct Window(Duration);
+
+impl fmt::Display for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        for (unit, size) in [
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1_000),
+        ] {
+            if ms >= size && ms.is_multiple_of(size) {
+                return write!(f, "{}{unit}", ms / size);
+            }
+        }
+        write!(f, "{ms}ms")
+    }
+}
+
+/// The key of one counter within a tool's limiter: the principal, or none.
+pub(crate) type PrincipalKey = Option<Arc<str>>;
+
+type MemoryLimiter = RateLimiter<PrincipalKey, HashMapStateStore<PrincipalKey>, MonotonicClock>;
+
+enum Limiter {
+    Memory(MemoryLimiter),
+    Sqlite(SqliteLimiter),
+}
+
+enum Backend {
+    Memory,
+    Sqlite(Arc<StateDb>),
+}
+
+/// Rate-limit counters per principal and tool, in memory or in a shared SQLite state file.
+///
+/// Cheap to share behind an `Arc`; every method takes `&self` and is safe to call from many
+/// threads at once.
+pub struct RateLimits {
+    backend: Backend,
+    /// `provider.tool` → its limit → the limiter (one counter per principal).
+    limiters: RwLock<HashMap<String, HashMap<RateLimit, Arc<Limiter>>>>,
+}
+
+impl fmt::Debug for RateLimits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.backend {
+            Backend::Memory => f.write_str("RateLimits(in memory)"),
+            Backend::Sqlite(db) => write!(f, "RateLimits({})", db.path().display()),
+        }
+    }
+}
+
+impl RateLimits {
+    /// Counters in this process's memory, for a long-lived host.
+    pub fn in_memory() -> RateLimits {
+        RateLimits {
+            backend: Backend::Memory,
+            limiters: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Counters in the SQLite state file `path` (created if missing), shared with every
+    /// process that opens the same file; see the `state` module for the file.
+    pub fn open(path: impl AsRef<Path>) -> Result<RateLimits, PolicyError> {
+        let db = StateDb::open(path.as_ref())?;
+        Ok(RateLimits {
+            backend: Backend::Sqlite(Arc::new(db)),
+            limiters: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// Counts one call of `tool` (`provider.tool`) by `principal` against `limit`: `Ok` when
+    /// admitted, [`PolicyError::RateLimited`] (with the time to wait) when not, or
+    /// [`PolicyError::State`] when the state file cannot be used (the call is then refused:
+    /// counters fail closed).
+    pub fn check(
+        &self,
+        principal: Option<&Arc<str>>,
+        tool: &str,
+        limit: &RateLimit,
+    ) -> Result<(), PolicyError> {
+        let limiter = self.limiter(tool, limit);
+        let key: PrincipalKey = principal.cloned();
+        let refused = |wait: Duration| PolicyError::RateLimited {
+            tool: tool.to_string(),
+            limit: *limit,
+            retry_after: wait,
+        };
+        match &*limiter {
+            Limiter::Memory(l) => l
+                .check_key(&key)
+                .map_err(|not_until| refused(not_until.wait_time_from(l.clock().now()))),
+            Limiter::Sqlite(l) => match l.check_key(&key) {
+                Ok(()) => Ok(()),
+                Err(not_until) => match SqliteStore::take_error() {
+                    Some(error) => Err(error),
+                    None => Err(refused(wait_time(&not_until, l.clock()))),
+                },
+            },
+        }
+    }
+
+    fn limiter(&self, tool: &str, limit: &RateLimit) -> Arc<Limiter> {
+        if let Some(l) = self
+            .limiters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(tool)
+            .and_then(|by_limit| by_limit.get(limit))
+        {
+            return l.clone();
+        }
+        let mut limiters = self.limiters.write().unwrap_or_else(|e| e.into_inner());
+        let by_limit = limiters.entry(tool.to_string()).or_default();
+        by_limit
+            .entry(*limit)
+            .or_insert_with(|| {
+                Arc::new(match &self.backend {
+                    Backend::Memory => Limiter::Memory(RateLimiter::hashmap_with_clock(
+                        limit.quota(),
+                        MonotonicClock,
+                    )),
+                    Backend::Sqlite(db) => {
+                        let store = SqliteStore::new(db.clone(), tool, limit);
+                        Limiter::Sqlite(EpochClock::limiter(limit.quota(), store))
+                    }
+                })
+            })
+            .clone()
+    }
+}
+
+fn wait_time(not_until: &NotUntil<governor::nanos::Nanos>, clock: &EpochClock) -> Duration {
+    not_until.wait_time_from(clock.now())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Barrier;
+
+    use super::*;
+
+    #[test]
+    fn windows_parse_and_print() {
+        assert_eq!(parse_window("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_window("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_window("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_window("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_window("250ms"), Ok(Duration::from_millis(250)));
+        for bad in [
+            "",
+            "1",
+            "h",
+            "1 h",
+            "1.5h",
+            "-1s",
+            "1w",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_window(bad).is_err(), "{bad:?}");
+        }
+        let limit = |n, secs| RateLimit::new(n, Duration::from_secs(secs)).unwrap();
+        assert_eq!(limit(100, 3600).to_string(), "100 per 1h");
+        assert_eq!(limit(3, 60).to_string(), "3 per 1m");
+        assert_eq!(limit(3, 90).to_string(), "3 per 90s");
+        assert_eq!(limit(1, 2 * 86_400).to_string(), "1 per 2d");
+        assert_eq!("3/1m".parse::<RateLimit>().unwrap(), limit(3, 60));
+        assert!(RateLimit::new(0, Duration::from_secs(1)).is_err());
+        assert!(RateLimit::new(1, Duration::ZERO).is_err());
+        assert!(RateLimit::new(1, MAX_WINDOW + Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn a_burst_of_the_limit_is_admitted_then_the_next_is_refused_with_the_wait() {
+        let limits = RateLimits::in_memory();
+        let limit = RateLimit::new(3, Duration::from_secs(60)).unwrap();
+        let alice: Arc<str> = Arc::from("alice");
+        for _ in 0..3 {
+            limits.check(Some(&alice), "weather.get", &limit).unwrap();
+        }
+        let e = limits
+            .check(Some(&alice), "weather.get", &limit)
+            .unwrap_err();
+        let PolicyError::RateLimited { retry_after, .. } = &e else {
+            panic!("{e}");
+        };
+        assert!(*retry_after > Duration::from_secs(19), "{retry_after:?}");
+        assert!(*retry_after <= Duration::from_secs(20), "{retry_after:?}");
+        assert_eq!(
+            e.to_string(),
+            "rate limit exceeded for weather.get: 3 per 1m; retry in 20 s"
+        );
+        // Other principals, the anonymous one and other tools have counters of their own.
+        let bob: Arc<str> = Arc::from("bob");
+        limits.check(Some(&bob), "weather.get", &limit).unwrap();
+        limits.check(None, "weather.get", &limit).unwrap();
+        limits.check(Some(&alice), "weather.put", &limit).unwrap();
+    }
+
+    /// 1,000 threads released at once against one counter: exactly the limit gets through.
+    pub(crate) fn admitted_of_1000_concurrent(limits: &RateLimits, limit: u32) -> usize {
+        let limit = RateLimit::new(limit, Duration::from_secs(3600)).unwrap();
+        let admitted = AtomicUsize::new(0);
+        let barrier = Barrier::new(1000);
+        let principal: Arc<str> = Arc::from("p");
+        std::thread::scope(|s| {
+            for _ in 0..1000 {
+                s.spawn(|| {
+                    barrier.wait();
+                    match limits.check(Some(&principal), "t.shared", &limit) {
+                        Ok(()) => {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(PolicyError::RateLimited { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                });
+            }
+        });
+        admitted.into_inner()
+    }
+
+    #[test]
+    fn a_thousand_concurrent_calls_in_memory_admit_exactly_the_limit() {
+        assert_eq!(
+            admitted_of_1000_concurrent(&RateLimits::in_memory(), 100),
+            100
+        );
+    }
+}

@@ -1,0 +1,740 @@
+//! The YAML tools file: its format, parsing and checks. Running the commands it declares is
+//! [`CommandTool`]'s job (`external.rs`, which has the request envelope and the result table).
+//!
+//! This is a stable, versioned contract: later versions only add optional fields, or come
+//! with a new `version`.
+//!
+//! # The tools file (version 1)
+//!
+//! ```yaml
+//! version: 1                         # required; this execbox reads version 1
+//! providers:                         # required; provider name -> provider
+//!   text:                            # a JavaScript identifier: the guest's namespace
+//!     description: Text utilities    # optional; JSDoc of the namespace
+//!     tools:                         # required; tool name -> tool (names are sanitised)
+//!       word_count:
+//!         description: Count words   # optional
+//!         command: ./word_count.py   # required; the program to run
+//!         args: []                   # optional; arguments, always passed
+//!         env: { LANG: C.UTF-8 }     # optional; added to the inherited environment
+//!         timeout_seconds: 10        # optional; default 30, at most 86400
+//!         input_schema: { type: object, required: [text], properties: { text: { type: string } } }
+//!         output_schema: { type: object }   # optional
+//!         permissions: [text:read]   # optional; the caller must hold every one (see the policy)
+//!         rate_limit: { requests: 100, window: 1h }   # optional; per principal; 30s, 5m, 1h, 1d
+//!         requires_approval: false   # optional; true: each call waits for approval
+//! ```
+//!
+//! - A `command` containing a `/` that is not absolute is resolved against the directory of
+//!   the tools file; a bare name (`python3`) is looked up in `PATH` (the tool's own `env`
+//!   `PATH` if it sets one, as when it runs). Commands run in the host's working directory.
+//! - `args` and `env` values may be strings, numbers or booleans (numbers and booleans are
+//!   passed as their YAML text).
+//! - The file is read strictly (`yaml.rs`): an unknown field (``inputSchema``, ``timeout``),
+//!   a duplicate key, a value of the wrong type, more than one document or an alias bomb is
+//!   an error naming the file, the line and column and the YAML path, with a "did you mean"
+//!   for a misspelt field: ``tools.yaml:9:9: providers.text.tools.word_count: unknown field
+//!   `inputSchema`; did you mean `input_schema`? (expected one of ...)``. A file written for
+//!   a newer execbox, using fields this one does not know, is refused the same way rather
+//!   than run without them.
+//! - [`ToolsFile::load_checked`] (what the CLI uses) also checks every command: it must exist
+//!   and be executable, resolved as it would be when it runs; the error names the provider,
+//!   the tool and the path. [`ToolsFile::load`] leaves that to the first call.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_saphyr::Spanned;
+
+use crate::external::{CommandTool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+use crate::names::check_provider_name;
+use crate::policy::{check_permission, parse_window, RateLimit};
+use crate::tool::{Provider, Tool};
+use crate::yaml::{self, YamlError};
+
+/// The tools file version this host reads.
+pub const TOOLS_FILE_VERSION: u64 = 1;
+
+/// The YAML tools file: see the [module docs](self) for the format.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolsFile;
+
+/// Why a tools file cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolsFileError {
+    /// The file cannot be read.
+    #[error("cannot read tools file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The file is not YAML of the expected shape; the message holds the YAML path.
+    #[error("{}{}: {message}", path.display(), Position(*line, *column))]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and the YAML path of the value when known.
+        message: String,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+    },
+    /// The file parses but a value is not acceptable.
+    #[error("{}: {at}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The YAML path of the value, e.g. `providers.text.tools.x.timeout_seconds`.
+        at: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A tool's command does not exist or cannot be run ([`ToolsFile::load_checked`]).
+    #[error(
+        "{}{}: providers.{provider}.tools.{tool}: {problem}",
+        path.display(),
+        Position(line.map(|l| l as usize), column.map(|c| c as usize))
+    )]
+    Command {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the `command` value, when known.
+        line: Option<u32>,
+        /// 1-based column of the `command` value, when known.
+        column: Option<u32>,
+        /// The provider.
+        provider: String,
+        /// The tool's original name.
+        tool: String,
+        /// What is wrong with the command, naming it as resolved.
+        problem: String,
+    },
+}
+
+/// `:line:column`, `:line`, or nothing.
+struct Position(Option<usize>, Option<usize>);
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            (Some(line), Some(column)) => write!(f, ":{line}:{column}"),
+            (Some(line), None) => write!(f, ":{line}"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl From<YamlError> for ToolsFileError {
+    fn from(e: YamlError) -> Self {
+        match e {
+            YamlError::Read { path, source } => ToolsFileError::Read { path, source },
+            YamlError::Invalid {
+                path,
+                line,
+                column,
+                at,
+                message,
+            } => ToolsFileError::Syntax {
+                path,
+                message: if at.is_empty() || at == "." {
+                    message
+                } else {
+                    format!("{at}: {message}")
+                },
+                line: line.and_then(|l| usize::try_from(l).ok()),
+                column: column.and_then(|c| usize::try_from(c).ok()),
+            },
+        }
+    }
+}
+
+/// A command to check, and where it was declared.
+struct DeclaredCommand {
+    provider: String,
+    tool: String,
+    command: PathBuf,
+    /// The tool's own `env` `PATH`, if it sets one.
+    path_env: Option<String>,
+    line: Option<u32>,
+    column: Option<u32>,
+}
+
+impl ToolsFile {
+    /// Reads and checks a tools file; relative commands resolve against its directory.
+    /// Whether each command exists is left to its first call; [`ToolsFile::load_checked`]
+    /// checks that too.
+    pub fn load(path: impl AsRef<Path>) -> Result<Vec<Provider>, ToolsFileError> {
+        let path = path.as_ref();
+        let (providers, _) = Self::read(path)?;
+        Ok(providers)
+    }
+
+    /// [`ToolsFile::load`], and every command must exist and be executable (resolved as when
+    /// it runs: against the file's directory when it has a `/`, else on `PATH`).
+    pub fn load_checked(path: impl AsRef<Path>) -> Result<Vec<Provider>, ToolsFileError> {
+        let path = path.as_ref();
+        let (providers, commands) = Self::read(path)?;
+        for c in commands {
+            check_command(&c.command, c.path_env.as_deref()).map_err(|problem| {
+                ToolsFileError::Command {
+                    path: path.to_path_buf(),
+                    line: c.line,
+                    column: c.column,
+                    provider: c.provider,
+                    tool: c.tool,
+                    problem,
+                }
+            })?;
+        }
+        Ok(providers)
+    }
+
+    fn read(path: &Path) -> Result<(Vec<Provider>, Vec<DeclaredCommand>), ToolsFileError> {
+        let text = read_text(path)?;
+        let dir = crate::policy::base_dir(path);
+        Self::parse_all(&text, path, &dir)
+    }
+
+    /// Checks the text of a tools file. `path` is only used in error messages; relative
+    /// commands resolve against `base_dir`. Commands are not looked for.
+    pub fn parse(
+        text: &str,
+        path: &Path,
+        base_dir: &Path,
+    ) -> Result<Vec<Provider>, ToolsFileError> {
+        Ok(Self::parse_all(text, path, base_dir)?.0)
+    }
+
+    fn parse_all(
+        text: &str,
+        path: &Path,
+        base_dir: &Path,
+    ) -> Result<(Vec<Provider>, Vec<DeclaredCommand>), ToolsFileError> {
+        let invalid = |at: String, message: String| ToolsFileError::Invalid {
+            path: path.to_path_buf(),
+            at,
+            message,
+        };
+        if text.trim().is_empty() {
+            return Err(invalid(
+                "(file)".into(),
+                "the file is empty; expected `version: 1` and `providers`".into(),
+            ));
+        }
+        let file: FileDef = yaml::from_str(text, path)?;
+        match &file.version {
+            Some(v) if v.as_u64() == Some(TOOLS_FILE_VERSION) => {}
+            Some(v) => {
+                return Err(invalid(
+                    "version".into(),
+                    format!(
+                        "unsupported version {v}; this execbox reads version {TOOLS_FILE_VERSION}"
+                    ),
+                ));
+            }
+            None => {
+                return Err(invalid(
+                    "version".into(),
+                    format!("is required (write `version: {TOOLS_FILE_VERSION}`)"),
+                ))
+            }
+        }
+        let mut providers = Vec::with_capacity(file.providers.0.len());
+        let mut commands = Vec::new();
+        for (pname, pdef) in file.providers.0 {
+            let at = format!("providers.{pname}");
+            check_provider_name(&pname).map_err(|reason| invalid(at.clone(), reason))?;
+            let mut provider = Provider::new(pname.clone());
+            if let Some(d) = pdef.description {
+                provider = provider.description(d);
+            }
+            for (tname, tdef) in pdef.tools.0 {
+                let at = format!("{at}.tools.{tname}");
+                let command_text = &tdef.command.value;
+                if command_text.trim().is_empty() {
+                    return Err(invalid(format!("{at}.command"), "must not be empty".into()));
+                }
+                let timeout = match tdef.timeout_seconds {
+                    None => DEFAULT_TIMEOUT,
+                    Some(secs) => Duration::try_from_secs_f64(secs)
+                        .ok()
+                        .filter(|d| !d.is_zero() && *d <= MAX_TIMEOUT)
+                        .ok_or_else(|| {
+                            invalid(
+                                format!("{at}.timeout_seconds"),
+                                format!(
+                                    "must be a number of seconds above 0 and at most {}, got {secs}",
+                                    MAX_TIMEOUT.as_secs()
+                                ),
+                            )
+                        })?,
+                };
+                if tdef.args.iter().any(|a| a.0.contains('\0')) {
+                    return Err(invalid(format!("{at}.args"), "must not contain NUL".into()));
+                }
+                let command = resolve_command(command_text, base_dir);
+                let mut path_env = None;
+                let mut handler = CommandTool::new(pname.clone(), tname.clone(), command.clone())
+                    .args(tdef.args.into_iter().map(|a| OsString::from(a.0)))
+                    .timeout(timeout);
+                for (k, v) in tdef.env.0 {
+                    if k.is_empty() || k.contains('=') || k.contains('\0') || v.0.contains('\0') {
+                        return Err(invalid(
+                            format!("{at}.env.{k}"),
+                            "is not a valid environment variable".into(),
+                        ));
+                    }
+                    if k == "PATH" {
+                        path_env = Some(v.0.clone());
+                    }
+                    handler = handler.env(k, v.0);
+                }
+                let mut tool = Tool::from_handler(tname.clone(), handler);
+                if let Some(d) = tdef.description {
+                    tool = tool.description(d);
+                }
+                if let Some(s) = tdef.input_schema {
+                    tool = tool.input_schema(s);
+                }
+                if let Some(s) = tdef.output_schema {
+                    tool = tool.output_schema(s);
+                }
+                for permission in &tdef.permissions {
+                    check_permission(permission)
+                        .map_err(|m| invalid(format!("{at}.permissions"), m))?;
+                }
+                if !tdef.permissions.is_empty() {
+                    tool = tool.permissions(tdef.permissions);
+                }
+                if let Some(limit) = tdef.rate_limit {
+                    let window = parse_window(&limit.window)
+                        .map_err(|m| invalid(format!("{at}.rate_limit.window"), m))?;
+                    let limit = RateLimit::new(limit.requests, window)
+                        .map_err(|e| invalid(format!("{at}.rate_limit"), e.to_string()))?;
+                    tool = tool.rate_limit(limit);
+                }
+                if tdef.requires_approval {
+                    tool = tool.requires_approval(true);
+                }
+                provider = provider.tool(tool);
+                let location = tdef.command.referenced;
+                commands.push(DeclaredCommand {
+                    provider: pname.clone(),
+                    tool: tname,
+                    command,
+                    path_env,
+                    line: u32::try_from(location.line()).ok().filter(|l| *l > 0),
+                    column: u32::try_from(location.column()).ok().filter(|c| *c > 0),
+                });
+            }
+            providers.push(provider);
+        }
+        Ok((providers, commands))
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, ToolsFileError> {
+    let read_error = |source| ToolsFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(read_error)?.len();
+    if size > yaml::MAX_FILE_BYTES {
+        return Err(read_error(io::Error::other(format!(
+            "the file is {size} bytes, more than the {} a tools file may have",
+            yaml::MAX_FILE_BYTES
+        ))));
+    }
+    std::fs::read_to_string(path).map_err(read_error)
+}
+
+/// `command` as given, or joined to `base_dir` when it is a relative path with a `/`.
+pub(crate) fn resolve_command(command: &str, base_dir: &Path) -> PathBuf {
+    let p = Path::new(command);
+    if p.is_relative() && command.contains('/') {
+        let rest: PathBuf = p
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect();
+        base_dir.join(rest)
+    } else {
+        p.to_path_buf()
+    }
+}
+
+/// Whether `command` (resolved by [`resolve_command`]) can be run: a path must be an
+/// executable file; a bare name must be one in a directory of `PATH` (`path_env`, else this
+/// process's), as `execvp` finds it.
+fn check_command(command: &Path, path_env: Option<&str>) -> Result<(), String> {
+    if command.components().count() > 1 || command.is_absolute() {
+        return check_executable(command).map_err(|why| format!("command {}", why));
+    }
+    let search = match path_env {
+        Some(p) => OsString::from(p),
+        None => std::env::var_os("PATH").unwrap_or_default(),
+    };
+    let mut found_not_executable = None;
+    for dir in std::env::split_paths(&search) {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(command);
+        match check_executable(&candidate) {
+            Ok(()) => return Ok(()),
+            Err(why) if candidate.exists() => {
+                found_not_executable.get_or_insert(why);
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match found_not_executable {
+        Some(why) => format!("command `{}` found on PATH, but {why}", command.display()),
+        None => format!(
+            "command `{}` is not found on PATH ({})",
+            command.display(),
+            search.to_string_lossy()
+        ),
+    })
+}
+
+/// `Ok` when `path` is a file this process may execute; else why not, naming it.
+fn check_executable(path: &Path) -> Result<(), String> {
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(format!("{shown} does not exist"));
+        }
+        Err(e) => return Err(format!("{shown} cannot be inspected: {e}")),
+    };
+    if meta.is_dir() {
+        return Err(format!("{shown} is a directory, not a program"));
+    }
+    if !may_execute(path) {
+        return Err(format!(
+            "{shown} is not executable (make it so with `chmod +x`, or run it through its \
+             interpreter: `command: python3` with `args: [{shown}]`)"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn may_execute(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call; access(2) only reads
+    // it, and answers for this process's real ids, as exec would check them.
+    unsafe { libc::access(c_path.as_ptr(), libc::X_OK) == 0 }
+}
+
+#[cfg(not(unix))]
+fn may_execute(path: &Path) -> bool {
+    path.is_file()
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a tools file mapping with `version` and `providers`"
+)]
+struct FileDef {
+    version: Option<Value>,
+    providers: OrderedMap<ProviderDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a provider mapping with `tools`")]
+struct ProviderDef {
+    description: Option<String>,
+    tools: OrderedMap<ToolDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a tool mapping with `command`")]
+struct ToolDef {
+    description: Option<String>,
+    command: Spanned<String>,
+    #[serde(default)]
+    args: Vec<Scalar>,
+    #[serde(default)]
+    env: OrderedMap<Scalar>,
+    timeout_seconds: Option<f64>,
+    input_schema: Option<Value>,
+    output_schema: Option<Value>,
+    #[serde(default)]
+    permissions: Vec<String>,
+    rate_limit: Option<RateLimitDef>,
+    #[serde(default)]
+    requires_approval: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping like `{ requests: 100, window: 1h }`"
+)]
+struct RateLimitDef {
+    requests: u32,
+    window: String,
+}
+
+/// A YAML mapping with string keys, in document order, refusing duplicate keys.
+struct OrderedMap<T>(Vec<(String, T)>);
+
+impl<T> Default for OrderedMap<T> {
+    fn default() -> Self {
+        OrderedMap(Vec::new())
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OrderedMap<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = OrderedMap<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OrderedMap(Vec::new()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut seen = HashSet::new();
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Scalar>()? {
+                    if !seen.insert(key.0.clone()) {
+                        return Err(de::Error::custom(format!("duplicate key {:?}", key.0)));
+                    }
+                    let value = map.next_value::<T>()?;
+                    entries.push((key.0, value));
+                }
+                Ok(OrderedMap(entries))
+            }
+        }
+        deserializer.deserialize_map(V(PhantomData))
+    }
+}
+
+/// A string, number or boolean, as text.
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number or boolean")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<Provider>, ToolsFileError> {
+        ToolsFile::parse(text, Path::new("tools.yaml"), Path::new("/base"))
+    }
+
+    #[test]
+    fn a_full_file_loads_in_order_with_defaults() {
+        let providers = parse(
+            r#"
+version: 1
+providers:
+  text:
+    description: Text utilities
+    tools:
+      word-count:
+        description: Count words
+        command: ./wc.py
+        args: [--json, 5, true, 2.5]
+        env: { A: b, N: 1 }
+        timeout_seconds: 2.5
+        input_schema: { type: object, required: [text], properties: { text: { type: string } } }
+      upper:
+        command: python3
+        permissions: ["text:write"]
+        rate_limit: { requests: 100, window: 1h }
+        requires_approval: true
+  data:
+    tools: {}
+"#,
+        )
+        .unwrap();
+        assert_eq!(providers.len(), 2);
+        assert_eq!(providers[0].name(), "text");
+        assert_eq!(providers[0].get_description(), Some("Text utilities"));
+        let tools = providers[0].tools();
+        assert_eq!(tools[0].name(), "word-count");
+        assert_eq!(
+            tools[0].get_input_schema().unwrap()["required"],
+            serde_json::json!(["text"])
+        );
+        assert!(tools[0].policy().is_empty());
+        assert_eq!(tools[1].name(), "upper");
+        let policy = tools[1].policy();
+        assert_eq!(policy.permissions, ["text:write"]);
+        assert_eq!(policy.rate_limit.unwrap().to_string(), "100 per 1h");
+        assert!(policy.requires_approval);
+        assert!(providers[1].tools().is_empty());
+        let debug = format!("{:?}", tools[0].handler().timeout());
+        assert_eq!(debug, "Some(2.5s)");
+    }
+
+    #[test]
+    fn yaml_scalars_load_as_serde_yaml_loaded_them() {
+        // YAML 1.2: `yes`, `no`, `on` are strings; numbers keep their types in schemas.
+        let providers = parse(
+            "version: 1\nproviders:\n  t:\n    tools:\n      x:\n        command: a\n        \
+             input_schema: { enum: [yes, no, on, 1, 1.5, null, ~, \"2\"] }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            providers[0].tools()[0].get_input_schema().unwrap()["enum"],
+            serde_json::json!(["yes", "no", "on", 1, 1.5, null, null, "2"])
+        );
+    }
+
+    #[test]
+    fn commands_with_a_slash_resolve_against_the_file() {
+        assert_eq!(
+            resolve_command("./x.py", Path::new("/base")),
+            Path::new("/base/x.py")
+        );
+        assert_eq!(
+            resolve_command("bin/x", Path::new("/base")),
+            Path::new("/base/bin/x")
+        );
+        assert_eq!(
+            resolve_command("python3", Path::new("/base")),
+            Path::new("python3")
+        );
+        assert_eq!(
+            resolve_command("/usr/bin/x", Path::new("/base")),
+            Path::new("/usr/bin/x")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_place() {
+        let tool = |extra: &str| {
+            format!(
+                "version: 1\nproviders:\n  t:\n    tools:\n      x:\n        command: a\n{extra}"
+            )
+        };
+        let cases = [
+            ("", "tools.yaml: (file): the file is empty".to_string()),
+            ("providers: {}", "tools.yaml: version: is required".into()),
+            ("version: 2\nproviders: {}", "tools.yaml: version: unsupported version 2".into()),
+            ("version: 1", "missing field `providers`".into()),
+            (
+                "version: 1\nproviders:\n  text:\n    tools:\n      x:\n        args: []\n",
+                "providers.text.tools.x: missing field `command`".into(),
+            ),
+            (
+                "version: 1\nproviders:\n  my-tools:\n    tools: {}\n",
+                "tools.yaml: providers.my-tools: must be a JavaScript identifier".into(),
+            ),
+            (
+                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a, timeout_seconds: 0 }\n",
+                "tools.yaml: providers.t.tools.x.timeout_seconds: must be a number of seconds above 0".into(),
+            ),
+            (
+                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a, timeout_seconds: nope }\n",
+                "tools.yaml:5:".into(),
+            ),
+            (
+                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: a }\n      x: { command: b }\n",
+                "tools.yaml:6:7: providers.t.tools: duplicate key `x`".into(),
+            ),
+            (
+                "version: 1\nproviders:\n  t:\n    tools:\n      x: { command: \" \" }\n",
+                "providers.t.tools.x.command: must not be empty".into(),
+            ),
+            ("version: 1\nproviders: [", "tools.yaml:".into()),
+            (
+                "version: 1\nfuture_field: 1\nproviders: {}\n",
+                "tools.yaml:2:1: unknown field `future_field` (expected one of `version`, `providers`)".into(),
+            ),
+            (
+                &tool("        inputSchema: {}\n"),
+                "tools.yaml:7:9: providers.t.tools.x: unknown field `inputSchema`; did you mean `input_schema`?".into(),
+            ),
+            (
+                &tool("        timeout: 10\n"),
+                "tools.yaml:7:9: providers.t.tools.x: unknown field `timeout`".into(),
+            ),
+            (
+                &tool("        permissions: [\"a:*\"]\n"),
+                "tools.yaml: providers.t.tools.x.permissions: \"a:*\": a permission a tool requires cannot contain `*`".into(),
+            ),
+            (
+                &tool("        rate_limit: { requests: 3, window: 1w }\n"),
+                "tools.yaml: providers.t.tools.x.rate_limit.window: \"1w\" is not a window".into(),
+            ),
+            (
+                &tool("        rate_limit: { requests: 0, window: 1m }\n"),
+                "tools.yaml: providers.t.tools.x.rate_limit: invalid rate limit: `requests` must be at least 1".into(),
+            ),
+            (
+                &tool("        rate_limit: { requests: 3, per: 1m }\n"),
+                "unknown field `per`".into(),
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parse(text).unwrap_err().to_string();
+            assert!(got.contains(&want), "{text:?}\n  got: {got}\n want: {want}");
+        }
+    }
+
+    #[test]
+    fn commands_are_checked_as_they_would_run() {
+        assert!(check_command(Path::new("/bin/sh"), None).is_ok());
+        assert!(check_command(Path::new("sh"), None).is_ok());
+        let e = check_command(Path::new("sh"), Some("/nonexistent")).unwrap_err();
+        assert_eq!(e, "command `sh` is not found on PATH (/nonexistent)");
+        let e = check_command(Path::new("/no/such/tool"), None).unwrap_err();
+        assert_eq!(e, "command /no/such/tool does not exist");
+        let e = check_command(Path::new("/"), None).unwrap_err();
+        assert_eq!(e, "command / is a directory, not a program");
+    }
+}
