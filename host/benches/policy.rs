@@ -35,13 +35,28 @@ fn tool_policy(permissions: bool, limit: bool) -> ToolPolicy {
     tool.policy().clone()
 }
 
-fn measure(name: &'static str, guard: &ExecutionGuard, tool: &ToolPolicy, input: &Value) -> Row {
+fn measure(
+    name: &'static str,
+    guard: &ExecutionGuard,
+    tool: &ToolPolicy,
+    input: &Value,
+    shared: bool,
+) -> Row {
+    // In memory, admit never waits (no approval here): polled once, without a runtime. A
+    // state file's check runs on a blocking thread, so that row needs one.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let call = || {
-        let admitted = guard
-            .admit("weather.get", tool, input)
-            .now_or_never()
-            .expect("no approval: admit never waits")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let admit = guard.admit("weather.get", tool, input);
+        let admitted = if shared {
+            runtime.block_on(admit)
+        } else {
+            admit
+                .now_or_never()
+                .expect("admit waits only for a state file")
+        }
+        .unwrap_or_else(|e| panic!("{e}"));
         admitted.finish(Ok(())).unwrap();
     };
     for _ in 0..WARM_UP {
@@ -94,18 +109,21 @@ fn main() {
         &plain,
         &ToolPolicy::default(),
         &input,
+        false,
     ));
     rows.push(measure(
         "permissions",
         &plain,
         &tool_policy(true, false),
         &input,
+        false,
     ));
     rows.push(measure(
         "permissions + rate limit (memory)",
         &plain,
         &tool_policy(true, true),
         &input,
+        false,
     ));
     let audited = ExecutionGuard::new("bench", alice(), memory.clone()).with_audit(audit.clone());
     rows.push(measure(
@@ -113,6 +131,7 @@ fn main() {
         &audited,
         &tool_policy(true, true),
         &input,
+        false,
     ));
     let with_input =
         ExecutionGuard::new("bench", alice(), memory.clone()).with_audit(audit_input.clone());
@@ -121,6 +140,7 @@ fn main() {
         &with_input,
         &tool_policy(true, true),
         &input,
+        false,
     ));
     let shared = ExecutionGuard::new("bench", alice(), sqlite.clone()).with_audit(audit.clone());
     rows.push(measure(
@@ -128,6 +148,7 @@ fn main() {
         &shared,
         &tool_policy(true, true),
         &input,
+        true,
     ));
 
     println!("policy overhead per tool call ({CALLS} calls per row, one thread)\n");

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use super::approval::{Approval, ApprovalRequest, Approver, DenyAll};
 use super::audit::{AuditEvent, AuditLog, AuditOutcome, InputDigest};
-use super::limits::RateLimits;
+use super::limits::{RateLimit, RateLimits};
 use super::{PolicyError, Principal, ToolPolicy};
 use crate::tool::ToolError;
 
@@ -161,7 +161,7 @@ impl ExecutionGuard {
             ));
         }
         if let Some(limit) = &policy.rate_limit {
-            match self.limits.check(self.principal.key(), tool, limit) {
+            match self.check_limit(tool, limit).await {
                 Ok(()) => {}
                 Err(e @ PolicyError::RateLimited { .. }) => {
                     return Err(self.refuse(
@@ -212,6 +212,28 @@ impl ExecutionGuard {
             input,
             started: Instant::now(),
         })
+    }
+
+    /// Counts the call. A check against a state file is a SQLite transaction that may wait
+    /// for other processes, so it runs on a blocking thread; in memory it is a few atomics.
+    async fn check_limit(&self, tool: &str, limit: &RateLimit) -> Result<(), PolicyError> {
+        if !self.limits.is_shared() {
+            return self.limits.check(&self.principal, tool, limit);
+        }
+        let (limits, principal, tool_name, limit) = (
+            self.limits.clone(),
+            self.principal.clone(),
+            tool.to_string(),
+            *limit,
+        );
+        tokio::task::spawn_blocking(move || limits.check(&principal, &tool_name, &limit))
+            .await
+            .unwrap_or_else(|e| {
+                Err(PolicyError::State {
+                    path: Default::default(),
+                    message: format!("the rate-limit check failed: {e}"),
+                })
+            })
     }
 
     /// Audits a refused call; an audit failure outranks the refusal.
@@ -283,7 +305,7 @@ mod tests {
     use serde_json::json;
 
     use super::super::approval::ApproveAll;
-    use super::super::{Policy, RateLimit};
+    use super::super::Policy;
     use super::*;
     use crate::tool::BoxFuture;
 
@@ -451,6 +473,32 @@ mod tests {
             .finish(Ok(()))
             .unwrap();
         assert_eq!(recorder.0.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_state_file_limit_is_checked_off_the_async_threads() {
+        let file = audit_file().with_extension("db");
+        let limits = Arc::new(RateLimits::open(&file).unwrap());
+        assert!(limits.is_shared());
+        let guard = ExecutionGuard::new("e", policy().principal(Some("alice")).unwrap(), limits);
+        let limited = tool(&[], Some((1, 60)), false);
+        let input = json!({});
+        guard
+            .admit("t.x", &limited, &input)
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        let e = refused(guard.admit("t.x", &limited, &input).await);
+        assert!(
+            e.message
+                .starts_with("rate limit exceeded for t.x: 1 per 1m; retry in "),
+            "{}",
+            e.message
+        );
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+        }
     }
 
     #[tokio::test]

@@ -25,7 +25,7 @@ use governor::state::keyed::HashMapStateStore;
 use governor::{NotUntil, Quota, RateLimiter};
 
 use super::state::{EpochClock, SqliteLimiter, SqliteStore, StateDb};
-use super::PolicyError;
+use super::{PolicyError, Principal};
 
 /// The longest accepted `window` (366 days).
 pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
@@ -200,11 +200,28 @@ impl RateLimits {
         })
     }
 
+    /// Whether the counters live in a state file: a check then is a SQLite transaction, which
+    /// may wait for other processes (up to the 5 s busy timeout), so async callers should run
+    /// it on a blocking thread.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Sqlite(_))
+    }
+
     /// Counts one call of `tool` (`provider.tool`) by `principal` against `limit`: `Ok` when
     /// admitted, [`PolicyError::RateLimited`] (with the time to wait) when not, or
     /// [`PolicyError::State`] when the state file cannot be used (the call is then refused:
     /// counters fail closed).
     pub fn check(
+        &self,
+        principal: &Principal,
+        tool: &str,
+        limit: &RateLimit,
+    ) -> Result<(), PolicyError> {
+        self.check_key(principal.key(), tool, limit)
+    }
+
+    /// [`RateLimits::check`] for a principal's name (`None` without one).
+    pub(crate) fn check_key(
         &self,
         principal: Option<&Arc<str>>,
         tool: &str,
@@ -308,10 +325,12 @@ pub(crate) mod tests {
         let limit = RateLimit::new(3, Duration::from_secs(60)).unwrap();
         let alice: Arc<str> = Arc::from("alice");
         for _ in 0..3 {
-            limits.check(Some(&alice), "weather.get", &limit).unwrap();
+            limits
+                .check_key(Some(&alice), "weather.get", &limit)
+                .unwrap();
         }
         let e = limits
-            .check(Some(&alice), "weather.get", &limit)
+            .check_key(Some(&alice), "weather.get", &limit)
             .unwrap_err();
         let PolicyError::RateLimited { retry_after, .. } = &e else {
             panic!("{e}");
@@ -324,9 +343,11 @@ pub(crate) mod tests {
         );
         // Other principals, the anonymous one and other tools have counters of their own.
         let bob: Arc<str> = Arc::from("bob");
-        limits.check(Some(&bob), "weather.get", &limit).unwrap();
-        limits.check(None, "weather.get", &limit).unwrap();
-        limits.check(Some(&alice), "weather.put", &limit).unwrap();
+        limits.check_key(Some(&bob), "weather.get", &limit).unwrap();
+        limits.check_key(None, "weather.get", &limit).unwrap();
+        limits
+            .check_key(Some(&alice), "weather.put", &limit)
+            .unwrap();
     }
 
     /// 1,000 threads released at once against one counter: exactly the limit gets through.
@@ -339,7 +360,7 @@ pub(crate) mod tests {
             for _ in 0..1000 {
                 s.spawn(|| {
                     barrier.wait();
-                    match limits.check(Some(&principal), "t.shared", &limit) {
+                    match limits.check_key(Some(&principal), "t.shared", &limit) {
                         Ok(()) => {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }

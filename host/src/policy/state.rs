@@ -329,12 +329,12 @@ mod tests {
         for _ in 0..3 {
             let limits = RateLimits::open(&file).unwrap();
             limits
-                .check(Some(&alice), "weather.get", &limit(3, 60))
+                .check_key(Some(&alice), "weather.get", &limit(3, 60))
                 .unwrap();
         }
         let limits = RateLimits::open(&file).unwrap();
         let e = limits
-            .check(Some(&alice), "weather.get", &limit(3, 60))
+            .check_key(Some(&alice), "weather.get", &limit(3, 60))
             .unwrap_err();
         assert!(
             e.to_string()
@@ -342,9 +342,11 @@ mod tests {
             "{e}"
         );
         // Another principal, and a changed limit, count from zero.
-        limits.check(None, "weather.get", &limit(3, 60)).unwrap();
         limits
-            .check(Some(&alice), "weather.get", &limit(4, 60))
+            .check_key(None, "weather.get", &limit(3, 60))
+            .unwrap();
+        limits
+            .check_key(Some(&alice), "weather.get", &limit(4, 60))
             .unwrap();
     }
 
@@ -354,7 +356,7 @@ mod tests {
         let file = dir.0.join("state.db");
         let limits = RateLimits::open(&file).unwrap();
         let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-        limits.check(None, "t.x", &limit(1, 60)).unwrap();
+        limits.check_key(None, "t.x", &limit(1, 60)).unwrap();
         let conn = Connection::open(&file).unwrap();
         let tat: i64 = conn
             .query_row(
@@ -402,7 +404,7 @@ mod tests {
                 let admitted = &admitted;
                 s.spawn(move || {
                     for _ in 0..100 {
-                        if limits.check(None, "t.race", &limit).is_ok() {
+                        if limits.check_key(None, "t.race", &limit).is_ok() {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -421,7 +423,7 @@ mod tests {
         let limits = RateLimits::open(&file).unwrap();
         let mut admitted = 0;
         for _ in 0..200 {
-            match limits.check(None, "t.procs", &limit(250, 3600)) {
+            match limits.check_key(None, "t.procs", &limit(250, 3600)) {
                 Ok(()) => admitted += 1,
                 Err(PolicyError::RateLimited { .. }) => {}
                 Err(e) => panic!("{e}"),
