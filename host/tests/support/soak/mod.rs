@@ -1,4 +1,5 @@
-//! The soak and fault suite, shared by `benches/soak.rs` (the full run) and `tests/soak.rs` (the short one).
+//! The soak and fault suite, shared by `benches/soak.rs` (the full run) and `tests/soak.rs` (the short one);
+//! both also include `tests/support/mod.rs`, whose process and runner helpers it uses as `crate::support`.
 //!
 //! Four phases, each returning a [`Report`]:
 //! - [`stdio_soak`]: many executions of mixed guest code on ONE warm stdio runner, driven
