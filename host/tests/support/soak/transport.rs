@@ -29,6 +29,17 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
     }
 }
 
+/// How a runner is doing, for a failure message: its exit status if it ended, and its last
+/// stderr lines.
+fn diagnosis(child: &mut tokio::process::Child, pid: u32, stderr: &StderrTail) -> String {
+    let status = match child.try_wait() {
+        Ok(Some(status)) => describe_exit(status),
+        Ok(None) => "still running".to_owned(),
+        Err(e) => format!("status unknown: {e}"),
+    };
+    format!("runner {pid} {status}; stderr: {}", stderr.text())
+}
+
 /// The last lines a runner wrote to stderr, to explain a failure.
 #[derive(Clone, Default)]
 struct StderrTail(Arc<Mutex<VecDeque<String>>>);
@@ -311,16 +322,7 @@ impl StdioRunner {
     /// How the runner is doing, for a failure message: its exit status if it ended, and
     /// its last stderr lines.
     pub(crate) fn diagnose(&mut self) -> String {
-        let status = match self.child.try_wait() {
-            Ok(Some(status)) => describe_exit(status),
-            Ok(None) => "still running".to_owned(),
-            Err(e) => format!("status unknown: {e}"),
-        };
-        format!(
-            "runner {} {status}; stderr: {}",
-            self.pid,
-            self.stderr.text()
-        )
+        diagnosis(&mut self.child, self.pid, &self.stderr)
     }
 
     /// Closes stdin and expects a clean exit within [`GRACE`].
@@ -393,6 +395,11 @@ impl WsRunner {
             url: line.trim().to_owned(),
             stderr,
         }
+    }
+
+    /// How the listening runner is doing, for a failure message.
+    pub(crate) fn diagnose(&mut self) -> String {
+        diagnosis(&mut self.child, self.pid, &self.stderr)
     }
 
     /// Checks it is still serving, then kills and reaps it.
