@@ -1,15 +1,20 @@
 //! Host-observed `execute()` latency and throughput per executor and concurrency; prints a
 //! Markdown table. `cargo bench -p execbox-host --bench host` (`BENCH_QUICK=1` for a short run).
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execbox_host::{
     ExecuteRequest, Executor, InProcessExecutor, PoolOptions, PooledExecutor, ProcessExecutor,
-    Provider, RunnerCommand, Tool, ToolSet,
+    Provider, Tool, ToolSet,
 };
 use execbox_protocol::RuntimeOptions;
 use serde_json::json;
+
+use support::runners::runner;
 
 fn tools() -> ToolSet {
     let echo = Tool::new(
@@ -17,10 +22,6 @@ fn tools() -> ToolSet {
         |input: serde_json::Value, _ctx| async move { Ok(input) },
     );
     ToolSet::new(vec![Provider::new("t").tool(echo)]).expect("tool set")
-}
-
-fn runner() -> RunnerCommand {
-    RunnerCommand::new(env!("CARGO_BIN_EXE_execbox")).arg("runner")
 }
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {

@@ -7,6 +7,8 @@
 
 #[path = "../tests/support/soak/mod.rs"]
 mod soak;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::time::Instant;
 

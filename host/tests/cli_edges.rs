@@ -1,58 +1,22 @@
 //! The `execbox` CLI's edges, each with the real binary: Ctrl-C and SIGTERM, usage errors,
 //! sizes with units, errors said once, diagnostics flags and shell completions.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Child;
+use std::time::Duration;
 
-const EXECBOX: &str = env!("CARGO_BIN_EXE_execbox");
+use support::cli::{command, execbox, text, wait_output};
+use support::process::{eventually_blocking, is_dead, read_pid, signal};
+use support::scripts::inline_tool;
+use support::temp::TempDir;
 
-fn command(args: &[&str]) -> Command {
-    let mut command = Command::new(EXECBOX);
-    command
-        .args(args)
-        .env_remove("EXECBOX_TOKEN")
-        .env_remove("RUST_LOG")
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
-fn execbox(args: &[&str], stdin: &str) -> Output {
-    let mut child = command(args).spawn().unwrap();
-    // A usage error may end the process before it reads its input: a broken pipe then.
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A fresh folder for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("execbox-cli-edges-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A tools file with one tool, `t.hold`, running `sh -c SCRIPT hold PIDFILE`.
-fn holding_tools(dir: &Path, script: &str) -> (PathBuf, PathBuf) {
+/// A tools file in `dir` with one tool, `t.hold`, running `sh -c SCRIPT hold PIDFILE`.
+fn holding_tools(dir: &TempDir, script: &str) -> (PathBuf, PathBuf) {
     let pid_file = dir.join("tool.pid");
-    let tools = dir.join("tools.yaml");
-    let yaml = serde_json::json!({
-        "version": 1,
-        "providers": {"t": {"tools": {"hold": {
-            "command": "/bin/sh",
-            "args": ["-c", script, "hold", pid_file.display().to_string()],
-        }}}}
-    });
-    // JSON is YAML.
-    std::fs::write(&tools, yaml.to_string()).unwrap();
+    let tools = inline_tool(dir.path(), "hold", script, &pid_file.display().to_string());
     (tools, pid_file)
 }
 
@@ -76,75 +40,21 @@ fn start_holding(tools: &Path, pid_file: &Path, code: &str) -> (Child, u32) {
         .unwrap()
         .write_all(code.as_bytes())
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(pid_file)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            return (child, pid);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the tool never started");
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if !eventually_blocking(Duration::from_secs(20), || read_pid(pid_file).is_some()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the tool never started");
     }
-}
-
-#[allow(unsafe_code)]
-fn signal(pid: u32, signal: libc::c_int) {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid as libc::pid_t, signal);
-    }
-}
-
-/// Not running: no such process, or dead and waiting to be reaped (a zombie).
-fn is_dead(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // The state follows the command name, which may hold spaces and parentheses.
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|at| stat[at + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
-    }
-}
-
-fn wait_dead(pid: u32, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if is_dead(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    is_dead(pid)
-}
-
-fn wait_output(child: Child, within: Duration) -> Output {
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(within) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            signal(pid, libc::SIGKILL);
-            panic!("execbox did not exit within {within:?}");
-        }
-    }
+    let pid = read_pid(pid_file).unwrap();
+    (child, pid)
 }
 
 #[test]
 fn ctrl_c_cancels_the_execution_kills_its_tool_and_exits_130() {
-    let dir = scratch("ctrl-c");
+    let dir = TempDir::new("ctrl-c");
     let (tools, pid_file) = holding_tools(&dir, "echo $$ > \"$1\"; exec sleep 30");
     let (child, tool) = start_holding(&tools, &pid_file, "await t.hold()");
-    signal(child.id(), libc::SIGINT);
+    signal(child.id(), libc::SIGINT).unwrap();
     let out = wait_output(child, Duration::from_secs(10));
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
@@ -152,14 +62,14 @@ fn ctrl_c_cancels_the_execution_kills_its_tool_and_exits_130() {
     assert!(stderr.contains("execbox: execution cancelled"), "{stderr}");
     assert!(!stderr.contains("timed out"), "{stderr}");
     assert!(
-        wait_dead(tool, Duration::from_secs(2)),
+        eventually_blocking(Duration::from_secs(2), || is_dead(tool)),
         "the tool {tool} outlived execbox"
     );
 }
 
 #[test]
 fn a_second_ctrl_c_stops_at_once_and_still_kills_the_tool() {
-    let dir = scratch("ctrl-c-twice");
+    let dir = TempDir::new("ctrl-c-twice");
     let (tools, pid_file) = holding_tools(&dir, "echo $$ > \"$1\"; exec sleep 30");
     // The guest starts a tool call, then sits in one native call that never polls for
     // interrupts, so the first Ctrl-C waits for the runner's cancel grace.
@@ -168,26 +78,26 @@ fn a_second_ctrl_c_stops_at_once_and_still_kills_the_tool() {
         &pid_file,
         "t.hold(); Array.prototype.reverse.call({ length: 2 ** 53 - 1 })",
     );
-    signal(child.id(), libc::SIGINT);
+    signal(child.id(), libc::SIGINT).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    signal(child.id(), libc::SIGINT);
+    signal(child.id(), libc::SIGINT).unwrap();
     let out = wait_output(child, Duration::from_secs(10));
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("execbox: stopped at once"), "{stderr}");
     assert!(
-        wait_dead(tool, Duration::from_secs(2)),
+        eventually_blocking(Duration::from_secs(2), || is_dead(tool)),
         "the tool {tool} outlived execbox"
     );
 }
 
 #[test]
 fn sigterm_kills_the_tool_process_group_before_exiting() {
-    let dir = scratch("sigterm");
+    let dir = TempDir::new("sigterm");
     // The tool's own child, in the tool's process group, is what must not survive.
     let (tools, pid_file) = holding_tools(&dir, "sleep 30 & echo $! > \"$1\"; wait");
     let (child, grandchild) = start_holding(&tools, &pid_file, "await t.hold()");
-    signal(child.id(), libc::SIGTERM);
+    signal(child.id(), libc::SIGTERM).unwrap();
     let out = wait_output(child, Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
     assert!(

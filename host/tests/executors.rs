@@ -2,80 +2,28 @@
 //! deadlines, WebSocket and in-process runners, the tool-call cap, and tool calls outliving
 //! their execution.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execbox_host::{
     CommandTool, Connection, ExecuteRequest, Executor, InProcessExecutor, PoolOptions,
-    PooledExecutor, ProcessExecutor, Provider, RetryPolicy, RunnerCommand, RunnerEvent,
-    SessionTimings, Tool, ToolError, ToolSet, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
-    MAX_QUEUED_TOOL_CALLS,
+    PooledExecutor, ProcessExecutor, Provider, RetryPolicy, RunnerEvent, SessionTimings, Tool,
+    ToolError, ToolSet, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS, MAX_QUEUED_TOOL_CALLS,
 };
 use execbox_protocol::{ErrorCode, Message, RawValue, RuntimeOptions, Started, ToolCall};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-fn runner() -> RunnerCommand {
-    RunnerCommand::new(env!("CARGO_BIN_EXE_execbox")).arg("runner")
-}
+use support::process::{eventually, read_pid, read_pids, signal, wait_for_pid, wait_gone};
+use support::runners::{counted_runner, fake_runner, runner, tapped_runner, ListeningRunner};
+use support::temp::TempDir;
 
-/// A runner started through `sh`, which first appends its pid to `pids`.
-fn counted_runner(pids: &Path) -> RunnerCommand {
-    let script = format!(
-        "echo $$ >> '{}'; exec '{}' runner",
-        pids.display(),
-        env!("CARGO_BIN_EXE_execbox")
-    );
-    RunnerCommand::new("/bin/sh").arg("-c").arg(script)
-}
-
-fn fake_runner(script: &str) -> RunnerCommand {
-    RunnerCommand::new("/bin/sh")
-        .arg("-c")
-        .arg(script.to_owned())
-}
-
-fn temp_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("execbox-host-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    path
-}
-
-fn pids(path: &Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-/// True when the process is gone entirely: not running, not a zombie.
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // The state follows the command name, which may hold spaces: read after the last ')'.
-        Ok(stat) => {
-            stat.rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next())
-                == Some("X")
-        }
-    }
-}
-
-async fn wait_gone(pid: u32) -> bool {
-    for _ in 0..200 {
-        if is_gone(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
-}
+/// How long a runner or tool process may take to be gone (killed and reaped).
+const REAPED_WITHIN: Duration = Duration::from_secs(2);
 
 fn tools() -> ToolSet {
     let echo = Tool::new("echo", |input: Value, _ctx| async move { Ok(input) });
@@ -117,7 +65,8 @@ async fn fresh_process_executor_runs_tools_and_reports_trusted_errors() {
 
 #[tokio::test]
 async fn pool_prewarms_reuses_and_recycles_after_n_executions() {
-    let file = temp_file("recycle.pids");
+    let dir = TempDir::new("recycle");
+    let file = dir.join("runner.pids");
     let pool = PooledExecutor::new(
         counted_runner(&file),
         PoolOptions {
@@ -133,12 +82,16 @@ async fn pool_prewarms_reuses_and_recycles_after_n_executions() {
         assert_eq!(result.value(), Some(json!(i * 2)));
     }
     // Executions 1-2, 3-4 and 5 ran on three runners.
-    assert_eq!(pids(&file).len(), 3, "{:?}", pids(&file));
-    for pid in &pids(&file)[..2] {
-        assert!(wait_gone(*pid).await, "retired runner {pid} left behind");
+    assert_eq!(read_pids(&file).len(), 3, "{:?}", read_pids(&file));
+    for pid in &read_pids(&file)[..2] {
+        assert!(
+            wait_gone(*pid, REAPED_WITHIN).await,
+            "retired runner {pid} left behind"
+        );
     }
 
-    let file = temp_file("prewarm.pids");
+    let dir = TempDir::new("prewarm");
+    let file = dir.join("runner.pids");
     let pool = PooledExecutor::new(
         counted_runner(&file),
         PoolOptions {
@@ -149,24 +102,24 @@ async fn pool_prewarms_reuses_and_recycles_after_n_executions() {
     .unwrap();
     assert!(pool.wait_idle(2, Duration::from_secs(10)).await);
     // The connections exist; give `sh` the moment it needs to record its pid.
-    for _ in 0..500 {
-        if pids(&file).len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(Duration::from_secs(5), || read_pids(&file).len() >= 2).await;
     assert_eq!(
-        pids(&file).len(),
+        read_pids(&file).len(),
         2,
         "prewarm starts the runners before any execution"
     );
     assert_eq!(run(&pool, "'warm'").await.value(), Some(json!("warm")));
-    assert_eq!(pids(&file).len(), 2, "a warm runner served the execution");
+    assert_eq!(
+        read_pids(&file).len(),
+        2,
+        "a warm runner served the execution"
+    );
 }
 
 #[tokio::test]
 async fn pool_replaces_a_runner_after_a_failed_execution() {
-    let file = temp_file("failure.pids");
+    let dir = TempDir::new("failure");
+    let file = dir.join("runner.pids");
     let pool = PooledExecutor::new(
         counted_runner(&file),
         PoolOptions {
@@ -178,18 +131,19 @@ async fn pool_replaces_a_runner_after_a_failed_execution() {
     .unwrap();
     assert!(run(&pool, "throw new Error('x')").await.error().is_some());
     assert!(run(&pool, "1").await.is_ok());
-    let spawned = pids(&file);
+    let spawned = read_pids(&file);
     assert_eq!(
         spawned.len(),
         2,
         "the failed execution's runner was not reused"
     );
-    assert!(wait_gone(spawned[0]).await);
+    assert!(wait_gone(spawned[0], REAPED_WITHIN).await);
 }
 
 #[tokio::test]
 async fn pool_replaces_a_runner_that_crashed_while_idle() {
-    let file = temp_file("crash.pids");
+    let dir = TempDir::new("crash");
+    let file = dir.join("runner.pids");
     let pool = PooledExecutor::new(
         counted_runner(&file),
         PoolOptions {
@@ -200,41 +154,25 @@ async fn pool_replaces_a_runner_that_crashed_while_idle() {
     .unwrap();
     assert!(pool.wait_idle(1, Duration::from_secs(10)).await);
     // The wrapper records its pid as it starts; on a loaded machine that may lag the pool.
-    let until = Instant::now() + Duration::from_secs(10);
-    while pids(&file).is_empty() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let victim = pids(&file)[0];
-    std::process::Command::new("kill")
-        .arg("-9")
-        .arg(victim.to_string())
-        .status()
-        .unwrap();
-    assert!(wait_gone(victim).await);
+    let victim = wait_for_pid(&file, Duration::from_secs(10)).await;
+    signal(victim, libc::SIGKILL).expect("kill the idle runner");
+    assert!(wait_gone(victim, REAPED_WITHIN).await);
     let result = run(&pool, "'after crash'").await;
     assert_eq!(result.value(), Some(json!("after crash")), "{result:?}");
 }
 
 #[tokio::test]
 async fn runner_killed_mid_execution_is_internal_error_and_leaves_no_zombie() {
-    let file = temp_file("killed.pids");
+    let dir = TempDir::new("killed");
+    let file = dir.join("runner.pids");
     let executor = ProcessExecutor::new(counted_runner(&file)).unwrap();
     let killer = tokio::spawn({
         let file = file.clone();
         async move {
-            for _ in 0..500 {
-                if let Some(pid) = pids(&file).first() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    std::process::Command::new("kill")
-                        .arg("-9")
-                        .arg(pid.to_string())
-                        .status()
-                        .unwrap();
-                    return *pid;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            panic!("runner never started");
+            let pid = wait_for_pid(&file, Duration::from_millis(2500)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            signal(pid, libc::SIGKILL).expect("kill the runner");
+            pid
         }
     });
     let result = executor
@@ -248,12 +186,13 @@ async fn runner_killed_mid_execution_is_internal_error_and_leaves_no_zombie() {
     let error = result.error().expect("failed");
     assert_eq!(error.code, ErrorCode::InternalError, "{error:?}");
     assert!(error.message.contains("signal"), "{}", error.message);
-    assert!(wait_gone(pid).await, "zombie runner {pid}");
+    assert!(wait_gone(pid, REAPED_WITHIN).await, "zombie runner {pid}");
 }
 
 #[tokio::test]
 async fn runner_printing_garbage_is_internal_error_and_is_killed() {
-    let file = temp_file("garbage.pids");
+    let dir = TempDir::new("garbage");
+    let file = dir.join("runner.pids");
     let script = format!(
         "echo $$ >> '{}'; read line; echo 'this is not json'; sleep 30",
         file.display()
@@ -269,7 +208,7 @@ async fn runner_printing_garbage_is_internal_error_and_is_killed() {
         error.message
     );
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(wait_gone(pids(&file)[0]).await);
+    assert!(wait_gone(read_pids(&file)[0], REAPED_WITHIN).await);
 }
 
 #[tokio::test]
@@ -287,7 +226,8 @@ async fn runner_exiting_at_once_is_internal_error_with_its_status() {
 
 #[tokio::test]
 async fn silent_runner_hits_the_host_deadline_and_is_killed() {
-    let file = temp_file("silent.pids");
+    let dir = TempDir::new("silent");
+    let file = dir.join("runner.pids");
     let script = format!("echo $$ >> '{}'; exec cat > /dev/null", file.display());
     let executor = ProcessExecutor::new(fake_runner(&script)).unwrap();
     let result = executor
@@ -298,7 +238,7 @@ async fn silent_runner_hits_the_host_deadline_and_is_killed() {
         )
         .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
-    assert!(wait_gone(pids(&file)[0]).await);
+    assert!(wait_gone(read_pids(&file)[0], REAPED_WITHIN).await);
 }
 
 #[tokio::test]
@@ -404,8 +344,8 @@ async fn concurrent_tool_calls_are_dispatched_concurrently() {
 
 #[tokio::test]
 async fn websocket_executor_runs_against_a_listening_runner() {
-    let (mut child, url) = listening_runner(&[], &[]);
-    let executor = WsExecutor::new(url.as_str()).unwrap();
+    let mut runner = ListeningRunner::start(&[], &[]);
+    let executor = WsExecutor::new(runner.url.as_str()).unwrap();
     let result = run(&executor, "(await t.echo([1, 2])).length").await;
     assert_eq!(result.value(), Some(json!(2)), "{result:?}");
     let result = executor
@@ -416,8 +356,7 @@ async fn websocket_executor_runs_against_a_listening_runner() {
         )
         .await;
     assert_eq!(result.error().unwrap().code, ErrorCode::Timeout);
-    let _ = child.kill();
-    let _ = child.wait();
+    runner.stop();
     let refused = WsExecutor::new("ws://127.0.0.1:1").unwrap();
     assert_eq!(
         run(&refused, "1").await.error().unwrap().code,
@@ -427,8 +366,8 @@ async fn websocket_executor_runs_against_a_listening_runner() {
 
 #[tokio::test]
 async fn websocket_executor_sends_its_token_to_a_protected_runner() {
-    let (mut child, url) = listening_runner(&[], &[("EXECBOX_TOKEN", "s3cret")]);
-    let url = url.as_str();
+    let runner = ListeningRunner::start(&[], &[("EXECBOX_TOKEN", "s3cret")]);
+    let url = runner.url.as_str();
     let with_token = WsExecutor::new(url).unwrap().with_token("s3cret");
     let result = run(&with_token, "(await t.echo([1, 2])).length").await;
     assert_eq!(result.value(), Some(json!(2)), "{result:?}");
@@ -441,28 +380,6 @@ async fn websocket_executor_sends_its_token_to_a_protected_runner() {
         assert!(error.message.contains("401"), "{}", error.message);
     }
     assert!(!format!("{with_token:?}").contains("s3cret"));
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// `execbox runner --listen 127.0.0.1:0 ARGS...` with only the `ENV` given of the execbox
-/// variables, and the URL it printed.
-fn listening_runner(args: &[&str], env: &[(&str, &str)]) -> (std::process::Child, String) {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execbox"))
-        .args(["runner", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .env_remove("EXECBOX_TOKEN")
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    (child, line.trim().to_owned())
 }
 
 /// Tools with `slow`, which answers after `ms` milliseconds.
@@ -476,7 +393,8 @@ fn slow_tools(ms: u64) -> ToolSet {
 
 #[tokio::test]
 async fn websocket_executor_retries_a_session_a_full_runner_turned_away() {
-    let (mut child, url) = listening_runner(&["--max-sessions", "1"], &[]);
+    let runner = ListeningRunner::start(&["--max-sessions", "1"], &[]);
+    let url = &runner.url;
     let tools = slow_tools(600);
     let patient = WsExecutor::new(url.as_str())
         .unwrap()
@@ -529,13 +447,12 @@ async fn websocket_executor_retries_a_session_a_full_runner_turned_away() {
     );
     // Retried until the holder's session ended.
     assert_eq!(served.value(), Some(json!(42)), "{served:?}");
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[tokio::test]
 async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
-    let (mut child, url) = listening_runner(&["--drain-timeout", "5s"], &[]);
+    let runner = ListeningRunner::start(&["--drain-timeout", "5s"], &[]);
+    let url = &runner.url;
     let tools = slow_tools(1500);
     let holder = WsExecutor::new(url.as_str()).unwrap();
     let holding = holder.execute(
@@ -543,14 +460,11 @@ async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
             .tools(&tools)
             .options(options(5000)),
     );
-    let pid = child.id().to_string();
+    let pid = runner.pid();
     let late = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
         // SIGTERM: the runner drains, and turns new sessions away with 503.
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
+        signal(pid, libc::SIGTERM).expect("SIGTERM the runner");
         tokio::time::sleep(Duration::from_millis(100)).await;
         WsExecutor::new(url.as_str())
             .unwrap()
@@ -575,8 +489,6 @@ async fn websocket_executor_reports_a_draining_runner_after_its_attempts() {
         "{}",
         error.message
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// A TLS terminator on 127.0.0.1 in front of `upstream` (`127.0.0.1:PORT`), with a fresh
@@ -616,7 +528,8 @@ async fn tls_proxy(upstream: String) -> (String, String) {
 
 #[tokio::test]
 async fn websocket_executor_speaks_tls_to_a_wss_url() {
-    let (mut child, url) = listening_runner(&[], &[]);
+    let runner = ListeningRunner::start(&[], &[]);
+    let url = &runner.url;
     let upstream = url.trim_start_matches("ws://").to_owned();
     let (wss, pem) = tls_proxy(upstream).await;
     let trusting = WsExecutor::new(wss.as_str())
@@ -642,8 +555,6 @@ async fn websocket_executor_speaks_tls_to_a_wss_url() {
         .unwrap()
         .with_tls_roots_pem(b"not a certificate")
         .is_err());
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[tokio::test]
@@ -677,13 +588,6 @@ async fn in_process_executor_runs_tools_limits_and_cancel() {
         run(&executor, "'still fine'").await.value(),
         Some(json!("still fine"))
     );
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = temp_file(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// A command tool (`/bin/sh -c`, so no script file is written while processes start) that
@@ -762,15 +666,15 @@ async fn peak_concurrency(executor: &dyn Executor, dir: &Path, n: usize) -> usiz
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_of_one_execution_never_run_more_than_the_cap_at_once() {
     // 200 concurrent calls of a command tool: the default cap holds, all results arrive.
-    let dir = temp_dir("cap-default");
-    let peak = peak_concurrency(&ProcessExecutor::new(runner()).unwrap(), &dir, 200).await;
+    let dir = TempDir::new("cap-default");
+    let peak = peak_concurrency(&ProcessExecutor::new(runner()).unwrap(), dir.path(), 200).await;
     assert!(
         (2..=DEFAULT_MAX_CONCURRENT_TOOL_CALLS).contains(&peak),
         "{peak} tool processes alive at once (cap {DEFAULT_MAX_CONCURRENT_TOOL_CALLS})"
     );
 
     // A configured cap, through a pool.
-    let dir = temp_dir("cap-three");
+    let dir = TempDir::new("cap-three");
     let pool = PooledExecutor::new(
         runner(),
         PoolOptions {
@@ -784,7 +688,7 @@ async fn tool_calls_of_one_execution_never_run_more_than_the_cap_at_once() {
         },
     )
     .unwrap();
-    let peak = peak_concurrency(&pool, &dir, 40).await;
+    let peak = peak_concurrency(&pool, dir.path(), 40).await;
     assert!(
         (1..=3).contains(&peak),
         "{peak} tool processes alive at once (cap 3)"
@@ -795,7 +699,7 @@ async fn tool_calls_of_one_execution_never_run_more_than_the_cap_at_once() {
 async fn a_cancelled_execution_never_starts_its_queued_tool_calls() {
     // Cap 2, 20 calls of a tool that would run for a minute: two start, 18 wait; the
     // cancel kills the two and the 18 never start.
-    let dir = temp_dir("cancel-queued");
+    let dir = TempDir::new("cancel-queued");
     let started = dir.join("started");
     std::fs::create_dir_all(&started).unwrap();
     let hang = CommandTool::new("t", "hang", "/bin/sh").args([
@@ -842,7 +746,7 @@ async fn a_cancelled_execution_never_starts_its_queued_tool_calls() {
         .collect();
     for pid in &pids {
         assert!(
-            wait_gone(*pid).await,
+            wait_gone(*pid, REAPED_WITHIN).await,
             "tool process {pid} survived the cancel"
         );
     }
@@ -854,24 +758,12 @@ async fn a_cancelled_execution_never_starts_its_queued_tool_calls() {
     );
 }
 
-/// A runner started through `sh`, which records its pid in `pids` and copies everything the
-/// host sends it into `log`.
-fn tapped_runner(pids: &Path, log: &Path) -> RunnerCommand {
-    let script = format!(
-        "echo $$ >> '{}'; tee -a '{}' | '{}' runner",
-        pids.display(),
-        log.display(),
-        env!("CARGO_BIN_EXE_execbox")
-    );
-    RunnerCommand::new("/bin/sh").arg("-c").arg(script)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_answered() {
     // Execution A fires a slow call without awaiting it and returns; B, on the same pooled
     // runner, awaits a fast call. B gets its own answer, A's call is killed before it can
     // finish, and the only `tool_result` the runner ever receives is B's.
-    let dir = temp_dir("stale");
+    let dir = TempDir::new("stale");
     let (pids_file, log) = (dir.join("runner.pids"), dir.join("host-to-runner.ndjson"));
     let slow = CommandTool::new("tools", "slow", "/bin/sh").args([
         "-c".to_owned(),
@@ -879,7 +771,7 @@ async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_an
          echo '{\"user\": \"alice\"}'"
             .to_owned(),
         "slow".to_owned(),
-        dir.display().to_string(),
+        dir.path().display().to_string(),
     ]);
     let get = Tool::new("get", |input: Value, _ctx| async move { Ok(input) });
     let tools = ToolSet::new(vec![Provider::new("tools")
@@ -908,15 +800,11 @@ async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_an
         )
         .await;
     assert_eq!(b.value(), Some(json!({"user": "bob"})), "{b:?}");
-    assert_eq!(pids(&pids_file).len(), 1, "B ran on A's runner");
+    assert_eq!(read_pids(&pids_file).len(), 1, "B ran on A's runner");
 
-    let slow_pid: u32 = std::fs::read_to_string(dir.join("slow.pid"))
-        .expect("the slow call started")
-        .trim()
-        .parse()
-        .unwrap();
+    let slow_pid = read_pid(&dir.join("slow.pid")).expect("the slow call started");
     assert!(
-        wait_gone(slow_pid).await,
+        wait_gone(slow_pid, REAPED_WITHIN).await,
         "the slow call's process survived"
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;

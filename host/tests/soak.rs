@@ -4,6 +4,7 @@
 
 #[path = "support/soak/mod.rs"]
 mod soak;
+mod support;
 
 use soak::{Report, Scale};
 

@@ -1,12 +1,17 @@
 //! The tool layer from the outside: dispatching `tool_call`s to Rust tools and to real child processes.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use execbox_host::{Provider, Tool, ToolContext, ToolError, ToolSet, ToolSetError, ToolsFile};
 use execbox_protocol::{ErrorCode, RawValue, ToolCall, ToolResult, MAX_NESTING_DEPTH};
 use serde_json::{json, Value};
+
+use support::process::{is_dead, read_pid, wait_dead, wait_for_pid};
+use support::scripts::script_tools;
+use support::temp::TempDir;
 
 fn call(provider: &str, tool: &str, input: Option<&str>) -> ToolCall {
     ToolCall {
@@ -359,91 +364,9 @@ fn manifests_carry_typescript_and_declarations_join_providers() {
 
 // ---- external command tools, with real child processes ----
 
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "execbox-tools-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Writes one `sh` script per tool and a tools file running them (through `/bin/sh`, so a
-/// script being written by another test's thread can never make `exec` fail with ETXTBSY).
+/// Writes one script per tool and a tools file running them; loads it.
 fn command_tools(dir: &TempDir, scripts: &[(&str, &str, &str)]) -> ToolSet {
-    let mut yaml = String::from("version: 1\nproviders:\n  t:\n    tools:\n");
-    for (name, extra, script) in scripts {
-        let path = dir.path(&format!("{name}.sh"));
-        std::fs::write(&path, script).unwrap();
-        yaml.push_str(&format!(
-            "      {name}:\n        command: /bin/sh\n        args: [{:?}]\n{extra}",
-            path.display().to_string()
-        ));
-    }
-    let file = dir.path("tools.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    ToolSet::new(ToolsFile::load(&file).unwrap()).unwrap()
-}
-
-fn read_pid(path: &Path) -> Option<u32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-async fn wait_for_pid(path: &Path) -> u32 {
-    for _ in 0..500 {
-        if let Some(pid) = read_pid(path) {
-            return pid;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{} never appeared", path.display());
-}
-
-/// Whether a process exists and is not a zombie (`kill -0`, then its /proc state).
-fn alive(pid: u32) -> bool {
-    let exists = std::process::Command::new("kill")
-        .args(["-0", &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap()
-        .success();
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false);
-    exists && !zombie
-}
-
-async fn wait_until_dead(pid: u32) {
-    for _ in 0..500 {
-        if !alive(pid) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("process {pid} is still alive");
+    ToolSet::new(ToolsFile::load(script_tools(dir.path(), scripts)).unwrap()).unwrap()
 }
 
 fn examples() -> PathBuf {
@@ -571,8 +494,8 @@ async fn a_hanging_command_times_out_and_is_killed_with_its_children() {
     let dir = TempDir::new("hang");
     let script = format!(
         "sleep 30 &\necho $! > {child}\necho $$ > {leader}\nwait\n",
-        child = dir.path("child.pid").display(),
-        leader = dir.path("leader.pid").display()
+        child = dir.join("child.pid").display(),
+        leader = dir.join("leader.pid").display()
     );
     let tools = command_tools(&dir, &[("hang", "        timeout_seconds: 0.5\n", &script)]);
     assert_eq!(
@@ -582,13 +505,16 @@ async fn a_hanging_command_times_out_and_is_killed_with_its_children() {
             "t.hang: timed out after 0.5s (its timeout_seconds) and was killed".into()
         )
     );
-    let leader = read_pid(&dir.path("leader.pid")).unwrap();
-    let child = read_pid(&dir.path("child.pid")).unwrap();
+    let leader = read_pid(&dir.join("leader.pid")).unwrap();
+    let child = read_pid(&dir.join("child.pid")).unwrap();
     assert!(
-        !alive(leader),
+        is_dead(leader),
         "the command was reaped before dispatch returned"
     );
-    wait_until_dead(child).await;
+    assert!(
+        wait_dead(child, Duration::from_secs(5)).await,
+        "process {child} is still alive"
+    );
 }
 
 #[tokio::test]
@@ -596,14 +522,14 @@ async fn cancelling_the_execution_kills_the_command_promptly() {
     let dir = TempDir::new("cancel");
     let script = format!(
         "echo $$ > {leader}\nexec sleep 30\n",
-        leader = dir.path("leader.pid").display()
+        leader = dir.join("leader.pid").display()
     );
     let tools = command_tools(&dir, &[("slow", "", &script)]);
     let c = ctx();
     let cancel = c.cancel.clone();
     let pending = tokio::spawn(async move { tools.dispatch(&call("t", "slow", None), c).await });
-    let pid = wait_for_pid(&dir.path("leader.pid")).await;
-    assert!(alive(pid));
+    let pid = wait_for_pid(&dir.join("leader.pid"), Duration::from_secs(5)).await;
+    assert!(!is_dead(pid));
     cancel.cancel();
     let result = tokio::time::timeout(Duration::from_secs(5), pending)
         .await
@@ -613,7 +539,10 @@ async fn cancelling_the_execution_kills_the_command_promptly() {
         err(result),
         (ErrorCode::Timeout, "t.slow: Execution timed out".into())
     );
-    wait_until_dead(pid).await;
+    assert!(
+        wait_dead(pid, Duration::from_secs(5)).await,
+        "process {pid} is still alive"
+    );
 }
 
 #[tokio::test]
@@ -694,7 +623,7 @@ async fn stdout_must_be_one_json_value_and_bad_stdout_is_quoted() {
 #[tokio::test]
 async fn a_missing_command_is_a_tool_error_naming_it() {
     let dir = TempDir::new("missing");
-    let file = dir.path("tools.yaml");
+    let file = dir.join("tools.yaml");
     std::fs::write(
         &file,
         "version: 1\nproviders:\n  t:\n    tools:\n      gone: { command: ./no-such-tool }\n",

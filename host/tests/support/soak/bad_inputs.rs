@@ -1,4 +1,8 @@
 //! Phase 4: malformed, oversized, deep, stale and flooding input, each followed by a probe.
+//!
+//! One table of bad inputs ([`table`]) and one driver ([`bad_inputs`]) that sends each over
+//! the transports its row names, stdio and WebSocket. Where a transport needs other sizes or
+//! ends differently, the row's plan says so, and its name gives both.
 
 use std::time::Duration;
 
@@ -10,6 +14,90 @@ use super::{
     Failure, Fault, Host, In, Out, Peer, Ran, Report, Rng, Scale, StdioRunner, WsRunner, GRACE,
     THIS_CALL,
 };
+
+const PHASE: &str = "bad-input probes";
+
+const MIB: usize = 1 << 20;
+
+/// `--max-message-bytes` of every runner here but the one for deep inputs.
+const LIMIT: usize = 65_536;
+
+/// How a bad input travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Stdio,
+    WebSocket,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::WebSocket => "WebSocket",
+        }
+    }
+}
+
+/// The runner a bad input is sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum To {
+    /// The stdio runner with `--max-message-bytes` [`LIMIT`].
+    Stdio,
+    /// The stdio runner with the default limit (16 MiB): the deep inputs are over [`LIMIT`],
+    /// and must be read to test their depth.
+    StdioLarge,
+    /// A session of the listening runner with `--max-message-bytes` [`LIMIT`]; a frame over
+    /// the limit + 4 KiB cannot be read, and ends the session.
+    WebSocket,
+}
+
+impl To {
+    fn transport(self) -> Transport {
+        match self {
+            To::Stdio | To::StdioLarge => Transport::Stdio,
+            To::WebSocket => Transport::WebSocket,
+        }
+    }
+}
+
+const STDIO: &[To] = &[To::Stdio];
+const STDIO_LARGE: &[To] = &[To::StdioLarge];
+const BOTH: &[To] = &[To::Stdio, To::WebSocket];
+
+/// What one bad input sends, and what must follow it.
+enum Plan {
+    /// These items; nothing may come back.
+    Ignored(Vec<Out>),
+    /// These items, holding the execute `id`, which must be rejected with this code (a
+    /// `done` without `started`).
+    Rejected(Vec<Out>, &'static str),
+    /// These items; the runner must end the session.
+    Closes(Vec<Out>),
+    /// These bytes, holding the execute `id` of `20 + 22`, written one per write on stdio
+    /// and as one binary frame on WebSocket: `started`, then `done` with 42.
+    Answers42(Vec<u8>),
+    /// `t.echo(5)`, with these items sent when its tool call arrives ([`THIS_CALL`] standing
+    /// for its callId); the call is then answered if `answer`. It must end `ok` with 5, or
+    /// with `code`.
+    AtToolCall {
+        items: Vec<Out>,
+        answer: bool,
+        code: Option<&'static str>,
+    },
+    /// `t.hang({})` with this line sent when its tool call arrives ([`THIS_CALL`] standing for
+    /// its callId): the runner must end the session.
+    ClosesAtToolCall(String),
+}
+
+/// One bad input.
+struct BadInput {
+    name: &'static str,
+    /// The runners it is sent to, at most one per transport.
+    to: &'static [To],
+    /// What it sends over a transport and what must follow; `id` is the id of any execute
+    /// it holds.
+    plan: fn(Transport, &str, &mut Rng) -> Plan,
+}
 
 fn deep_array(depth: usize) -> String {
     let mut s = "[".repeat(depth);
@@ -31,6 +119,249 @@ fn garbage(rng: &mut Rng, n: usize) -> Vec<u8> {
     bytes
 }
 
+/// A row of the table.
+fn row(
+    name: &'static str,
+    to: &'static [To],
+    plan: fn(Transport, &str, &mut Rng) -> Plan,
+) -> BadInput {
+    BadInput { name, to, plan }
+}
+
+/// Every bad input, in the order they are sent.
+fn table() -> Vec<BadInput> {
+    vec![
+        row("truncated execute line", BOTH, |_, id, _| {
+            let line = execute_line(id, "1 + 1", &json!({}));
+            Plan::Ignored(vec![Out::Line(line[..line.len() / 2].to_owned())])
+        }),
+        row("truncated tool_result while waiting", STDIO, |_, _, _| {
+            Plan::AtToolCall {
+                items: vec![Out::Line(format!(
+                    "{{\"type\":\"tool_result\",\"callId\":\"{THIS_CALL}\",\"ok\":tr"
+                ))],
+                answer: true,
+                code: None,
+            }
+        }),
+        row(
+            "oversized execute line (1 MiB)",
+            BOTH,
+            |transport, id, _| {
+                let items = vec![Out::Line(execute_line(
+                    id,
+                    &format!("'{}'", "x".repeat(MIB)),
+                    &json!({}),
+                ))];
+                match transport {
+                    Transport::Stdio => Plan::Rejected(items, "validation_error"),
+                    // Past the frame cap: the runner cannot read it and ends the session.
+                    Transport::WebSocket => Plan::Closes(items),
+                }
+            },
+        ),
+        row(
+            "oversized execute line (limit + 1 KiB)",
+            &[To::WebSocket],
+            |_, id, _| {
+                let code = format!("'{}'", "x".repeat(LIMIT + 1024));
+                Plan::Rejected(
+                    vec![Out::Line(execute_line(id, &code, &json!({})))],
+                    "validation_error",
+                )
+            },
+        ),
+        row("oversized garbage line (1 MiB)", STDIO, |_, _, _| {
+            Plan::Ignored(vec![Out::Line("x".repeat(MIB))])
+        }),
+        row(
+            "oversized tool_result while waiting (1 MiB)",
+            BOTH,
+            |transport, _, _| {
+                let big = tool_result_line(THIS_CALL, Some(&json!("y".repeat(MIB))));
+                match transport {
+                    Transport::Stdio => Plan::AtToolCall {
+                        items: vec![Out::Line(big)],
+                        answer: false,
+                        code: Some("serialization_error"),
+                    },
+                    Transport::WebSocket => Plan::ClosesAtToolCall(big),
+                }
+            },
+        ),
+        row(
+            "oversized line ending in a valid message",
+            STDIO,
+            |_, _, _| {
+                let mut bytes = "z".repeat(MIB).into_bytes();
+                bytes.extend_from_slice(execute_line("ignored", "1", &json!({})).as_bytes());
+                bytes.push(b'\n');
+                Plan::Ignored(vec![Out::Bytes(bytes)])
+            },
+        ),
+        row("invalid UTF-8 line", STDIO, |_, _, _| {
+            Plan::Ignored(vec![Out::Bytes(
+                b"\xff\xfe\xfd not utf-8 \xc3\x28\n".to_vec(),
+            )])
+        }),
+        // Today: a line that is not UTF-8 is ignored whole, even if it was meant as an
+        // execute, so no `done` comes back (its id cannot be read as text).
+        row("invalid UTF-8 inside an execute", STDIO, |_, id, _| {
+            let line = execute_line(id, "'@@'", &json!({}));
+            let at = line.find("@@").expect("placeholder");
+            let mut bytes = line.into_bytes();
+            bytes[at..at + 2].copy_from_slice(&[0xff, 0xfe]);
+            bytes.push(b'\n');
+            Plan::Ignored(vec![Out::Bytes(bytes)])
+        }),
+        row(
+            "100k-deep JSON array line (30k-deep over WebSocket)",
+            &[To::StdioLarge, To::WebSocket],
+            |transport, _, _| {
+                // A frame must stay under the frame cap to be read at all.
+                let depth = match transport {
+                    Transport::Stdio => 100_000,
+                    Transport::WebSocket => 30_000,
+                };
+                Plan::Ignored(vec![Out::Line(deep_array(depth))])
+            },
+        ),
+        row("100k-deep JSON object line", STDIO_LARGE, |_, _, _| {
+            Plan::Ignored(vec![Out::Line(deep_object(100_000))])
+        }),
+        row("100k-deep execute options", STDIO_LARGE, |_, id, _| {
+            let line = execute_line(id, "1", &json!({})).replace(
+                "\"options\":{}",
+                &format!("\"options\":{{\"x\":{}}}", deep_array(100_000)),
+            );
+            Plan::Rejected(vec![Out::Line(line)], "validation_error")
+        }),
+        row(
+            "100k-deep tool_result while waiting",
+            STDIO_LARGE,
+            |_, _, _| {
+                let deep = format!(
+                    "{{\"type\":\"tool_result\",\"callId\":\"{THIS_CALL}\",\"ok\":true,\"result\":{}}}",
+                    deep_array(100_000)
+                );
+                Plan::AtToolCall {
+                    items: vec![Out::Line(deep)],
+                    answer: false,
+                    code: Some("serialization_error"),
+                }
+            },
+        ),
+        row("tool_result for a stale callId (idle)", STDIO, |_, _, _| {
+            Plan::Ignored(vec![Out::Line(tool_result_line(
+                "call-1",
+                Some(&json!("stale")),
+            ))])
+        }),
+        // Ids of calls an earlier execution made, which this one has not (yet) made.
+        row(
+            "tool_results for stale callIds while waiting",
+            STDIO,
+            |_, _, _| Plan::AtToolCall {
+                items: (2..50)
+                    .map(|n| {
+                        Out::Line(tool_result_line(
+                            &format!("call-{n}"),
+                            Some(&json!("stale")),
+                        ))
+                    })
+                    .collect(),
+                answer: true,
+                code: None,
+            },
+        ),
+        row(
+            "flood of 5000 tool_results for unknown callIds (2000 over WebSocket)",
+            BOTH,
+            |transport, _, _| {
+                let n = match transport {
+                    Transport::Stdio => 5000,
+                    Transport::WebSocket => 2000,
+                };
+                Plan::AtToolCall {
+                    items: (0..n)
+                        .map(|n| {
+                            Out::Line(tool_result_line(&format!("unknown-{n}"), Some(&json!(n))))
+                        })
+                        .collect(),
+                    answer: true,
+                    code: None,
+                }
+            },
+        ),
+        row("duplicate tool_result", STDIO, |_, _, _| Plan::AtToolCall {
+            items: vec![
+                Out::Line(tool_result_line(THIS_CALL, Some(&json!(5)))),
+                Out::Line(tool_result_line(THIS_CALL, Some(&json!("duplicate")))),
+            ],
+            answer: false,
+            code: None,
+        }),
+        row(
+            "binary garbage (64 KiB; one 4 KiB binary frame over WebSocket)",
+            BOTH,
+            |transport, _, rng| {
+                let n = match transport {
+                    Transport::Stdio => 64 * 1024,
+                    Transport::WebSocket => 4096,
+                };
+                Plan::Ignored(vec![Out::Bytes(garbage(rng, n))])
+            },
+        ),
+        row(
+            "binary garbage while waiting (16 KiB; a 1 KiB binary frame over WebSocket)",
+            BOTH,
+            |transport, _, rng| {
+                let n = match transport {
+                    Transport::Stdio => 16 * 1024,
+                    Transport::WebSocket => 1024,
+                };
+                Plan::AtToolCall {
+                    items: vec![Out::Bytes(garbage(rng, n))],
+                    answer: true,
+                    code: None,
+                }
+            },
+        ),
+        row("NUL bytes and blank lines", STDIO, |_, _, _| {
+            Plan::Ignored(vec![Out::Bytes(
+                b"\0\0\0\n\n\r\n   \n\0{\"type\":\"cancel\"}\0\n".to_vec(),
+            )])
+        }),
+        row(
+            "runner-only messages sent to the runner",
+            STDIO,
+            |_, id, _| {
+                let done =
+                    json!({"type": "done", "id": id, "ok": true, "durationMs": 0, "logs": []});
+                let call = json!({"type": "tool_call", "callId": "call-1", "providerName": "t",
+                                  "safeToolName": "echo"});
+                let started = json!({"type": "started", "id": id});
+                Plan::Ignored(
+                    [started, done, call]
+                        .iter()
+                        .map(|m| Out::Line(m.to_string()))
+                        .collect(),
+                )
+            },
+        ),
+        // Today: a binary frame holding UTF-8 is read as a message, like a text frame.
+        row(
+            "execute written one byte at a time (one binary frame over WebSocket)",
+            BOTH,
+            |_, id, _| {
+                let mut bytes = execute_line(id, "20 + 22", &json!({})).into_bytes();
+                bytes.push(b'\n');
+                Plan::Answers42(bytes)
+            },
+        ),
+    ]
+}
+
 /// Expects exactly one `done` rejecting `id` with `code`, and no `started`.
 async fn expect_rejection(peer: &mut Peer, id: &str, code: &str) -> Result<(), String> {
     match peer.recv(Instant::now() + GRACE).await {
@@ -43,6 +374,24 @@ async fn expect_rejection(peer: &mut Peer, id: &str, code: &str) -> Result<(), S
         }
         Some(other) => Err(format!("expected a {code} done for {id}, got {other:?}")),
         None => Err(format!("no done for {id} within {GRACE:?}")),
+    }
+}
+
+/// Expects the session to have ended.
+fn expect_closed(item: Option<In>) -> Result<bool, String> {
+    match item {
+        Some(In::Closed { .. }) => Ok(true),
+        other => Err(format!(
+            "expected the runner to end the session, got {other:?}"
+        )),
+    }
+}
+
+/// Expects a message of type `kind`, and returns it.
+async fn expect_kind(peer: &mut Peer, kind: &str) -> Result<serde_json::Value, String> {
+    match peer.recv(Instant::now() + GRACE).await {
+        Some(In::Msg(m)) if m["type"] == kind => Ok(m),
+        other => Err(format!("expected {kind}, got {other:?}")),
     }
 }
 
@@ -70,7 +419,7 @@ async fn expect_run(
     match result {
         Ok(Ran::Done(classes)) => {
             for class in &classes {
-                report.outcome("bad-input probes", class);
+                report.outcome(PHASE, class);
             }
             Ok(())
         }
@@ -80,347 +429,56 @@ async fn expect_run(
     }
 }
 
-/// The stdio bad inputs: `(name, targets the 64 KiB-limit runner)`.
-const STDIO_BAD: [(&str, bool); 21] = [
-    ("truncated execute line", true),
-    ("truncated tool_result while waiting", true),
-    ("oversized execute line (1 MiB)", true),
-    ("oversized garbage line (1 MiB)", true),
-    ("oversized tool_result while waiting (1 MiB)", true),
-    ("oversized line ending in a valid message", true),
-    ("invalid UTF-8 line", true),
-    ("invalid UTF-8 inside an execute", true),
-    ("100k-deep JSON array line", false),
-    ("100k-deep JSON object line", false),
-    ("100k-deep execute options", false),
-    ("100k-deep tool_result while waiting", false),
-    ("tool_result for a stale callId (idle)", true),
-    ("tool_results for stale callIds while waiting", true),
-    ("flood of 5000 tool_results for unknown callIds", true),
-    ("duplicate tool_result", true),
-    ("binary garbage (64 KiB)", true),
-    ("binary garbage while waiting", true),
-    ("NUL bytes and blank lines", true),
-    ("runner-only messages sent to the runner", true),
-    ("execute written one byte at a time", true),
-];
-
-async fn stdio_bad_input(
-    name: &str,
-    runner: &mut StdioRunner,
-    id: &str,
-    rng: &mut Rng,
-    report: &mut Report,
-) -> Result<(), String> {
-    const MIB: usize = 1 << 20;
-    let peer = &mut runner.peer;
-    let echo = || case("echo once", "await t.echo(5)", ok(json!(5))).calls(1);
+/// Sends `plan` on `peer` and checks what follows; returns whether the runner ended the
+/// session (as the plan expects).
+async fn apply(plan: Plan, peer: &mut Peer, id: &str, report: &mut Report) -> Result<bool, String> {
     let quiet = Duration::from_millis(100);
-    match name {
-        "truncated execute line" => {
-            let line = execute_line(id, "1 + 1", &json!({}));
-            peer.send(line[..line.len() / 2].to_owned());
-            peer.expect_silence(quiet).await
-        }
-        "truncated tool_result while waiting" => {
-            let items = vec![Out::Line(format!(
-                "{{\"type\":\"tool_result\",\"callId\":\"{THIS_CALL}\",\"ok\":tr"
-            ))];
-            expect_run(
-                peer,
-                id,
-                &echo(),
-                Fault::Inject {
-                    items,
-                    answer: true,
-                },
-                report,
-            )
-            .await
-        }
-        "oversized execute line (1 MiB)" => {
-            peer.send(execute_line(
-                id,
-                &format!("'{}'", "x".repeat(MIB)),
-                &json!({}),
-            ));
-            expect_rejection(peer, id, "validation_error").await
-        }
-        "oversized garbage line (1 MiB)" => {
-            peer.send("x".repeat(MIB));
-            peer.expect_silence(quiet).await
-        }
-        "oversized tool_result while waiting (1 MiB)" => {
-            let big = tool_result_line(THIS_CALL, Some(&json!("y".repeat(MIB))));
-            let mut waiting = echo();
-            waiting.expect = Expect::Code("serialization_error");
-            let items = vec![Out::Line(big)];
-            expect_run(
-                peer,
-                id,
-                &waiting,
-                Fault::Inject {
-                    items,
-                    answer: false,
-                },
-                report,
-            )
-            .await
-        }
-        "oversized line ending in a valid message" => {
-            let mut bytes = "z".repeat(MIB).into_bytes();
-            bytes.extend_from_slice(execute_line("ignored", "1", &json!({})).as_bytes());
-            bytes.push(b'\n');
-            peer.send_all(vec![Out::Bytes(bytes)]);
-            peer.expect_silence(quiet).await
-        }
-        "invalid UTF-8 line" => {
-            peer.send_all(vec![Out::Bytes(
-                b"\xff\xfe\xfd not utf-8 \xc3\x28\n".to_vec(),
-            )]);
-            peer.expect_silence(quiet).await
-        }
-        "invalid UTF-8 inside an execute" => {
-            // Today: a line that is not UTF-8 is ignored whole, even if it was meant as an
-            // execute, so no `done` comes back (its id cannot be read as text).
-            let line = execute_line(id, "'@@'", &json!({}));
-            let at = line.find("@@").expect("placeholder");
-            let mut bytes = line.into_bytes();
-            bytes[at..at + 2].copy_from_slice(&[0xff, 0xfe]);
-            bytes.push(b'\n');
-            peer.send_all(vec![Out::Bytes(bytes)]);
-            peer.expect_silence(quiet).await
-        }
-        "100k-deep JSON array line" => {
-            peer.send(deep_array(100_000));
-            peer.expect_silence(quiet).await
-        }
-        "100k-deep JSON object line" => {
-            peer.send(deep_object(100_000));
-            peer.expect_silence(quiet).await
-        }
-        "100k-deep execute options" => {
-            let line = execute_line(id, "1", &json!({})).replace(
-                "\"options\":{}",
-                &format!("\"options\":{{\"x\":{}}}", deep_array(100_000)),
-            );
-            peer.send(line);
-            expect_rejection(peer, id, "validation_error").await
-        }
-        "100k-deep tool_result while waiting" => {
-            let deep = format!(
-                "{{\"type\":\"tool_result\",\"callId\":\"{THIS_CALL}\",\"ok\":true,\"result\":{}}}",
-                deep_array(100_000)
-            );
-            let mut waiting = echo();
-            waiting.expect = Expect::Code("serialization_error");
-            let items = vec![Out::Line(deep)];
-            expect_run(
-                peer,
-                id,
-                &waiting,
-                Fault::Inject {
-                    items,
-                    answer: false,
-                },
-                report,
-            )
-            .await
-        }
-        "tool_result for a stale callId (idle)" => {
-            peer.send(tool_result_line("call-1", Some(&json!("stale"))));
-            peer.expect_silence(quiet).await
-        }
-        "tool_results for stale callIds while waiting" => {
-            // Ids of calls an earlier execution made, which this one has not (yet) made.
-            let items = (2..50)
-                .map(|n| {
-                    Out::Line(tool_result_line(
-                        &format!("call-{n}"),
-                        Some(&json!("stale")),
-                    ))
-                })
-                .collect();
-            expect_run(
-                peer,
-                id,
-                &echo(),
-                Fault::Inject {
-                    items,
-                    answer: true,
-                },
-                report,
-            )
-            .await
-        }
-        "flood of 5000 tool_results for unknown callIds" => {
-            let items = (0..5000)
-                .map(|n| Out::Line(tool_result_line(&format!("unknown-{n}"), Some(&json!(n)))))
-                .collect();
-            expect_run(
-                peer,
-                id,
-                &echo(),
-                Fault::Inject {
-                    items,
-                    answer: true,
-                },
-                report,
-            )
-            .await
-        }
-        "duplicate tool_result" => {
-            let items = vec![
-                Out::Line(tool_result_line(THIS_CALL, Some(&json!(5)))),
-                Out::Line(tool_result_line(THIS_CALL, Some(&json!("duplicate")))),
-            ];
-            expect_run(
-                peer,
-                id,
-                &echo(),
-                Fault::Inject {
-                    items,
-                    answer: false,
-                },
-                report,
-            )
-            .await
-        }
-        "binary garbage (64 KiB)" => {
-            peer.send_all(vec![Out::Bytes(garbage(rng, 64 * 1024))]);
-            peer.expect_silence(quiet).await
-        }
-        "binary garbage while waiting" => {
-            let items = vec![Out::Bytes(garbage(rng, 16 * 1024))];
-            expect_run(
-                peer,
-                id,
-                &echo(),
-                Fault::Inject {
-                    items,
-                    answer: true,
-                },
-                report,
-            )
-            .await
-        }
-        "NUL bytes and blank lines" => {
-            peer.send_all(vec![Out::Bytes(
-                b"\0\0\0\n\n\r\n   \n\0{\"type\":\"cancel\"}\0\n".to_vec(),
-            )]);
-            peer.expect_silence(quiet).await
-        }
-        "runner-only messages sent to the runner" => {
-            peer.send_all(vec![
-                Out::Line(json!({"type": "started", "id": id}).to_string()),
-                Out::Line(json!({"type": "done", "id": id, "ok": true, "durationMs": 0, "logs": []}).to_string()),
-                Out::Line(json!({"type": "tool_call", "callId": "call-1", "providerName": "t", "safeToolName": "echo"}).to_string()),
-            ]);
-            peer.expect_silence(quiet).await
-        }
-        "execute written one byte at a time" => {
-            let mut bytes = execute_line(id, "20 + 22", &json!({})).into_bytes();
-            bytes.push(b'\n');
-            peer.drip(bytes);
-            match peer.recv(Instant::now() + GRACE).await {
-                Some(In::Msg(m)) if m["type"] == "started" && m["id"] == id => {}
-                other => return Err(format!("expected started, got {other:?}")),
-            }
-            match peer.recv(Instant::now() + GRACE).await {
-                Some(In::Msg(m)) if m["type"] == "done" && m["result"] == 42 => Ok(()),
-                other => Err(format!("expected done 42, got {other:?}")),
-            }
-        }
-        other => Err(format!("unknown bad input {other}")),
-    }
-}
-
-/// The WebSocket bad inputs.
-const WS_BAD: [&str; 9] = [
-    "WebSocket binary frame of garbage",
-    "WebSocket binary frame holding an execute",
-    "WebSocket truncated text frame",
-    "WebSocket oversized execute frame (limit + 1 KiB)",
-    "WebSocket oversized text frame (1 MiB)",
-    "WebSocket oversized frame while waiting on a tool (1 MiB)",
-    "WebSocket binary frame while waiting on a tool",
-    "WebSocket flood of 2000 tool_results for unknown callIds",
-    "WebSocket 30k-deep JSON frame",
-];
-
-/// Returns whether the runner is expected to have closed the session.
-async fn ws_bad_input(
-    name: &str,
-    peer: &mut Peer,
-    id: &str,
-    rng: &mut Rng,
-    report: &mut Report,
-) -> Result<bool, String> {
-    const MIB: usize = 1 << 20;
-    let quiet = Duration::from_millis(100);
-    let echo = || case("echo once", "await t.echo(5)", ok(json!(5))).calls(1);
-    let expect_closed = |item: Option<In>| match item {
-        Some(In::Closed { .. }) => Ok(true),
-        other => Err(format!(
-            "expected the runner to end the session, got {other:?}"
-        )),
-    };
-    match name {
-        "WebSocket binary frame of garbage" => {
-            peer.send_all(vec![Out::Bytes(rng.bytes(4096))]);
+    match plan {
+        Plan::Ignored(items) => {
+            peer.send_all(items);
             peer.expect_silence(quiet).await.map(|()| false)
         }
-        "WebSocket binary frame holding an execute" => {
-            // Today: a binary frame holding UTF-8 is read as a message, like a text frame.
-            peer.send_all(vec![Out::Bytes(
-                execute_line(id, "20 + 22", &json!({})).into_bytes(),
-            )]);
-            match peer.recv(Instant::now() + GRACE).await {
-                Some(In::Msg(m)) if m["type"] == "started" => {}
-                other => return Err(format!("expected started, got {other:?}")),
+        Plan::Rejected(items, code) => {
+            peer.send_all(items);
+            expect_rejection(peer, id, code).await.map(|()| false)
+        }
+        Plan::Closes(items) => {
+            peer.send_all(items);
+            expect_closed(peer.recv(Instant::now() + GRACE).await)
+        }
+        Plan::Answers42(bytes) => {
+            peer.drip(bytes);
+            let started = expect_kind(peer, "started").await?;
+            if started["id"] != id {
+                return Err(format!(
+                    "expected started for {id}, got {}",
+                    compact(&started)
+                ));
             }
             match peer.recv(Instant::now() + GRACE).await {
                 Some(In::Msg(m)) if m["type"] == "done" && m["result"] == 42 => Ok(false),
                 other => Err(format!("expected done 42, got {other:?}")),
             }
         }
-        "WebSocket truncated text frame" => {
-            let line = execute_line(id, "1", &json!({}));
-            peer.send(line[..line.len() / 2].to_owned());
-            peer.expect_silence(quiet).await.map(|()| false)
-        }
-        "WebSocket oversized execute frame (limit + 1 KiB)" => {
-            peer.send(execute_line(
-                id,
-                &format!("'{}'", "x".repeat(65_536 + 1024)),
-                &json!({}),
-            ));
-            expect_rejection(peer, id, "validation_error")
+        Plan::AtToolCall {
+            items,
+            answer,
+            code,
+        } => {
+            let mut echo = case("echo once", "await t.echo(5)", ok(json!(5))).calls(1);
+            if let Some(code) = code {
+                echo.expect = Expect::Code(code);
+            }
+            expect_run(peer, id, &echo, Fault::Inject { items, answer }, report)
                 .await
                 .map(|()| false)
         }
-        "WebSocket oversized text frame (1 MiB)" => {
-            // Past the frame cap (limit + 4 KiB): the runner cannot read it and ends the session.
-            peer.send(execute_line(
-                id,
-                &format!("'{}'", "x".repeat(MIB)),
-                &json!({}),
-            ));
-            expect_closed(peer.recv(Instant::now() + GRACE).await)
-        }
-        "WebSocket oversized frame while waiting on a tool (1 MiB)" => {
-            peer.send(execute_line(
-                id,
-                "await t.hang({})",
-                &json!({ "timeoutMs": 60_000 }),
-            ));
-            for kind in ["started", "tool_call"] {
-                match peer.recv(Instant::now() + GRACE).await {
-                    Some(In::Msg(m)) if m["type"] == kind => {}
-                    other => return Err(format!("expected {kind}, got {other:?}")),
-                }
-            }
-            peer.send(tool_result_line("call-1", Some(&json!("y".repeat(MIB)))));
+        Plan::ClosesAtToolCall(line) => {
+            let hang = execute_line(id, "await t.hang({})", &json!({ "timeoutMs": 60_000 }));
+            peer.send(hang);
+            expect_kind(peer, "started").await?;
+            let call = expect_kind(peer, "tool_call").await?;
+            peer.send(line.replace(THIS_CALL, call["callId"].as_str().unwrap_or_default()));
             // The session ends with the execution. Today a `done` (timeout) may come first:
             // the close sets the interrupt flag a cancel sets, and when the engine sees the
             // flag before it waits for the next host event, it reports a cancel, not a close.
@@ -445,122 +503,142 @@ async fn ws_bad_input(
                 }
             }
         }
-        "WebSocket binary frame while waiting on a tool" => {
-            let items = vec![Out::Bytes(rng.bytes(1024))];
-            expect_run(
-                peer,
-                id,
-                &echo(),
-                Fault::Inject {
-                    items,
-                    answer: true,
-                },
-                report,
-            )
-            .await
-            .map(|()| false)
-        }
-        "WebSocket flood of 2000 tool_results for unknown callIds" => {
-            let items = (0..2000)
-                .map(|n| Out::Line(tool_result_line(&format!("unknown-{n}"), Some(&json!(n)))))
-                .collect();
-            expect_run(
-                peer,
-                id,
-                &echo(),
-                Fault::Inject {
-                    items,
-                    answer: true,
-                },
-                report,
-            )
-            .await
-            .map(|()| false)
-        }
-        "WebSocket 30k-deep JSON frame" => {
-            peer.send(deep_array(30_000));
-            peer.expect_silence(quiet).await.map(|()| false)
-        }
-        other => Err(format!("unknown bad input {other}")),
     }
 }
 
-/// Every bad input `scale.bad_input_rounds` times, each followed by a probe that must succeed.
-pub(crate) async fn bad_inputs(scale: &Scale) -> Report {
-    const PHASE: &str = "bad-input probes";
-    let began = std::time::Instant::now();
-    let mut report = Report::default();
-    let mut rng = Rng::new(scale.seed ^ 0xBAD);
-    let mut small = StdioRunner::spawn(&["--max-message-bytes", "65536"]);
-    let mut large = StdioRunner::spawn(&[]);
-    report.pids.extend([small.pid, large.pid]);
-    let mut n = 0u64;
-    'rounds: for _ in 0..scale.bad_input_rounds {
-        for (name, limited) in STDIO_BAD {
-            n += 1;
-            let runner = if limited { &mut small } else { &mut large };
-            let id = format!("bad-{n}");
-            let applied = stdio_bad_input(name, runner, &id, &mut rng, &mut report).await;
-            if let Err(e) = &applied {
-                let diagnosis = runner.diagnose();
-                report.violation(format!("{name}: {e}; {diagnosis}"));
+/// The runners one transport's bad inputs go to.
+// One value at a time, for a whole phase: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Runners {
+    /// One stdio runner per limit; each is its own session.
+    Stdio {
+        small: StdioRunner,
+        large: StdioRunner,
+    },
+    /// A listening runner and the session in use (none once reconnecting failed).
+    WebSocket {
+        server: WsRunner,
+        session: Option<Peer>,
+    },
+}
+
+impl Runners {
+    async fn start(transport: Transport, report: &mut Report) -> Runners {
+        let limit = LIMIT.to_string();
+        match transport {
+            Transport::Stdio => {
+                let small = StdioRunner::spawn(&["--max-message-bytes", &limit]);
+                let large = StdioRunner::spawn(&[]);
+                report.pids.extend([small.pid, large.pid]);
+                Runners::Stdio { small, large }
             }
-            let survived = probe(&mut runner.peer, &format!("probe-{n}"), PHASE, &mut report).await;
-            report.bad_input(name, applied.is_ok() && survived);
-            if !survived {
-                let diagnosis = runner.diagnose();
-                report.violation(format!(
-                    "after {name}: the runner no longer answers; {diagnosis}"
-                ));
-                break 'rounds;
+            Transport::WebSocket => {
+                let server = WsRunner::spawn(&["--max-message-bytes", &limit]).await;
+                report.pids.push(server.pid);
+                let session = ws_open(&server.url, report).await.ok();
+                Runners::WebSocket { server, session }
             }
-        }
-    }
-    for runner in [small, large] {
-        if let Err(e) = runner.finish().await {
-            report.violation(format!("{PHASE}: {e}"));
         }
     }
 
-    let server = WsRunner::spawn(&["--max-message-bytes", "65536"]).await;
-    report.pids.push(server.pid);
-    let mut peer = ws_open(&server.url, &mut report).await.ok();
-    'ws: for _ in 0..scale.bad_input_rounds {
-        for name in WS_BAD {
-            n += 1;
-            let Some(session) = peer.as_mut() else {
-                break 'ws;
-            };
-            let id = format!("bad-{n}");
-            let closed = match ws_bad_input(name, session, &id, &mut rng, &mut report).await {
-                Ok(closed) => Ok(closed),
-                Err(e) => {
-                    report.violation(format!("{name}: {e}"));
-                    Err(())
-                }
-            };
-            if closed != Ok(false) {
-                session.abort();
-                peer = ws_open(&server.url, &mut report).await.ok();
-            }
-            let survived = match peer.as_mut() {
-                Some(session) => probe(session, &format!("probe-{n}"), PHASE, &mut report).await,
-                None => false,
-            };
-            report.bad_input(name, closed.is_ok() && survived);
-            if !survived {
-                report.violation(format!(
-                    "after {name}: the listening runner no longer answers"
-                ));
-                break 'ws;
-            }
+    /// The session to `to`, if there is one.
+    fn peer(&mut self, to: To) -> Option<&mut Peer> {
+        match self {
+            Runners::Stdio { large, .. } if to == To::StdioLarge => Some(&mut large.peer),
+            Runners::Stdio { small, .. } => Some(&mut small.peer),
+            Runners::WebSocket { session, .. } => session.as_mut(),
         }
     }
-    if let Some(session) = peer {
-        session.close();
+
+    /// How the runner behind `to` is doing, for a failure message.
+    fn diagnose(&mut self, to: To) -> String {
+        match self {
+            Runners::Stdio { large, .. } if to == To::StdioLarge => large.diagnose(),
+            Runners::Stdio { small, .. } => small.diagnose(),
+            Runners::WebSocket { server, .. } => server.diagnose(),
+        }
     }
-    if let Err(e) = server.stop().await {
-        report.violation(format!("{PHASE}: {e}"));
+
+    /// Drops the WebSocket session and opens a new one (a stdio runner has only one).
+    async fn reconnect(&mut self, report: &mut Report) {
+        if let Runners::WebSocket { server, session } = self {
+            if let Some(old) = session.as_mut() {
+                old.abort();
+            }
+            *session = ws_open(&server.url, report).await.ok();
+        }
+    }
+
+    /// Ends the sessions; each runner must still have been serving.
+    async fn finish(self, report: &mut Report) {
+        let ended = match self {
+            Runners::Stdio { small, large } => {
+                let small = small.finish().await;
+                [small, large.finish().await]
+            }
+            Runners::WebSocket { server, session } => {
+                if let Some(session) = session {
+                    session.close();
+                }
+                [server.stop().await, Ok(())]
+            }
+        };
+        for e in ended.into_iter().filter_map(Result::err) {
+            report.violation(format!("{PHASE}: {e}"));
+        }
+    }
+}
+
+/// Every bad input `scale.bad_input_rounds` times over each transport it is for, each
+/// followed by a probe that must succeed.
+pub(crate) async fn bad_inputs(scale: &Scale) -> Report {
+    let began = std::time::Instant::now();
+    let mut report = Report::default();
+    let mut rng = Rng::new(scale.seed ^ 0xBAD);
+    let table = table();
+    let mut n = 0u64;
+    for transport in [Transport::Stdio, Transport::WebSocket] {
+        let mut runners = Runners::start(transport, &mut report).await;
+        'rounds: for _ in 0..scale.bad_input_rounds {
+            for input in &table {
+                let Some(to) = input
+                    .to
+                    .iter()
+                    .copied()
+                    .find(|to| to.transport() == transport)
+                else {
+                    continue;
+                };
+                n += 1;
+                let name = format!("{}: {}", transport.name(), input.name);
+                let id = format!("bad-{n}");
+                let plan = (input.plan)(transport, &id, &mut rng);
+                let Some(peer) = runners.peer(to) else {
+                    break 'rounds;
+                };
+                let applied = apply(plan, peer, &id, &mut report).await;
+                if let Err(e) = &applied {
+                    let diagnosis = runners.diagnose(to);
+                    report.violation(format!("{name}: {e}; {diagnosis}"));
+                }
+                if applied != Ok(false) {
+                    runners.reconnect(&mut report).await;
+                }
+                let survived = match runners.peer(to) {
+                    Some(peer) => probe(peer, &format!("probe-{n}"), PHASE, &mut report).await,
+                    None => false,
+                };
+                report.bad_input(&name, applied.is_ok() && survived);
+                if !survived {
+                    let diagnosis = runners.diagnose(to);
+                    report.violation(format!(
+                        "after {name}: the runner no longer answers; {diagnosis}"
+                    ));
+                    break 'rounds;
+                }
+            }
+        }
+        runners.finish(&mut report).await;
     }
     report.measure("bad inputs: wall time", format!("{:.1?}", began.elapsed()));
     report.check_orphans().await;

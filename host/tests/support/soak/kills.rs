@@ -6,38 +6,15 @@ use std::time::Duration;
 
 use execbox_host::{
     ExecuteRequest, ExecuteResult, Executor, PoolOptions, PooledExecutor, ProcessExecutor,
-    Provider, RunnerCommand, Tool, ToolError, ToolSet,
+    Provider, Tool, ToolError, ToolSet,
 };
 use execbox_protocol::{ErrorCode, RuntimeOptions};
 use serde_json::{json, Value};
 
-use super::{runner_binary, Report, Scale, GRACE};
-
-/// A runner started through `sh`, which first appends its pid to `pids` and then `exec`s.
-fn counted_runner(pids: &Path) -> RunnerCommand {
-    let script = format!(
-        "echo $$ >> '{}'; exec '{}' runner",
-        pids.display(),
-        runner_binary()
-    );
-    RunnerCommand::new("/bin/sh").arg("-c").arg(script)
-}
-
-fn read_pids(path: &Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-fn temp_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("execbox-soak-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    path
-}
+use super::{Report, Scale, GRACE};
+use crate::support::process::{read_pids, signal};
+use crate::support::runners::counted_runner;
+use crate::support::temp::TempDir;
 
 /// `t.echo` and `t.kill_runner`, which SIGKILLs the newest runner in `pids` (the one running
 /// the call: executions are sequential and nothing is prewarmed) and then waits, as a slow
@@ -54,13 +31,8 @@ fn kill_tools(pids: PathBuf, killed: Arc<Mutex<Vec<u32>>>) -> ToolSet {
                     return Err(ToolError::tool("no runner pid recorded"));
                 };
                 killed.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
-                let status = tokio::process::Command::new("kill")
-                    .arg("-9")
-                    .arg(pid.to_string())
-                    .status()
-                    .await;
-                if !matches!(status, Ok(s) if s.success()) {
-                    return Err(ToolError::tool(format!("kill -9 {pid} failed: {status:?}")));
+                if let Err(e) = signal(pid, libc::SIGKILL) {
+                    return Err(ToolError::tool(format!("kill -9 {pid} failed: {e}")));
                 }
                 ctx.cancel.cancelled().await;
                 Err(ToolError::cancelled())
@@ -172,7 +144,8 @@ async fn kill_under(
 pub(crate) async fn kills(scale: &Scale) -> Report {
     let began = std::time::Instant::now();
     let mut report = Report::default();
-    let pool_pids = temp_file(&format!("pool-{}.pids", scale.seed));
+    let dir = TempDir::new("soak-kills");
+    let pool_pids = dir.join("pool.pids");
     {
         let pool = PooledExecutor::new(
             counted_runner(&pool_pids),
@@ -195,7 +168,7 @@ pub(crate) async fn kills(scale: &Scale) -> Report {
         )
         .await;
     }
-    let process_pids = temp_file(&format!("process-{}.pids", scale.seed));
+    let process_pids = dir.join("process.pids");
     let process = ProcessExecutor::new(counted_runner(&process_pids)).unwrap();
     kill_under(
         &process,
@@ -211,10 +184,5 @@ pub(crate) async fn kills(scale: &Scale) -> Report {
         format!("{:.1?}", began.elapsed()),
     );
     report.check_orphans().await;
-    let _ = std::fs::remove_file(pool_pids);
-    let _ = std::fs::remove_file(&process_pids);
-    if let Some(dir) = process_pids.parent() {
-        let _ = std::fs::remove_dir(dir);
-    }
     report
 }

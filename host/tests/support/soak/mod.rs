@@ -1,4 +1,5 @@
-//! The soak and fault suite, shared by `benches/soak.rs` (the full run) and `tests/soak.rs` (the short one).
+//! The soak and fault suite, shared by `benches/soak.rs` (the full run) and `tests/soak.rs` (the short one);
+//! both also include `tests/support/mod.rs`, whose process and runner helpers it uses as `crate::support`.
 //!
 //! Four phases, each returning a [`Report`]:
 //! - [`stdio_soak`]: many executions of mixed guest code on ONE warm stdio runner, driven
@@ -7,8 +8,8 @@
 //!   disconnects, cancels and tool calls, then a check that every session slot came back;
 //! - [`kills`]: runners killed with SIGKILL while a tool call is pending, through the host's
 //!   `PooledExecutor` and `ProcessExecutor`;
-//! - [`bad_inputs`]: malformed, oversized, deep, stale and flooding input over stdio and
-//!   WebSocket, each followed by a normal execution that must still succeed.
+//! - [`bad_inputs`]: one table of malformed, oversized, deep, stale and flooding input, sent
+//!   over stdio and WebSocket, each followed by a normal execution that must still succeed.
 //!
 //! Nothing here asserts speed: every wait is bounded generously ([`GRACE`] past the
 //! execution's own `timeoutMs`), and a missing `done` is reported as a lost execution.

@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{proc_state, wait_gone, RSS_GROWTH_BOUND_KIB};
+use super::RSS_GROWTH_BOUND_KIB;
+use crate::support::process::{describe, wait_gone};
 
 /// The outcome classes of a `done`, in table order.
 const CLASSES: [&str; 8] = [
@@ -164,7 +165,7 @@ impl Report {
                 self.orphans.push(pid);
                 self.violation(format!(
                     "runner {pid} is still present after its phase: {}",
-                    proc_state(pid)
+                    describe(pid)
                 ));
             }
         }

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use super::{
-    cancel_line, catalog, choose_fault, pick, proc_status, rss_baseline, run_case, Case, Failure,
-    Fault, FaultKind, Host, Ran, Report, Rng, Rss, Scale, StdioRunner, RSS_GROWTH_BOUND_KIB,
+    cancel_line, catalog, choose_fault, pick, rss_baseline, run_case, Case, Failure, Fault,
+    FaultKind, Host, Ran, Report, Rng, Rss, Scale, StdioRunner, RSS_GROWTH_BOUND_KIB,
 };
+use crate::support::process::status_field;
 
 /// `scale.stdio_executions` executions of the mixed catalog (every case once first, then a
 /// weighted random mix with random cancel points) on ONE stdio runner, sampling its RSS.
@@ -87,7 +88,7 @@ pub(crate) async fn stdio_soak(scale: &Scale) -> Report {
         }
         if executions >= next_sample {
             next_sample += scale.rss_every;
-            if let Some(kib) = proc_status(runner.pid, "VmRSS") {
+            if let Some(kib) = status_field(runner.pid, "VmRSS") {
                 rss.samples.push((executions, kib));
             }
         }
@@ -104,7 +105,7 @@ pub(crate) async fn stdio_soak(scale: &Scale) -> Report {
         report.violation(format!("{PHASE}: after the last done: {e}"));
     }
     report.stale_survived();
-    rss.peak_kib = proc_status(runner.pid, "VmHWM").unwrap_or(0);
+    rss.peak_kib = status_field(runner.pid, "VmHWM").unwrap_or(0);
     if let Err(e) = runner.finish().await {
         report.violation(format!("{PHASE}: {e}"));
     }

@@ -17,89 +17,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as WsFrame;
 
 use super::{Report, GRACE};
-
-/// The host crate's own binary; `execbox runner` is the runner.
-pub(crate) fn runner_binary() -> &'static str {
-    env!("CARGO_BIN_EXE_execbox")
-}
-
-/// A field of `/proc/PID/status` (`VmRSS`, `VmHWM`, `Threads`), as a number.
-pub(crate) fn proc_status(pid: u32, key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-}
-
-/// The pids of `pid`'s child processes (a listening runner's session and warm runners).
-pub(crate) fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|&child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let (_, rest) = stat.rsplit_once(')')?;
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(pid)
-        })
-        .collect()
-}
-
-/// VmRSS of `pid` and all its children, in KiB.
-pub(crate) fn tree_rss(pid: u32) -> u64 {
-    std::iter::once(pid)
-        .chain(children_of(pid))
-        .filter_map(|p| proc_status(p, "VmRSS"))
-        .sum()
-}
-
-/// True when the process is gone entirely: not running, not a zombie.
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => proc_stat_state(&stat) == Some("X"),
-    }
-}
-
-/// The state letter of a `/proc/PID/stat` line (the comm field may hold spaces).
-fn proc_stat_state(stat: &str) -> Option<&str> {
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-}
-
-/// What `/proc` says about a process, for a failure message.
-pub(crate) fn proc_state(pid: u32) -> String {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => "gone".to_owned(),
-        Ok(stat) => match proc_stat_state(&stat) {
-            Some("Z") => "a zombie (exited, never reaped)".to_owned(),
-            Some(s) => format!("state {s}"),
-            None => "unknown state".to_owned(),
-        },
-    }
-}
-
-/// Waits up to `within` for [`is_gone`].
-pub(crate) async fn wait_gone(pid: u32, within: Duration) -> bool {
-    let until = Instant::now() + within;
-    loop {
-        if is_gone(pid) {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+use crate::support::runners::EXECBOX;
 
 /// How a process ended, naming SIGSYS (the seccomp filter's verdict) when it is that.
 fn describe_exit(status: std::process::ExitStatus) -> String {
@@ -109,6 +27,17 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
         Some(sig) => format!("killed by signal {sig}"),
         None => format!("{status}"),
     }
+}
+
+/// How a runner is doing, for a failure message: its exit status if it ended, and its last
+/// stderr lines.
+fn diagnosis(child: &mut tokio::process::Child, pid: u32, stderr: &StderrTail) -> String {
+    let status = match child.try_wait() {
+        Ok(Some(status)) => describe_exit(status),
+        Ok(None) => "still running".to_owned(),
+        Err(e) => format!("status unknown: {e}"),
+    };
+    format!("runner {pid} {status}; stderr: {}", stderr.text())
 }
 
 /// The last lines a runner wrote to stderr, to explain a failure.
@@ -366,7 +295,7 @@ pub(crate) struct StdioRunner {
 impl StdioRunner {
     /// Starts `execbox runner ARGS...` with piped stdio, locked down as by default.
     pub(crate) fn spawn(args: &[&str]) -> StdioRunner {
-        let mut child = tokio::process::Command::new(runner_binary())
+        let mut child = tokio::process::Command::new(EXECBOX)
             .arg("runner")
             .args(args)
             .stdin(Stdio::piped())
@@ -393,16 +322,7 @@ impl StdioRunner {
     /// How the runner is doing, for a failure message: its exit status if it ended, and
     /// its last stderr lines.
     pub(crate) fn diagnose(&mut self) -> String {
-        let status = match self.child.try_wait() {
-            Ok(Some(status)) => describe_exit(status),
-            Ok(None) => "still running".to_owned(),
-            Err(e) => format!("status unknown: {e}"),
-        };
-        format!(
-            "runner {} {status}; stderr: {}",
-            self.pid,
-            self.stderr.text()
-        )
+        diagnosis(&mut self.child, self.pid, &self.stderr)
     }
 
     /// Closes stdin and expects a clean exit within [`GRACE`].
@@ -442,7 +362,7 @@ pub(crate) struct WsRunner {
 impl WsRunner {
     /// Starts `execbox runner --listen 127.0.0.1:0 ARGS...` and reads its URL.
     pub(crate) async fn spawn(args: &[&str]) -> WsRunner {
-        let mut child = tokio::process::Command::new(runner_binary())
+        let mut child = tokio::process::Command::new(EXECBOX)
             .args(["runner", "--listen", "127.0.0.1:0"])
             .args(args)
             .stdin(Stdio::null())
@@ -475,6 +395,11 @@ impl WsRunner {
             url: line.trim().to_owned(),
             stderr,
         }
+    }
+
+    /// How the listening runner is doing, for a failure message.
+    pub(crate) fn diagnose(&mut self) -> String {
+        diagnosis(&mut self.child, self.pid, &self.stderr)
     }
 
     /// Checks it is still serving, then kills and reaps it.

@@ -6,10 +6,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    catalog, children_of, choose_fault, pick, probe_case, run_case, tree_rss, wait_gone, ws_open,
-    Case, Failure, Fault, Host, In, Ran, Report, Rng, Scale, WsRunner, GRACE, MAX_SESSIONS,
-    WS_WAVES,
+    catalog, choose_fault, pick, probe_case, run_case, ws_open, Case, Failure, Fault, Host, In,
+    Ran, Report, Rng, Scale, WsRunner, GRACE, MAX_SESSIONS, WS_WAVES,
 };
+use crate::support::process::{self, tree_rss, wait_gone};
 
 /// `scale.ws_sessions` concurrent sessions against one `--listen` runner, each completing
 /// `scale.ws_executions_per_session` executions among cancels and abrupt disconnects; then
@@ -27,7 +27,7 @@ pub(crate) async fn ws_storm(scale: &Scale) -> Report {
     report.pids.push(server.pid);
     // The supervisor keeps a few runner processes warm; each session takes one.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let idle_children = children_of(server.pid).len();
+    let idle_children = process::children(server.pid).len();
     let rss_before = tree_rss(server.pid);
     let cases = Arc::new(catalog());
     let mut wave_rss = Vec::new();
@@ -94,10 +94,10 @@ pub(crate) async fn ws_storm(scale: &Scale) -> Report {
 
     // Every session's runner process is reaped once its session ends: only the warm ones stay.
     let until = Instant::now() + GRACE;
-    let mut children = children_of(server.pid);
+    let mut children = process::children(server.pid);
     while children.len() > idle_children && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        children = children_of(server.pid);
+        children = process::children(server.pid);
     }
     if children.len() > idle_children {
         report.violation(format!(
