@@ -25,6 +25,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use execbox_protocol::{
@@ -35,6 +36,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::executor::{next_execution_id, ExecuteRequest, ExecuteResult};
+use crate::policy::{AuditOutcome, ExecutionGuard, Policy, PolicyError, Principal, RateLimits};
 use crate::tool::ToolContext;
 use crate::toolset::ToolSet;
 
@@ -168,7 +170,27 @@ impl Connection {
     pub async fn execute(&mut self, request: &ExecuteRequest) -> ExecuteResult {
         let started = Instant::now();
         let id = next_execution_id();
-        let result = self.drive(&id, request, started).await;
+        let guard = execution_guard(&id, request).map(Arc::new);
+        if let Some(Err(e)) = guard.as_ref().map(|g| g.started()) {
+            return audit_failed(&id, &e);
+        }
+        let tools = match &request.principal {
+            Some(principal) => request.tools.visible_to(principal),
+            None => request.tools.clone(),
+        };
+        let mut result = self
+            .drive(&id, request, &tools, guard.clone(), started)
+            .await;
+        if let Some(guard) = guard {
+            let outcome = match &result.outcome {
+                Ok(_) => AuditOutcome::Ok,
+                Err(error) => AuditOutcome::Error(error.code),
+            };
+            let message = result.error().map(|e| e.message.clone());
+            if let Err(e) = guard.finished(outcome, message.as_deref()) {
+                result = audit_failed(&id, &e);
+            }
+        }
         tracing::debug!(
             %id,
             ok = result.is_ok(),
@@ -195,17 +217,20 @@ impl Connection {
         &mut self,
         id: &str,
         request: &ExecuteRequest,
+        tools: &ToolSet,
+        guard: Option<Arc<ExecutionGuard>>,
         started: Instant,
     ) -> ExecuteResult {
         // Cancels every tool call of this execution when the execution ends, however.
         let tools_token = CancellationToken::new();
         let mut calls = ToolCalls::new(
             self.timings.max_concurrent_tool_calls,
-            request.tools.clone(),
+            tools.clone(),
+            guard,
             id,
             tools_token.clone(),
         );
-        let result = self.session(id, request, started, &mut calls).await;
+        let result = self.session(id, request, tools, started, &mut calls).await;
         tools_token.cancel();
         calls.shutdown().await;
         result
@@ -215,14 +240,15 @@ impl Connection {
         &mut self,
         id: &str,
         request: &ExecuteRequest,
+        tools: &ToolSet,
         started: Instant,
         calls: &mut ToolCalls,
     ) -> ExecuteResult {
         let ExecuteRequest {
             code,
-            tools,
             options,
             cancel,
+            ..
         } = request;
         let options = *options;
         let fail = |code: ErrorCode, message: String| ExecuteResult {
@@ -255,6 +281,8 @@ impl Connection {
             + Duration::from_millis(options.timeout_ms)
             + self.timings.deadline_grace;
         let tools_token = calls.token().clone();
+        let audit_failed = calls.audit_failed.clone();
+        let audit_error = calls.audit_error.clone();
 
         loop {
             let event = tokio::select! {
@@ -266,6 +294,15 @@ impl Connection {
                     continue;
                 }
                 () = cancel.cancelled() => return self.abandon(id, started, &tools_token, true).await,
+                () = audit_failed.cancelled() => {
+                    let mut result = self.abandon(id, started, &tools_token, false).await;
+                    let why = audit_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                    result.outcome = Err(ErrorBody::new(
+                        ErrorCode::InternalError,
+                        format!("{}; the execution was stopped rather than run unaudited", why.unwrap_or_default()),
+                    ));
+                    return result;
+                }
                 () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, false).await,
             };
             match event {
@@ -375,6 +412,12 @@ impl Connection {
 struct ToolCalls {
     limit: usize,
     tools: ToolSet,
+    /// The policy of this execution, if any.
+    guard: Option<Arc<ExecutionGuard>>,
+    /// Cancelled when an audit line could not be written: the execution must end.
+    audit_failed: CancellationToken,
+    /// What could not be written.
+    audit_error: Arc<std::sync::Mutex<Option<String>>>,
     execution_id: String,
     token: CancellationToken,
     running: JoinSet<ToolResult>,
@@ -385,10 +428,19 @@ struct ToolCalls {
 }
 
 impl ToolCalls {
-    fn new(limit: usize, tools: ToolSet, execution_id: &str, token: CancellationToken) -> Self {
+    fn new(
+        limit: usize,
+        tools: ToolSet,
+        guard: Option<Arc<ExecutionGuard>>,
+        execution_id: &str,
+        token: CancellationToken,
+    ) -> Self {
         ToolCalls {
             limit: limit.max(1),
             tools,
+            guard,
+            audit_failed: CancellationToken::new(),
+            audit_error: Arc::new(std::sync::Mutex::new(None)),
             execution_id: execution_id.to_owned(),
             token,
             running: JoinSet::new(),
@@ -440,9 +492,29 @@ impl ToolCalls {
         };
         let tools = self.tools.clone();
         let call_id = call.call_id.clone();
-        let handle = self
-            .running
-            .spawn(async move { tools.dispatch(&call, ctx).await });
+        let guard = self.guard.clone();
+        let audit_failed = self.audit_failed.clone();
+        let audit_error = self.audit_error.clone();
+        let handle = self.running.spawn(async move {
+            match tools.dispatch_guarded(&call, ctx, guard.as_deref()).await {
+                Ok(result) => result,
+                Err(error) => {
+                    tracing::error!("{error}");
+                    *audit_error
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        Some(error.to_string());
+                    audit_failed.cancel();
+                    ToolResult {
+                        call_id: call.call_id.clone(),
+                        outcome: Err(ErrorBody::new(
+                            ErrorCode::InternalError,
+                            "the host cannot write its audit log",
+                        )),
+                    }
+                }
+            }
+        });
         self.running_ids.insert(handle.id(), call_id);
     }
 
@@ -536,5 +608,59 @@ impl RunnerEvent {
                 RunnerEvent::Garbage(format!("a message of {len} bytes, over the size limit"))
             }
         }
+    }
+}
+
+/// The policy of one execution, when anything calls for one: a principal, an audit log, or a
+/// tool declaring permissions, a rate limit or approval.
+fn execution_guard(id: &str, request: &ExecuteRequest) -> Option<ExecutionGuard> {
+    if request.principal.is_none() && request.audit.is_none() && !request.tools.has_policies() {
+        return None;
+    }
+    let principal = request
+        .principal
+        .clone()
+        .unwrap_or_else(|| unrestricted().clone());
+    let limits = request
+        .rate_limits
+        .clone()
+        .unwrap_or_else(|| process_limits().clone());
+    let mut guard = ExecutionGuard::new(id, principal, limits);
+    if let Some(audit) = &request.audit {
+        guard = guard.with_audit(audit.clone());
+    }
+    if let Some(approver) = &request.approver {
+        guard = guard.with_approver(approver.clone());
+    }
+    Some(guard)
+}
+
+/// The principal of an execution without a policy: it may call every tool.
+fn unrestricted() -> &'static Principal {
+    static ALL: OnceLock<Principal> = OnceLock::new();
+    ALL.get_or_init(|| {
+        Policy::builder()
+            .default_permissions(["*"])
+            .build()
+            .and_then(|policy| policy.principal(None))
+            .expect("a policy granting everything is valid")
+    })
+}
+
+/// The rate-limit counters of executions given none: one in-memory store per process.
+fn process_limits() -> &'static Arc<RateLimits> {
+    static LIMITS: OnceLock<Arc<RateLimits>> = OnceLock::new();
+    LIMITS.get_or_init(|| Arc::new(RateLimits::in_memory()))
+}
+
+/// An execution that cannot be audited does not run (or no longer counts as run).
+fn audit_failed(id: &str, error: &PolicyError) -> ExecuteResult {
+    tracing::error!("{error}");
+    ExecuteResult {
+        id: id.to_owned(),
+        ..ExecuteResult::failed(
+            ErrorCode::InternalError,
+            format!("{error}; the execution was stopped rather than run unaudited"),
+        )
     }
 }

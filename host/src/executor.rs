@@ -3,11 +3,13 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use execbox_protocol::{ErrorBody, ErrorCode, RawValue, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
+use crate::policy::{Approver, AuditLog, Principal, RateLimits};
 use crate::toolset::ToolSet;
 
 /// A boxed future borrowing from the executor.
@@ -39,6 +41,10 @@ pub struct ExecuteRequest {
     pub(crate) tools: ToolSet,
     pub(crate) options: RuntimeOptions,
     pub(crate) cancel: CancellationToken,
+    pub(crate) principal: Option<Principal>,
+    pub(crate) rate_limits: Option<Arc<RateLimits>>,
+    pub(crate) audit: Option<Arc<AuditLog>>,
+    pub(crate) approver: Option<Arc<dyn Approver>>,
 }
 
 impl ExecuteRequest {
@@ -50,6 +56,10 @@ impl ExecuteRequest {
             tools: ToolSet::empty(),
             options: RuntimeOptions::default(),
             cancel: CancellationToken::new(),
+            principal: None,
+            rate_limits: None,
+            audit: None,
+            approver: None,
         }
     }
 
@@ -81,6 +91,35 @@ impl ExecuteRequest {
     /// aborted (`timeout` on the wire) and the result says [`ExecuteResult::was_cancelled`].
     pub fn cancel_on(mut self, token: CancellationToken) -> Self {
         self.cancel = token;
+        self
+    }
+
+    /// Runs as `principal` (from [`Policy::principal`](crate::Policy::principal)): the tools
+    /// it may not call do not exist for this execution. Without one, every tool is visible
+    /// (the tools' own rate limits and approvals still apply).
+    pub fn principal(mut self, principal: Principal) -> Self {
+        self.principal = Some(principal);
+        self
+    }
+
+    /// Counts rate limits in `limits` (shared by the executions that should count together,
+    /// e.g. a SQLite state file); by default, one in-memory store for the whole process.
+    pub fn rate_limits(mut self, limits: Arc<RateLimits>) -> Self {
+        self.rate_limits = Some(limits);
+        self
+    }
+
+    /// Writes the execution's start, end and every tool call to `audit` before the guest sees
+    /// a result; an audit line that cannot be written ends the execution (failed closed).
+    pub fn audit_log(mut self, audit: Arc<AuditLog>) -> Self {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// Asks `approver` before each call of a tool that requires approval (without one, such
+    /// calls are refused: "approval required").
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = Some(approver);
         self
     }
 

@@ -49,6 +49,7 @@ use crate::json::{
     drop_value, parse_json, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
 };
 use crate::names::{assign_safe_names, check_provider_name};
+use crate::policy::{ExecutionGuard, GuardError, PolicyError, Principal};
 use crate::schema::Schema;
 use crate::tool::{Provider, Tool, ToolContext, ToolError};
 use crate::types::{provider_declaration, ToolDeclaration};
@@ -98,6 +99,15 @@ pub enum ToolSetError {
 pub struct ToolSet(Arc<Inner>);
 
 struct Inner {
+    /// The providers as given, to build what a principal may see.
+    providers: Vec<Provider>,
+    /// A view for a principal that may not call every tool: a call of any tool it does not
+    /// have (hidden or missing alike) is refused as "permission denied".
+    restricted: bool,
+    /// Views already built, by which tools they keep (in provider, then tool order).
+    views: std::sync::Mutex<HashMap<Vec<bool>, ToolSet>>,
+    /// Some tool declares permissions, a rate limit or approval.
+    has_policies: bool,
     manifests: Vec<ProviderManifest>,
     declarations: String,
     /// The declarations with each tool's error codes, for prompts.
@@ -134,6 +144,15 @@ impl std::fmt::Debug for ToolSet {
 impl ToolSet {
     /// Resolves `providers`; see [`ToolSetError`] for what can be refused.
     pub fn new(providers: Vec<Provider>) -> Result<ToolSet, ToolSetError> {
+        Self::build(providers, false)
+    }
+
+    fn build(providers: Vec<Provider>, restricted: bool) -> Result<ToolSet, ToolSetError> {
+        let given = providers.clone();
+        let has_policies = providers
+            .iter()
+            .flat_map(|p| p.tools())
+            .any(|t| !t.policy().is_empty());
         let mut manifests = Vec::with_capacity(providers.len());
         let mut declarations = Vec::with_capacity(providers.len());
         let mut prompt_declarations = Vec::with_capacity(providers.len());
@@ -228,12 +247,68 @@ impl ToolSet {
             lookup.insert(pname, by_safe);
         }
         Ok(ToolSet(Arc::new(Inner {
+            providers: given,
+            restricted,
+            views: std::sync::Mutex::new(HashMap::new()),
+            has_policies,
             manifests,
             declarations: declarations.join("\n\n"),
             prompt_declarations: prompt_declarations.join("\n\n"),
             lookup,
             names,
         })))
+    }
+
+    /// The tools `principal` may call: the others are left out of the manifests, the
+    /// declarations and every listing, and a call of one is refused as "permission denied",
+    /// as a call of a tool that does not exist is. The same set when nothing is hidden;
+    /// views are built once and kept.
+    pub fn visible_to(&self, principal: &Principal) -> ToolSet {
+        let keep: Vec<bool> = self
+            .0
+            .providers
+            .iter()
+            .flat_map(|p| p.tools())
+            .map(|t| principal.may_call(t.policy()))
+            .collect();
+        if keep.iter().all(|&k| k) {
+            return self.clone();
+        }
+        let mut views = self
+            .0
+            .views
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(view) = views.get(&keep) {
+            return view.clone();
+        }
+        let mut kept = keep.iter();
+        let providers: Vec<Provider> = self
+            .0
+            .providers
+            .iter()
+            .filter_map(|provider| {
+                let mut visible = Provider::new(provider.name());
+                if let Some(description) = provider.get_description() {
+                    visible = visible.description(description);
+                }
+                for tool in provider.tools() {
+                    if *kept.next().expect("one flag per tool") {
+                        visible = visible.tool(tool.clone());
+                    }
+                }
+                (!visible.tools().is_empty()).then_some(visible)
+            })
+            .collect();
+        // The providers were accepted once; a subset of them is accepted again.
+        let view = Self::build(providers, true).unwrap_or_else(|_| ToolSet::empty());
+        views.insert(keep, view.clone());
+        view
+    }
+
+    /// Whether some tool declares permissions, a rate limit or approval.
+    pub(crate) fn has_policies(&self) -> bool {
+        self.0.has_policies
     }
 
     /// A set without providers.
@@ -277,13 +352,33 @@ impl ToolSet {
     /// Never panics (a panicking handler becomes `tool_error`) and always returns exactly
     /// one [`ToolResult`] for `call.call_id`, promptly once `ctx.cancel` fires.
     pub async fn dispatch(&self, call: &ToolCall, ctx: ToolContext) -> ToolResult {
+        match self.dispatch_guarded(call, ctx, None).await {
+            Ok(result) => result,
+            Err(_) => unreachable!("no guard, no audit"),
+        }
+    }
+
+    /// [`ToolSet::dispatch`] under `guard`: its checks (permission, rate limit, approval) run
+    /// after the lookup and before input validation, and the call is audited before the
+    /// result is returned. `Err` when the audit log cannot be written: the execution must
+    /// end, failed closed.
+    pub(crate) async fn dispatch_guarded(
+        &self,
+        call: &ToolCall,
+        ctx: ToolContext,
+        guard: Option<&ExecutionGuard>,
+    ) -> Result<ToolResult, PolicyError> {
         let started = Instant::now();
-        let outcome = self.run(call, ctx).await.map_err(|e| {
-            named(
-                &format!("{}.{}", call.provider_name, call.safe_tool_name),
-                e,
-            )
-        });
+        let mut audit_failure = None;
+        let outcome = self
+            .run(call, ctx, guard, &mut audit_failure)
+            .await
+            .map_err(|e| {
+                named(
+                    &format!("{}.{}", call.provider_name, call.safe_tool_name),
+                    e,
+                )
+            });
         match &outcome {
             Ok(_) => tracing::debug!(
                 call_id = %call.call_id,
@@ -300,13 +395,22 @@ impl ToolSet {
                 "tool call failed"
             ),
         }
-        ToolResult {
+        if let Some(error) = audit_failure {
+            return Err(error);
+        }
+        Ok(ToolResult {
             call_id: call.call_id.clone(),
             outcome: outcome.map(Some).map_err(ErrorBody::from),
-        }
+        })
     }
 
-    async fn run(&self, call: &ToolCall, ctx: ToolContext) -> Result<Box<RawValue>, ToolError> {
+    async fn run(
+        &self,
+        call: &ToolCall,
+        ctx: ToolContext,
+        guard: Option<&ExecutionGuard>,
+        audit_failure: &mut Option<PolicyError>,
+    ) -> Result<Box<RawValue>, ToolError> {
         let tool = self
             .0
             .lookup
@@ -326,6 +430,33 @@ impl ToolSet {
                 }
             })?,
         };
+        let Some(guard) = guard else {
+            return self.run_admitted(call, ctx, &tool, input).await;
+        };
+        let label = tool.label();
+        let admitted = match guard.admit(&label, tool.tool.policy(), &input).await {
+            Ok(admitted) => admitted,
+            Err(GuardError::Refused(error)) => return Err(error),
+            Err(GuardError::Audit(error)) => {
+                *audit_failure = Some(error);
+                return Err(ToolError::tool("the audit log cannot be written"));
+            }
+        };
+        let result = self.run_admitted(call, ctx, &tool, input).await;
+        if let Err(error) = admitted.finish(result.as_ref().map(|_| ())) {
+            *audit_failure = Some(error);
+        }
+        result
+    }
+
+    /// A call past the policy's checks: input validation, the handler, output checks.
+    async fn run_admitted(
+        &self,
+        call: &ToolCall,
+        ctx: ToolContext,
+        tool: &Arc<ResolvedTool>,
+        input: Value,
+    ) -> Result<Box<RawValue>, ToolError> {
         if let Some(schema) = &tool.input {
             if let Err(message) = validate(schema, &input, "input") {
                 drop_value(input);
@@ -385,8 +516,12 @@ impl ToolSet {
         })
     }
 
-    /// The error of a call to a tool that does not exist, listing what does.
+    /// The error of a call to a tool that does not exist, listing what does; for a
+    /// restricted view, "permission denied", whether the tool exists or not.
     fn unknown_tool(&self, provider: &str) -> ToolError {
+        if self.0.restricted {
+            return ToolError::tool("permission denied");
+        }
         match self.0.names.get(provider) {
             Some(tools) if tools.is_empty() => {
                 ToolError::tool(format!("no such tool; provider {provider} has no tools"))

@@ -98,6 +98,17 @@ impl Diagnostics {
     }
 }
 
+/// Who runs the program and under which policy (see the README's policy file).
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// The policy file (YAML): who holds which permissions, rate-limit state, audit log.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Run as this principal of the policy file; the tools it may not call do not exist.
+    #[arg(long, value_name = "NAME", requires = "policy")]
+    pub principal: Option<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The tools file (YAML).
@@ -116,6 +127,8 @@ pub struct TypesArgs {
     /// the error shape and the limits; the declarations then carry each tool's error codes.
     #[arg(long)]
     pub prompt: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// With --prompt: the wall-clock limit to state, in milliseconds (as `run --timeout-ms`).
     #[arg(long, value_name = "MS", default_value_t = RuntimeOptions::DEFAULT_TIMEOUT_MS, requires = "prompt")]
     pub timeout_ms: u64,
@@ -163,6 +176,18 @@ pub struct RunArgs {
     /// Print the whole `done` envelope as JSON on stdout, whatever the outcome.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// Keep rate-limit counters in this SQLite file, shared with every process using it
+    /// (overrides the policy file's `state`); without either, counters last one run.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Approve every call of a tool that requires approval, without asking.
+    #[arg(long)]
+    pub approve_all: bool,
     #[command(flatten)]
     pub diagnostics: Diagnostics,
 }

@@ -60,7 +60,10 @@ fn report(error: &anyhow::Error) -> String {
 }
 
 fn types(args: &TypesArgs) -> anyhow::Result<ExitCode> {
-    let set = run::load_tools(Some(&args.tools))?;
+    let mut set = run::load_tools(Some(&args.tools))?;
+    if let Some((_, principal)) = run::load_policy(&args.policy)? {
+        set = set.visible_to(&principal);
+    }
     let text = if args.prompt {
         let options = RuntimeOptions {
             timeout_ms: args.timeout_ms,

@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use execbox_host::{
-    CancellationToken, CommandTool, ExecuteRequest, ExecuteResult, Executor, ProcessExecutor,
-    RunnerCommand, RuntimeOptions, SessionTimings, ToolSet, ToolsFile, WsExecutor,
+    ApproveAll, Approver, AuditLog, CancellationToken, CommandTool, ExecuteRequest, ExecuteResult,
+    Executor, Policy, Principal, ProcessExecutor, RateLimits, RunnerCommand, RuntimeOptions,
+    SessionTimings, TerminalApprover, ToolSet, ToolsFile, WsExecutor,
 };
 
-use crate::args::RunArgs;
+use crate::args::{PolicyArgs, RunArgs};
 
 /// Exit status after Ctrl-C (128 + SIGINT).
 const EXIT_INTERRUPTED: u8 = 130;
@@ -26,6 +27,18 @@ pub fn load_tools(path: Option<&PathBuf>) -> anyhow::Result<ToolSet> {
     };
     let providers = ToolsFile::load_checked(path)?;
     ToolSet::new(providers).with_context(|| format!("invalid tools in {}", path.display()))
+}
+
+/// The policy file and the principal it resolves, or neither.
+pub fn load_policy(args: &PolicyArgs) -> anyhow::Result<Option<(Policy, Principal)>> {
+    let Some(path) = &args.policy else {
+        return Ok(None);
+    };
+    let policy = Policy::load(path)?;
+    let principal = policy
+        .principal(args.principal.as_deref())
+        .with_context(|| format!("--principal (policy {})", path.display()))?;
+    Ok(Some((policy, principal)))
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -50,6 +63,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         max_concurrent_tool_calls: args.max_concurrent_tool_calls as usize,
         ..SessionTimings::default()
     };
+    let mut request = ExecuteRequest::new(code).tools(&tools).options(options);
+    let policy = load_policy(&args.policy)?;
+    if let Some((_, principal)) = &policy {
+        request = request.principal(principal.clone());
+    }
+    let policy = policy.map(|(policy, _)| policy);
+    let state = args
+        .state
+        .clone()
+        .or_else(|| policy.as_ref().and_then(|p| p.state_file().map(Into::into)));
+    if let Some(state) = state {
+        request = request.rate_limits(Arc::new(RateLimits::open(&state)?));
+    }
+    let audit = args
+        .audit_log
+        .clone()
+        .or_else(|| policy.as_ref().and_then(|p| p.audit_file().map(Into::into)));
+    if let Some(audit) = audit {
+        let include_input = policy.as_ref().is_some_and(Policy::audit_includes_input);
+        request = request.audit_log(Arc::new(AuditLog::open(&audit, include_input)?));
+    }
+    let approver: Arc<dyn Approver> = if args.approve_all {
+        Arc::new(ApproveAll)
+    } else {
+        Arc::new(TerminalApprover::new())
+    };
     let executor = executor(&args, timings)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -57,10 +96,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     let cancel = CancellationToken::new();
-    let request = ExecuteRequest::new(code)
-        .tools(&tools)
-        .options(options)
-        .cancel_on(cancel.clone());
+    let request = request.approver(approver).cancel_on(cancel.clone());
     let stopped_by = Arc::new(AtomicU8::new(0));
     let result = runtime.block_on(async {
         tokio::spawn(watch_signals(cancel, stopped_by.clone()));
