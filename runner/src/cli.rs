@@ -149,7 +149,7 @@ pub fn run(
         Sandbox::Enforce
     };
     match &args.listen {
-        None => crate::stdio::serve(limits, sandbox),
+        None => Ok(crate::stdio::serve(limits, sandbox)?),
         Some(addr) => {
             let child =
                 child().map_err(|e| anyhow::anyhow!("cannot locate the runner program: {e}"))?;
@@ -195,7 +195,7 @@ pub fn init_tracing(format: LogFormat) {
 }
 
 /// A duration flag: `500ms`, `30s`, `2m`, or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(at) => text.split_at(at),
@@ -203,15 +203,27 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     };
     let n: u64 = number
         .parse()
-        .map_err(|_| format!("expected a duration like 30s, 500ms or 2m, got {text:?}"))?;
+        .map_err(|_| DurationError::NotADuration(text.to_owned()))?;
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        _ => Err(format!(
-            "unknown unit {unit:?} in {text:?}: use ms, s or m (e.g. 30s, 500ms, 2m)"
-        )),
+        _ => Err(DurationError::UnknownUnit {
+            unit: unit.to_owned(),
+            text: text.to_owned(),
+        }),
     }
+}
+
+/// Why a duration flag does not parse.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+enum DurationError {
+    /// No leading number.
+    #[error("expected a duration like 30s, 500ms or 2m, got {0:?}")]
+    NotADuration(String),
+    /// A number with a unit other than `ms`, `s` or `m`.
+    #[error("unknown unit {unit:?} in {text:?}: use ms, s or m (e.g. 30s, 500ms, 2m)")]
+    UnknownUnit { unit: String, text: String },
 }
 
 #[cfg(test)]
@@ -225,7 +237,10 @@ mod tests {
         assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("2h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("2h")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown unit"));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("").is_err());
     }

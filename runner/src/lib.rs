@@ -60,9 +60,9 @@ mod typescript;
 
 pub use cli::{init_tracing, run, LogFormat, RunnerArgs};
 pub use listen::child::ChildCommand;
-pub use lockdown::Sandbox;
+pub use lockdown::{LockdownError, Sandbox};
 pub use session::{
     Inbound, Outbound, Sent, Session, SessionBuilder, SessionInput, SessionLimits,
     DEFAULT_MAX_PENDING_TOOL_CALLS,
 };
-pub use stdio::{serve as serve_stdio, WATCHDOG_EXIT_CODE};
+pub use stdio::{serve as serve_stdio, StdioError, WATCHDOG_EXIT_CODE};

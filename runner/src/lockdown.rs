@@ -96,6 +96,58 @@ impl Mode {
     }
 }
 
+/// Why the OS lockdown could not be applied. The runner refuses to start without it, unless
+/// told to with `--insecure-no-sandbox` ([`Sandbox::Off`]); each message says so.
+#[derive(Debug, thiserror::Error)]
+pub enum LockdownError {
+    /// There is no lockdown on this system: it exists only on Linux, on x86_64 and aarch64.
+    #[error(
+        "cannot apply the OS lockdown, refusing to start: it exists only on Linux (x86_64, \
+         aarch64) (--insecure-no-sandbox runs without it, at your own risk)"
+    )]
+    Unsupported,
+    /// One of its steps failed.
+    #[error(
+        "cannot apply the OS lockdown, refusing to start: {step}: {cause} \
+         (--insecure-no-sandbox runs without it, at your own risk)"
+    )]
+    Failed {
+        /// What was being done, e.g. `Landlock is unavailable (it needs Linux 5.13+ ...)`.
+        step: String,
+        /// Why it failed: the system's error, with its causes.
+        cause: String,
+    },
+}
+
+impl LockdownError {
+    /// `step` failed because of `cause` (its whole chain of sources is kept in the text).
+    fn failed(step: impl Into<String>, cause: impl std::fmt::Display) -> LockdownError {
+        LockdownError::Failed {
+            step: step.into(),
+            cause: cause.to_string(),
+        }
+    }
+}
+
+/// `?` with the step that failed, for any error.
+trait Step<T> {
+    fn step(self, step: impl Into<String>) -> Result<T, LockdownError>;
+}
+
+impl<T, E: std::error::Error> Step<T> for Result<T, E> {
+    fn step(self, step: impl Into<String>) -> Result<T, LockdownError> {
+        self.map_err(|e| {
+            let mut cause = e.to_string();
+            let mut source = e.source();
+            while let Some(inner) = source {
+                cause.push_str(&format!(": {inner}"));
+                source = inner.source();
+            }
+            LockdownError::failed(step, cause)
+        })
+    }
+}
+
 /// Whether a transport locks the process down before reading guest input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sandbox {
@@ -107,7 +159,7 @@ pub enum Sandbox {
 
 impl Sandbox {
     /// Runs [`begin`] for `mode` when enforcing; `None` when off.
-    pub(crate) fn begin(self, mode: Mode) -> anyhow::Result<Option<Pending>> {
+    pub(crate) fn begin(self, mode: Mode) -> Result<Option<Pending>, LockdownError> {
         match self {
             Sandbox::Enforce => begin(mode).map(Some),
             Sandbox::Off => Ok(None),
@@ -119,7 +171,7 @@ impl Sandbox {
         self,
         max_sessions: usize,
         child_program: &std::path::Path,
-    ) -> anyhow::Result<Option<Pending>> {
+    ) -> Result<Option<Pending>, LockdownError> {
         match self {
             Sandbox::Enforce => begin_supervisor(max_sessions, child_program).map(Some),
             Sandbox::Off => Ok(None),
@@ -136,8 +188,8 @@ pub(crate) struct Pending {
 
 impl Pending {
     /// Sets the rlimits and installs the seccomp allowlist on every thread of the process.
-    pub(crate) fn finish(self) -> anyhow::Result<()> {
-        imp::finish(self.mode).map_err(|e| refusal(&e))?;
+    pub(crate) fn finish(self) -> Result<(), LockdownError> {
+        imp::finish(self.mode)?;
         tracing::debug!(mode = ?self.mode, "OS lockdown complete");
         Ok(())
     }
@@ -146,12 +198,15 @@ impl Pending {
 /// Drops every capability and applies the Landlock step on the calling thread. Call it before
 /// the process has any other thread: threads that already exist keep their capabilities and
 /// are not restricted by Landlock.
-pub(crate) fn begin(mode: Mode) -> anyhow::Result<Pending> {
-    imp::drop_capabilities().map_err(|e| refusal(&e))?;
+pub(crate) fn begin(mode: Mode) -> Result<Pending, LockdownError> {
+    imp::drop_capabilities()?;
     if let Mode::Supervisor { .. } = mode {
-        anyhow::bail!("the supervisor's lockdown starts with `begin_supervisor`");
+        return Err(LockdownError::failed(
+            "Landlock",
+            "the supervisor's lockdown starts with `begin_supervisor`",
+        ));
     }
-    imp::landlock().map_err(|e| refusal(&e))?;
+    imp::landlock()?;
     Ok(Pending { mode })
 }
 
@@ -167,24 +222,17 @@ pub(crate) fn close_inherited_fds() {
 pub(crate) fn begin_supervisor(
     max_sessions: usize,
     child_program: &std::path::Path,
-) -> anyhow::Result<Pending> {
-    imp::drop_capabilities().map_err(|e| refusal(&e))?;
-    imp::landlock_supervisor(child_program).map_err(|e| refusal(&e))?;
+) -> Result<Pending, LockdownError> {
+    imp::drop_capabilities()?;
+    imp::landlock_supervisor(child_program)?;
     Ok(Pending {
         mode: Mode::Supervisor { max_sessions },
     })
 }
 
 /// Both steps at once, for a process that has only the calling thread.
-pub(crate) fn lock_down(mode: Mode) -> anyhow::Result<()> {
+pub(crate) fn lock_down(mode: Mode) -> Result<(), LockdownError> {
     begin(mode)?.finish()
-}
-
-fn refusal(cause: &anyhow::Error) -> anyhow::Error {
-    anyhow::anyhow!(
-        "cannot apply the OS lockdown, refusing to start: {cause:#} \
-         (--insecure-no-sandbox runs without it, at your own risk)"
-    )
 }
 
 /// An action tried by the hidden `--lockdown-probe` flag, so tests can check the lockdown from
@@ -303,36 +351,59 @@ pub(crate) fn probe(name: &str) -> i32 {
 mod imp {
     use std::collections::BTreeMap;
 
-    use anyhow::Context as _;
     use landlock::{
         path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus,
-        Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+        RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
+        Scope, ABI,
     };
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
         SeccompRule, TargetArch,
     };
 
-    use super::Mode;
+    use super::{LockdownError, Mode, Step as _};
 
     /// The newest Landlock ABI the `landlock` crate knows; the kernel's may be older.
     const NEWEST_ABI: ABI = ABI::V9;
 
-    pub(super) fn landlock() -> anyhow::Result<()> {
-        let status = Ruleset::default()
+    /// What a missing Landlock (or one without the rights of ABI 1) fails with.
+    const LANDLOCK_MISSING: &str =
+        "Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)";
+
+    /// A ruleset that handles every filesystem right (those of ABI 1 are a hard requirement,
+    /// newer ones are dropped on older kernels), TCP bind and connect, and the scopes.
+    fn ruleset() -> Result<RulesetCreated, LockdownError> {
+        let ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
             .handle_access(AccessFs::from_all(ABI::V1))
-            .context("Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)")?
-            .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(AccessFs::from_all(NEWEST_ABI))?
-            .handle_access(AccessNet::from_all(NEWEST_ABI))?
-            .scope(Scope::from_all(NEWEST_ABI))?
-            .create()?
-            .restrict_self()
-            .context("cannot restrict the runner with Landlock")?;
+            .step(LANDLOCK_MISSING)?;
+        let handled = || {
+            ruleset
+                .set_compatibility(CompatLevel::BestEffort)
+                .handle_access(AccessFs::from_all(NEWEST_ABI))?
+                .handle_access(AccessNet::from_all(NEWEST_ABI))?
+                .scope(Scope::from_all(NEWEST_ABI))?
+                .create()
+        };
+        handled().step("cannot build the Landlock ruleset")
+    }
+
+    /// Fails unless Landlock is enforced and `no_new_privs` set.
+    fn enforced(status: &RestrictionStatus) -> Result<(), LockdownError> {
         if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
-            anyhow::bail!("Landlock is not enforced ({status:?})");
+            return Err(LockdownError::failed(
+                "Landlock",
+                format!("it is not enforced ({status:?})"),
+            ));
         }
+        Ok(())
+    }
+
+    pub(super) fn landlock() -> Result<(), LockdownError> {
+        let status = ruleset()?
+            .restrict_self()
+            .step("cannot restrict the runner with Landlock")?;
+        enforced(&status)?;
         if let LandlockStatus::Available { effective_abi, .. } = status.landlock {
             tracing::debug!(abi = ?effective_abi, ruleset = ?status.ruleset, "Landlock enforced");
         }
@@ -341,47 +412,44 @@ mod imp {
 
     /// Like [`landlock`], with read and execute granted on the child program and the library
     /// directories (those that exist).
-    pub(super) fn landlock_supervisor(child_program: &std::path::Path) -> anyhow::Result<()> {
+    pub(super) fn landlock_supervisor(
+        child_program: &std::path::Path,
+    ) -> Result<(), LockdownError> {
         let program = child_program
             .canonicalize()
-            .with_context(|| format!("cannot resolve {}", child_program.display()))?;
+            .step(format!("cannot resolve {}", child_program.display()))?;
         let read_exec = AccessFs::Execute | AccessFs::ReadFile;
-        let status = Ruleset::default()
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(AccessFs::from_all(ABI::V1))
-            .context("Landlock is unavailable (it needs Linux 5.13+ with Landlock enabled)")?
-            .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(AccessFs::from_all(NEWEST_ABI))?
-            .handle_access(AccessNet::from_all(NEWEST_ABI))?
-            .scope(Scope::from_all(NEWEST_ABI))?
-            .create()?
-            .add_rules(path_beneath_rules([program.as_path()], read_exec))?
-            .add_rules(path_beneath_rules(
-                super::SUPERVISOR_LIBRARY_DIRS,
-                read_exec,
-            ))?
-            // `/proc/PID/status` of itself and its runner processes, for /metrics' memory
-            // figure: reading files only, no directory listing, nothing executed.
-            .add_rules(path_beneath_rules(["/proc"], AccessFs::ReadFile))?
-            .restrict_self()
-            .context("cannot restrict the supervisor with Landlock")?;
-        if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
-            anyhow::bail!("Landlock is not enforced ({status:?})");
-        }
-        Ok(())
+        let ruleset = ruleset()?;
+        let restricted = || {
+            ruleset
+                .add_rules(path_beneath_rules([program.as_path()], read_exec))?
+                .add_rules(path_beneath_rules(
+                    super::SUPERVISOR_LIBRARY_DIRS,
+                    read_exec,
+                ))?
+                // `/proc/PID/status` of itself and its runner processes, for /metrics' memory
+                // figure: reading files only, no directory listing, nothing executed.
+                .add_rules(path_beneath_rules(["/proc"], AccessFs::ReadFile))?
+                .restrict_self()
+        };
+        let status = restricted().step("cannot restrict the supervisor with Landlock")?;
+        enforced(&status)
     }
 
-    pub(super) fn finish(mode: Mode) -> anyhow::Result<()> {
-        set_rlimit(libc::RLIMIT_CORE, 0).context("cannot set RLIMIT_CORE")?;
-        set_rlimit(libc::RLIMIT_NOFILE, mode.max_open_files())
-            .context("cannot set RLIMIT_NOFILE")?;
-        if let Mode::Supervisor { .. } = mode {
-            return supervisor_seccomp();
-        }
+    pub(super) fn finish(mode: Mode) -> Result<(), LockdownError> {
+        set_rlimit(libc::RLIMIT_CORE, 0).step("cannot set RLIMIT_CORE")?;
+        set_rlimit(libc::RLIMIT_NOFILE, mode.max_open_files()).step("cannot set RLIMIT_NOFILE")?;
         if mode == Mode::Stdio {
             // NPROC counts threads too (of the whole user, and not for root); only stdio mode,
             // whose threads all exist by now, can afford it. WebSocket mode relies on seccomp.
-            set_rlimit(libc::RLIMIT_NPROC, 0).context("cannot set RLIMIT_NPROC")?;
+            set_rlimit(libc::RLIMIT_NPROC, 0).step("cannot set RLIMIT_NPROC")?;
+        }
+        seccomp(mode).step("cannot install the seccomp filter")
+    }
+
+    fn seccomp(mode: Mode) -> Result<(), seccompiler::Error> {
+        if let Mode::Supervisor { .. } = mode {
+            return supervisor_seccomp();
         }
         let arch = TargetArch::try_from(std::env::consts::ARCH)?;
         // Filters stack: for each syscall the kernel takes the strictest verdict of all of them,
@@ -399,8 +467,7 @@ mod imp {
         ];
         for filter in filters {
             let program: BpfProgram = filter.try_into()?;
-            seccompiler::apply_filter_all_threads(&program)
-                .context("cannot install the seccomp filter")?;
+            seccompiler::apply_filter_all_threads(&program)?;
         }
         Ok(())
     }
@@ -409,7 +476,7 @@ mod imp {
     /// then stacks on it). No errno filter for `open`: the session processes' loader needs it
     /// (Landlock confines it to the program and the libraries). Anything not allowed fails
     /// with EPERM rather than killing the process, which serves every session.
-    fn supervisor_seccomp() -> anyhow::Result<()> {
+    fn supervisor_seccomp() -> Result<(), seccompiler::Error> {
         let arch = TargetArch::try_from(std::env::consts::ARCH)?;
         let filters = [
             only(&[libc::SYS_clone3], libc::ENOSYS, arch)?,
@@ -422,8 +489,7 @@ mod imp {
         ];
         for filter in filters {
             let program: BpfProgram = filter.try_into()?;
-            seccompiler::apply_filter_all_threads(&program)
-                .context("cannot install the seccomp filter")?;
+            seccompiler::apply_filter_all_threads(&program)?;
         }
         Ok(())
     }
@@ -491,7 +557,7 @@ mod imp {
         libc::SYS_seccomp,
     ];
 
-    fn supervisor_allowlist() -> anyhow::Result<BTreeMap<i64, Vec<SeccompRule>>> {
+    fn supervisor_allowlist() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BOTH
             .iter()
             .chain(SUPERVISOR)
@@ -619,7 +685,7 @@ mod imp {
         libc::SYS_epoll_pwait,
     ];
 
-    fn allowlist(mode: Mode) -> anyhow::Result<BTreeMap<i64, Vec<SeccompRule>>> {
+    fn allowlist(mode: Mode) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
             BOTH.iter().map(|&nr| (nr, Vec::new())).collect();
         if let Mode::WebSocket { .. } = mode {
@@ -646,13 +712,17 @@ mod imp {
         Ok(rules)
     }
 
-    fn rule(arg: u8, op: SeccompCmpOp, value: u64) -> anyhow::Result<SeccompRule> {
+    fn rule(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, seccompiler::Error> {
         let condition = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)?;
         Ok(SeccompRule::new(vec![condition])?)
     }
 
     /// A filter that fails `syscalls` with `errno` and lets everything else through.
-    fn only(syscalls: &[i64], errno: i32, arch: TargetArch) -> anyhow::Result<SeccompFilter> {
+    fn only(
+        syscalls: &[i64],
+        errno: i32,
+        arch: TargetArch,
+    ) -> Result<SeccompFilter, seccompiler::Error> {
         let rules = syscalls.iter().map(|&nr| (nr, Vec::new())).collect();
         Ok(SeccompFilter::new(
             rules,
@@ -701,7 +771,7 @@ mod imp {
     }
     const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-    pub(super) fn drop_capabilities() -> anyhow::Result<()> {
+    pub(super) fn drop_capabilities() -> Result<(), LockdownError> {
         let mut header = CapHeader {
             version: CAPABILITY_VERSION_3,
             pid: 0,
@@ -711,7 +781,7 @@ mod imp {
         #[allow(unsafe_code)]
         let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
         if got != 0 {
-            return Err(std::io::Error::last_os_error()).context("cannot read capabilities");
+            return Err(std::io::Error::last_os_error()).step("cannot read capabilities");
         }
         let held = data
             .iter()
@@ -751,7 +821,7 @@ mod imp {
             #[allow(unsafe_code)]
             let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, none.as_ptr()) };
             if set != 0 {
-                return Err(std::io::Error::last_os_error()).context("cannot drop capabilities");
+                return Err(std::io::Error::last_os_error()).step("cannot drop capabilities");
             }
         }
         Ok(())
@@ -867,20 +937,22 @@ mod imp {
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
 mod imp {
-    use super::Mode;
+    use super::{LockdownError, Mode};
 
     const UNSUPPORTED: &str = "the OS lockdown exists only on Linux (x86_64, aarch64)";
 
-    pub(super) fn landlock() -> anyhow::Result<()> {
-        anyhow::bail!(UNSUPPORTED)
+    pub(super) fn landlock() -> Result<(), LockdownError> {
+        Err(LockdownError::Unsupported)
     }
 
-    pub(super) fn landlock_supervisor(_child_program: &std::path::Path) -> anyhow::Result<()> {
-        anyhow::bail!(UNSUPPORTED)
+    pub(super) fn landlock_supervisor(
+        _child_program: &std::path::Path,
+    ) -> Result<(), LockdownError> {
+        Err(LockdownError::Unsupported)
     }
 
-    pub(super) fn finish(_mode: Mode) -> anyhow::Result<()> {
-        anyhow::bail!(UNSUPPORTED)
+    pub(super) fn finish(_mode: Mode) -> Result<(), LockdownError> {
+        Err(LockdownError::Unsupported)
     }
 
     pub(super) fn fork_and_exit_child() -> std::io::Result<()> {
@@ -891,8 +963,8 @@ mod imp {
         Err(std::io::Error::other(UNSUPPORTED))
     }
 
-    pub(super) fn drop_capabilities() -> anyhow::Result<()> {
-        anyhow::bail!(UNSUPPORTED)
+    pub(super) fn drop_capabilities() -> Result<(), LockdownError> {
+        Err(LockdownError::Unsupported)
     }
 
     pub(super) fn close_inherited_fds() {}

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use execbox_protocol::{LineFramer, Message};
 
-use crate::lockdown::{Mode, Sandbox};
+use crate::lockdown::{LockdownError, Mode, Sandbox};
 use crate::session::{Inbound, Outbound, Sent, Session, SessionInput, SessionLimits};
 
 /// Writes each message as one line to stdout, flushed at once. Nothing else ever writes there.
@@ -40,7 +40,7 @@ pub const WATCHDOG_EXIT_CODE: i32 = 3;
 /// are spawned, then the rlimits and seccomp reach all of them; only then is the reader let go
 /// to read stdin. So no thread need be created under the lockdown, and stdio's allowlist has
 /// no `clone`.
-pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> anyhow::Result<()> {
+pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> Result<(), StdioError> {
     if sandbox == Sandbox::Enforce {
         crate::lockdown::close_inherited_fds();
     }
@@ -53,7 +53,8 @@ pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> anyhow::Result<()> {
     let session = Session::builder()
         .limits(limits)
         .watchdog(|| std::process::exit(WATCHDOG_EXIT_CODE))
-        .start(out)?;
+        .start(out)
+        .map_err(StdioError::Spawn)?;
     let (go, gate) = mpsc::channel::<()>();
     let input = session.input();
     std::thread::Builder::new()
@@ -62,15 +63,28 @@ pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> anyhow::Result<()> {
             if gate.recv().is_ok() {
                 read_stdin(limits, &input);
             }
-        })?;
+        })
+        .map_err(StdioError::Spawn)?;
     if let Some(lockdown) = lockdown {
         lockdown.finish()?;
     }
-    go.send(())?;
-    session
-        .join()
-        .map_err(|_| anyhow::anyhow!("the engine thread panicked"))?;
-    Ok(())
+    // The reader is alive (it waits on the gate) until it has been let go.
+    let _ = go.send(());
+    session.join().map_err(|_| StdioError::EnginePanicked)
+}
+
+/// Why a stdio session could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum StdioError {
+    /// The OS lockdown could not be applied; nothing was read.
+    #[error(transparent)]
+    Lockdown(#[from] LockdownError),
+    /// A thread of the session (engine, watchdog, stdin reader) could not be started.
+    #[error("cannot start the session's threads")]
+    Spawn(#[source] io::Error),
+    /// The engine thread panicked: a bug in the runner.
+    #[error("the engine thread panicked")]
+    EnginePanicked,
 }
 
 fn read_stdin(limits: SessionLimits, input: &SessionInput) {

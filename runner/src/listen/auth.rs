@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use anyhow::Context as _;
 use subtle::ConstantTimeEq;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{header, HeaderValue, StatusCode};
@@ -18,11 +17,13 @@ pub(crate) const BEARER_SUBPROTOCOL_PREFIX: &str = "execbox.bearer.";
 
 /// Reads the bearer token: from `file` if given (one trailing newline trimmed), otherwise from
 /// [`TOKEN_ENV`]; `None` when neither is set. An empty token is an error, never "no auth".
-pub fn load_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
+pub fn load_token(file: Option<&Path>) -> Result<Option<String>, TokenError> {
     let (token, source) = match file {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the token file {}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|source| TokenError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
             let text = text.strip_suffix('\n').unwrap_or(&text);
             let text = text.strip_suffix('\r').unwrap_or(text);
             (text.to_owned(), format!("token file {}", path.display()))
@@ -30,13 +31,35 @@ pub fn load_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
         None => match std::env::var(TOKEN_ENV) {
             Ok(token) => (token, TOKEN_ENV.to_owned()),
             Err(std::env::VarError::NotPresent) => return Ok(None),
-            Err(e) => anyhow::bail!("{TOKEN_ENV}: {e}"),
+            Err(std::env::VarError::NotUnicode(_)) => return Err(TokenError::NotUnicode),
         },
     };
     if token.is_empty() {
-        anyhow::bail!("the bearer token from {source} is empty");
+        return Err(TokenError::Empty { origin: source });
     }
     Ok(Some(token))
+}
+
+/// Why [`load_token`] found no usable token.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The token file could not be read.
+    #[error("cannot read the token file {}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `EXECBOX_TOKEN` is set but is not valid Unicode.
+    #[error("EXECBOX_TOKEN: environment variable was not valid unicode")]
+    NotUnicode,
+    /// The token is empty: never taken as "no token".
+    #[error("the bearer token from {origin} is empty")]
+    Empty {
+        /// Where it came from: the token file or `EXECBOX_TOKEN`.
+        origin: String,
+    },
 }
 
 /// The access policy of a listening runner.

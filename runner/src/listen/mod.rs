@@ -41,8 +41,8 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 
-pub use auth::load_token;
 pub(crate) use auth::Auth;
+pub use auth::{load_token, TokenError};
 pub(crate) use child::ChildCommand;
 
 use crate::lockdown::Sandbox;
