@@ -46,9 +46,11 @@
 //! assert!(sent[1].ends_with(r#""result":"answer: 42"}"#), "{}", sent[1]);
 //! ```
 
+#[cfg(feature = "cli")]
 mod cli;
 mod control;
 mod engine;
+#[cfg(feature = "cli")]
 pub mod listen;
 mod location;
 mod lockdown;
@@ -58,7 +60,9 @@ mod session;
 mod stdio;
 mod typescript;
 
+#[cfg(feature = "cli")]
 pub use cli::{init_tracing, run, LogFormat, RunnerArgs};
+#[cfg(feature = "cli")]
 pub use listen::child::ChildCommand;
 pub use lockdown::{LockdownError, Sandbox};
 pub use session::{

@@ -46,6 +46,10 @@
 //! and its connections), and systems other than Linux on x86_64 or aarch64, where it cannot be
 //! applied and the runner refuses to start unless given `--insecure-no-sandbox`.
 
+// Without the `cli` feature only stdio mode is used (by `serve_stdio`); the supervisor's mode
+// and the probes stay compiled and unit-tested all the same.
+#![cfg_attr(not(feature = "cli"), allow(dead_code))]
+
 /// Which transport is being locked down; each has its own allowlist and file limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {

@@ -11,6 +11,7 @@
 pub(crate) enum StripError {
     /// TypeScript that needs code generated for it, which strip-only mode refuses; the
     /// message names the construct.
+    #[cfg_attr(not(feature = "typescript"), allow(dead_code))]
     Unsupported {
         /// What is not supported, in swc's words, e.g. `TypeScript enum is not supported`.
         what: String,
@@ -45,6 +46,7 @@ const PREFIX: &str = "async function __execbox_body__() {";
 /// nested far deeper would overflow the engine thread's stack (an abort, not an error). Real
 /// programs stay far below it; a deeper one is left to the JavaScript parser, which refuses it
 /// with an error.
+#[cfg(feature = "typescript")]
 const MAX_NESTING: usize = 1_000;
 
 /// The largest program the stripper is given. swc's recursion has no stack check: measured on
@@ -56,6 +58,7 @@ pub(crate) const MAX_TYPESCRIPT_BYTES: usize = 100_000;
 /// A bound of how deep `code` nests: brackets, braces and parentheses, plus angle brackets
 /// (which may open type arguments), counted without regard to strings or comments, so that it
 /// never underestimates.
+#[cfg(feature = "typescript")]
 fn nesting_bound(code: &str) -> usize {
     let (mut depth, mut angles, mut deepest) = (0usize, 0usize, 0usize);
     for byte in code.bytes() {
