@@ -451,51 +451,58 @@ mod imp {
         seccomp(mode).step("cannot install the seccomp filter")
     }
 
+    /// Installs `mode`'s filters on every thread (TSYNC).
     fn seccomp(mode: Mode) -> Result<(), seccompiler::Error> {
-        if let Mode::Supervisor { .. } = mode {
-            return supervisor_seccomp();
-        }
         let arch = TargetArch::try_from(std::env::consts::ARCH)?;
-        // Filters stack: for each syscall the kernel takes the strictest verdict of all of them,
-        // so an errno filter turns a syscall the allowlist lets through into that error. The
-        // allowlist goes last: it forbids installing filters.
-        let filters = [
-            only(&[libc::SYS_clone3], libc::ENOSYS, arch)?,
-            only(OPEN, libc::EACCES, arch)?,
-            SeccompFilter::new(
-                allowlist(mode)?,
-                SeccompAction::KillProcess,
-                SeccompAction::Allow,
-                arch,
-            )?,
-        ];
-        for filter in filters {
+        for filter in filters(mode, arch)? {
             let program: BpfProgram = filter.try_into()?;
             seccompiler::apply_filter_all_threads(&program)?;
         }
         Ok(())
     }
 
-    /// The supervisor's filter, inherited by every session process it starts (whose own filter
-    /// then stacks on it). No errno filter for `open`: the session processes' loader needs it
-    /// (Landlock confines it to the program and the libraries). Anything not allowed fails
-    /// with EPERM rather than killing the process, which serves every session.
-    fn supervisor_seccomp() -> Result<(), seccompiler::Error> {
-        let arch = TargetArch::try_from(std::env::consts::ARCH)?;
-        let filters = [
-            only(&[libc::SYS_clone3], libc::ENOSYS, arch)?,
-            SeccompFilter::new(
+    /// The seccomp filters of `mode`, in the order they are installed: the syscalls each
+    /// errno filter answers with its error, then the allowlist and what anything outside it
+    /// gets. Filters stack: for each syscall the kernel takes the strictest verdict of all of
+    /// them, so an errno filter turns a syscall the allowlist lets through into that error
+    /// (and never saves one it kills). The allowlist goes last: it forbids installing filters.
+    ///
+    /// - stdio: `open`/`openat` fail with EACCES; anything else outside the allowlist kills
+    ///   the process, `clone3` among them (so it needs no filter of its own).
+    /// - WebSocket (the probes): the same, and `clone3` fails with ENOSYS, so that glibc falls
+    ///   back to `clone`, which the allowlist admits for threads only.
+    /// - The supervisor, inherited by every session process it starts (whose own filters then
+    ///   stack on it): `clone3` fails with ENOSYS; no errno filter for `open`, which the
+    ///   session processes' loader needs (Landlock confines it to the program and the
+    ///   libraries); anything outside the allowlist fails with EPERM rather than killing the
+    ///   process, which serves every session.
+    fn filters(mode: Mode, arch: TargetArch) -> Result<Vec<SeccompFilter>, seccompiler::Error> {
+        const CLONE3: (&[i64], i32) = (&[libc::SYS_clone3], libc::ENOSYS);
+        const OPEN_DENIED: (&[i64], i32) = (OPEN, libc::EACCES);
+        let (errnos, allowed, otherwise): (&[(&[i64], i32)], _, _) = match mode {
+            Mode::Stdio => (&[OPEN_DENIED], allowlist(mode)?, SeccompAction::KillProcess),
+            Mode::WebSocket { .. } => (
+                &[CLONE3, OPEN_DENIED],
+                allowlist(mode)?,
+                SeccompAction::KillProcess,
+            ),
+            Mode::Supervisor { .. } => (
+                &[CLONE3],
                 supervisor_allowlist()?,
                 SeccompAction::Errno(libc::EPERM as u32),
-                SeccompAction::Allow,
-                arch,
-            )?,
-        ];
-        for filter in filters {
-            let program: BpfProgram = filter.try_into()?;
-            seccompiler::apply_filter_all_threads(&program)?;
-        }
-        Ok(())
+            ),
+        };
+        let mut filters = errnos
+            .iter()
+            .map(|&(syscalls, errno)| only(syscalls, errno, arch))
+            .collect::<Result<Vec<_>, _>>()?;
+        filters.push(SeccompFilter::new(
+            allowed,
+            otherwise,
+            SeccompAction::Allow,
+            arch,
+        )?);
+        Ok(filters)
     }
 
     /// What the supervisor does after its lockdown (serve connections; start, signal and reap
@@ -873,7 +880,7 @@ mod imp {
 
     #[cfg(test)]
     mod tests {
-        use super::{allowlist, supervisor_allowlist, Mode};
+        use super::{allowlist, filters, supervisor_allowlist, Mode};
 
         #[test]
         fn supervisor_allowlist_keeps_every_runner_syscall_and_no_new_sockets() {
@@ -905,6 +912,19 @@ mod imp {
                 );
             }
             eprintln!("supervisor allowlist: {} syscalls", supervisor.len());
+        }
+
+        #[test]
+        fn each_mode_stacks_only_the_filters_that_change_a_verdict() {
+            let arch = std::env::consts::ARCH.try_into().unwrap();
+            // Stdio: EACCES for open, then the allowlist (which kills clone3 by itself).
+            assert_eq!(filters(Mode::Stdio, arch).unwrap().len(), 2);
+            // WebSocket: ENOSYS for clone3 too, whose fallback (`clone`) it admits.
+            let ws = Mode::WebSocket { max_sessions: 1 };
+            assert_eq!(filters(ws, arch).unwrap().len(), 3);
+            // The supervisor: ENOSYS for clone3, then its allowlist (EPERM for the rest).
+            let supervisor = Mode::Supervisor { max_sessions: 1 };
+            assert_eq!(filters(supervisor, arch).unwrap().len(), 2);
         }
 
         #[test]
