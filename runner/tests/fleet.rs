@@ -4,149 +4,25 @@
 //! per-session log line in `--log-format json`. Every test spawns the real binary on 127.0.0.1.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use support::{children_of, execute, is_dead, next, recv, send, Listener, Ws, PATIENCE};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message as Frame};
+use tokio_tungstenite::tungstenite::Error as WsError;
 
-const RUNNER: &str = env!("CARGO_BIN_EXE_execbox-runner");
-/// Generous bound on any wait for something that must happen.
-const PATIENCE: Duration = Duration::from_secs(10);
 const TOKEN: &str = "fleet-test-token";
 /// A guest that keeps its CPU busy for one second.
 const ONE_SECOND: &str = "const t = Date.now(); while (Date.now() - t < 1000) {} 'finished'";
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// A listening runner with a bearer token, killed when dropped; its stderr is collected.
-struct Listener {
-    child: Child,
-    url: String,
-    stderr: Arc<Mutex<String>>,
-    _token: tempfile_path::TokenFile,
+/// A listening runner requiring [`TOKEN`].
+fn listener(args: &[&str]) -> Listener {
+    Listener::with_token(TOKEN, args)
 }
-
-mod tempfile_path {
-    //! A token file that is removed when dropped.
-    pub struct TokenFile(pub std::path::PathBuf);
-    impl Drop for TokenFile {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
-
-impl Listener {
-    fn spawn(args: &[&str]) -> Listener {
-        let path = std::env::temp_dir().join(format!(
-            "execbox-fleet-token-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-        ));
-        std::fs::write(&path, TOKEN).unwrap();
-        let mut child = Command::new(RUNNER)
-            .args(["--listen", "127.0.0.1:0", "--token-file"])
-            .arg(&path)
-            .args(args)
-            .env_remove("EXECBOX_TOKEN")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn runner");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let mut pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut url = String::new();
-        stdout.read_line(&mut url).unwrap();
-        assert!(
-            url.starts_with("ws://127.0.0.1:"),
-            "first stdout line {url:?}; stderr: {}",
-            stderr.lock().unwrap()
-        );
-        Listener {
-            child,
-            url: url.trim().to_owned(),
-            stderr,
-            _token: tempfile_path::TokenFile(path),
-        }
-    }
-
-    fn addr(&self) -> String {
-        self.url.trim_start_matches("ws://").to_owned()
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits (bounded) until stderr holds `needle`: it is read on a thread of its own, which
-    /// may still be catching up with the process's exit.
-    async fn wait_stderr(&self, needle: &str) {
-        let until = Instant::now() + PATIENCE;
-        while !self.stderr().contains(needle) {
-            assert!(
-                Instant::now() < until,
-                "no {needle:?} in stderr: {}",
-                self.stderr()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    fn sigterm(&self) {
-        #[allow(unsafe_code)]
-        // SAFETY: kill only sends a signal to our own child.
-        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        assert_eq!(sent, 0);
-    }
-
-    /// Waits (bounded) for the process to exit.
-    fn exit_status(&mut self) -> ExitStatus {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < until,
-                "still running; stderr: {}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// A plain HTTP/1.1 GET: the status and the body.
 fn get(addr: &str, path: &str) -> (u16, String) {
@@ -176,49 +52,6 @@ fn sample(metrics: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn execute(id: &str, code: &str, options: Value) -> Value {
-    json!({"type": "execute", "id": id, "code": code, "options": options,
-           "providers": [{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}]})
-}
-
-fn request(url: &str) -> tokio_tungstenite::tungstenite::handshake::client::Request {
-    let mut request = url.into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    request
-}
-
-async fn connect(url: &str) -> Ws {
-    tokio_tungstenite::connect_async(request(url))
-        .await
-        .unwrap()
-        .0
-}
-
-async fn send(ws: &mut Ws, message: Value) {
-    ws.send(Frame::text(message.to_string())).await.unwrap();
-}
-
-/// The next message, or how the session ended.
-async fn next(ws: &mut Ws) -> Result<Value, Option<(CloseCode, String)>> {
-    loop {
-        match tokio::time::timeout(PATIENCE, ws.next()).await {
-            Ok(Some(Ok(Frame::Text(text)))) => return Ok(serde_json::from_str(&text).unwrap()),
-            Ok(Some(Ok(Frame::Close(frame)))) => {
-                return Err(frame.map(|f| (f.code, f.reason.to_string())))
-            }
-            Ok(Some(Ok(_))) => continue,
-            Ok(Some(Err(_)) | None) => return Err(None),
-            Err(_) => panic!("nothing from the runner within {PATIENCE:?}"),
-        }
-    }
-}
-
-async fn recv(ws: &mut Ws) -> Value {
-    next(ws).await.expect("a message")
-}
-
 /// Runs `code` on `ws` and returns its `done`, answering tool calls with `{echoed: input}`.
 async fn run(ws: &mut Ws, id: &str, code: &str) -> Value {
     send(ws, execute(id, code, json!({"timeoutMs": 5000}))).await;
@@ -239,7 +72,7 @@ async fn run(ws: &mut Ws, id: &str, code: &str) -> Value {
 
 #[tokio::test]
 async fn health_answers_without_a_token_and_readyz_is_503_at_full_slots() {
-    let listener = Listener::spawn(&["--max-sessions", "1"]);
+    let listener = listener(&["--max-sessions", "1"]);
     let addr = listener.addr();
     assert_eq!(get(&addr, "/livez"), (200, "ok\n".into()));
     assert_eq!(get(&addr, "/readyz").0, 200);
@@ -253,7 +86,7 @@ async fn health_answers_without_a_token_and_readyz_is_503_at_full_slots() {
         other => panic!("expected 401, got {other:?}"),
     }
 
-    let mut ws = connect(&listener.url).await;
+    let mut ws = listener.connect().await;
     let done = run(&mut ws, "a", "1 + 1").await;
     assert_eq!(done["result"], 2, "{done}");
     // The one slot is taken: not ready, still live.
@@ -287,7 +120,7 @@ async fn health_answers_without_a_token_and_readyz_is_503_at_full_slots() {
 
 #[tokio::test]
 async fn metrics_count_executions_by_outcome_durations_and_tool_calls() {
-    let listener = Listener::spawn(&[]);
+    let listener = listener(&[]);
     let addr = listener.addr();
     let before = get(&addr, "/metrics").1;
     assert_eq!(sample(&before, "execbox_sessions_total"), 0.0, "{before}");
@@ -296,7 +129,7 @@ async fn metrics_count_executions_by_outcome_durations_and_tool_calls() {
         "{before}"
     );
 
-    let mut ws = connect(&listener.url).await;
+    let mut ws = listener.connect().await;
     assert_eq!(run(&mut ws, "a", "6 * 7").await["ok"], true);
     let calls = "const a = await tools.echo({n: 1}); const b = await tools.echo({n: 2}); a.echoed.n + b.echoed.n";
     let done = run(&mut ws, "b", calls).await;
@@ -336,9 +169,9 @@ async fn metrics_count_executions_by_outcome_durations_and_tool_calls() {
 
 #[tokio::test]
 async fn sigterm_lets_a_running_execution_finish_refuses_new_upgrades_and_exits_0() {
-    let mut listener = Listener::spawn(&[]);
+    let mut listener = listener(&[]);
     let addr = listener.addr();
-    let mut ws = connect(&listener.url).await;
+    let mut ws = listener.connect().await;
     send(
         &mut ws,
         execute("long", ONE_SECOND, json!({"timeoutMs": 5000})),
@@ -355,7 +188,7 @@ async fn sigterm_lets_a_running_execution_finish_refuses_new_upgrades_and_exits_
     }
     assert_eq!(get(&addr, "/readyz").1, "draining\n");
     assert_eq!(get(&addr, "/livez").0, 200);
-    match tokio_tungstenite::connect_async(request(&listener.url)).await {
+    match tokio_tungstenite::connect_async(listener.request()).await {
         Err(WsError::Http(response)) => assert_eq!(response.status(), 503),
         other => panic!("expected 503 while draining, got {other:?}"),
     }
@@ -374,8 +207,8 @@ async fn sigterm_lets_a_running_execution_finish_refuses_new_upgrades_and_exits_
 
 #[tokio::test]
 async fn drain_timeout_cancels_an_execution_that_outlives_it_and_exits_0() {
-    let mut listener = Listener::spawn(&["--drain-timeout", "300ms"]);
-    let mut ws = connect(&listener.url).await;
+    let mut listener = listener(&["--drain-timeout", "300ms"]);
+    let mut ws = listener.connect().await;
     let forever = "for (;;) {}";
     send(
         &mut ws,
@@ -399,8 +232,8 @@ async fn drain_timeout_cancels_an_execution_that_outlives_it_and_exits_0() {
 
 #[tokio::test]
 async fn each_session_ends_with_one_json_log_line() {
-    let mut listener = Listener::spawn(&["--log-format", "json"]);
-    let mut ws = connect(&listener.url).await;
+    let mut listener = listener(&["--log-format", "json"]);
+    let mut ws = listener.connect().await;
     run(&mut ws, "a", "1").await;
     run(&mut ws, "b", "2").await;
     ws.close(None).await.unwrap();
@@ -428,39 +261,10 @@ async fn each_session_ends_with_one_json_log_line() {
     assert_eq!(listener.exit_status().code(), Some(0));
 }
 
-/// The pids of `pid`'s children.
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|&p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let (_, rest) = s.rsplit_once(')')?;
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(pid)
-        })
-        .collect()
-}
-
-/// Not running: gone, or a zombie.
-fn is_dead(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let (_, rest) = s.rsplit_once(')')?;
-            rest.split_whitespace().next().map(str::to_owned)
-        })
-        .is_none_or(|state| state == "Z" || state == "X")
-}
-
 #[tokio::test]
 async fn a_second_sigterm_while_draining_ends_at_once_and_kills_the_session_processes() {
-    let mut listener = Listener::spawn(&["--drain-timeout", "60s"]);
-    let mut ws = connect(&listener.url).await;
+    let mut listener = listener(&["--drain-timeout", "60s"]);
+    let mut ws = listener.connect().await;
     send(
         &mut ws,
         execute("spin", "for (;;) {}", json!({"timeoutMs": 60000})),

@@ -4,184 +4,21 @@
 //! close. Every test spawns the real binary on 127.0.0.1 and talks to it over real sockets.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader, Read};
+mod support;
+
+use std::io::Read;
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use futures_util::SinkExt;
+use serde_json::json;
+use support::{
+    children_of, connect, cpu_seconds, execute, is_gone, next, recv, request, rss_kib, send,
+    Listener, PATIENCE, RUNNER,
+};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message as Frame};
-
-const RUNNER: &str = env!("CARGO_BIN_EXE_execbox-runner");
-/// Generous bound on any wait for something that must happen.
-const PATIENCE: Duration = Duration::from_secs(10);
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// A listening runner, killed when dropped; its stderr is collected.
-struct Listener {
-    child: Child,
-    url: String,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Listener {
-    fn spawn(args: &[&str]) -> Listener {
-        Listener::spawn_with(
-            Command::new(RUNNER)
-                .args(["--listen", "127.0.0.1:0"])
-                .args(args),
-        )
-    }
-
-    fn spawn_with(command: &mut Command) -> Listener {
-        let mut child = command
-            .env_remove("EXECBOX_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn runner");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let mut pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut url = String::new();
-        stdout.read_line(&mut url).unwrap();
-        assert!(
-            url.starts_with("ws://"),
-            "first stdout line {url:?}; stderr: {}",
-            stderr.lock().unwrap()
-        );
-        Listener {
-            child,
-            url: url.trim().to_owned(),
-            stderr,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn port(&self) -> u16 {
-        self.url.rsplit(':').next().unwrap().parse().unwrap()
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The fields of `/proc/PID/stat` after the command name (which may hold spaces and parens).
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    Some(rest.split_whitespace().map(str::to_owned).collect())
-}
-
-/// utime + stime of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let fields = stat_fields(pid).expect("process exists");
-    // After the name: state(0) ppid(1) ... utime(11) stime(12).
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    #[allow(unsafe_code)]
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks as f64 / hz
-}
-
-/// The pids of `pid`'s children.
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|&p| stat_fields(p).is_some_and(|f| f[1] == pid.to_string()))
-        .collect()
-}
-
-/// Gone entirely: neither running nor a zombie waiting to be reaped.
-fn is_gone(pid: u32) -> bool {
-    stat_fields(pid).is_none_or(|f| f[0] == "X")
-}
-
-/// VmRSS of `pid` in KiB (0 when it is gone).
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn execute(id: &str, code: &str, options: Value) -> Value {
-    json!({"type": "execute", "id": id, "code": code, "options": options,
-           "providers": [{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}]})
-}
-
-async fn connect(url: &str) -> Ws {
-    tokio_tungstenite::connect_async(url).await.unwrap().0
-}
-
-async fn send(ws: &mut Ws, message: Value) {
-    ws.send(Frame::text(message.to_string())).await.unwrap();
-}
-
-/// The next frame: a message, or how the session ended.
-enum Next {
-    Message(Value),
-    Closed(Option<(CloseCode, String)>),
-}
-
-async fn next(ws: &mut Ws) -> Next {
-    loop {
-        match tokio::time::timeout(PATIENCE, ws.next()).await {
-            Ok(Some(Ok(Frame::Text(text)))) => {
-                return Next::Message(serde_json::from_str(&text).unwrap())
-            }
-            Ok(Some(Ok(Frame::Close(frame)))) => {
-                return Next::Closed(frame.map(|f| (f.code, f.reason.to_string())))
-            }
-            Ok(Some(Ok(_))) => continue,
-            Ok(Some(Err(_)) | None) => return Next::Closed(None),
-            Err(_) => panic!("nothing from the runner within {PATIENCE:?}"),
-        }
-    }
-}
-
-async fn recv(ws: &mut Ws) -> Value {
-    match next(ws).await {
-        Next::Message(m) => m,
-        Next::Closed(how) => panic!("expected a message, the session closed: {how:?}"),
-    }
-}
 
 /// Runs `1 + 1` on a new session, retrying while refused at --max-sessions until `until`.
 async fn one_plus_one(url: &str, until: Instant) -> Result<(), String> {
@@ -189,17 +26,17 @@ async fn one_plus_one(url: &str, until: Instant) -> Result<(), String> {
         let mut ws = connect(url).await;
         send(&mut ws, execute("probe", "1 + 1", json!({}))).await;
         match next(&mut ws).await {
-            Next::Message(started) => {
+            Ok(started) => {
                 assert_eq!(started["type"], "started", "{started}");
                 let done = recv(&mut ws).await;
                 assert_eq!(done["result"], 2, "{done}");
                 return Ok(());
             }
-            Next::Closed(how) if Instant::now() < until => {
+            Err(how) if Instant::now() < until => {
                 let _ = how;
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Next::Closed(how) => return Err(format!("still refused: {how:?}")),
+            Err(how) => return Err(format!("still refused: {how:?}")),
         }
     }
 }
@@ -222,15 +59,15 @@ async fn guest_stuck_in_a_native_call_gives_back_its_slot_and_cpu_after_the_dead
     assert_eq!(done["type"], "done", "{done}");
     assert_eq!(done["error"]["code"], "timeout", "{done}");
     match next(&mut ws).await {
-        Next::Closed(Some((code, reason))) => {
+        Err(Some((code, reason))) => {
             assert_eq!(code, CloseCode::Error, "{reason}");
             assert!(reason.contains("watchdog"), "{reason}");
         }
         other => panic!(
             "expected a close frame, got {}",
             match other {
-                Next::Message(m) => m.to_string(),
-                Next::Closed(none) => format!("{none:?}"),
+                Ok(m) => m.to_string(),
+                Err(none) => format!("{none:?}"),
             }
         ),
     }
@@ -277,8 +114,8 @@ async fn client_that_never_reads_is_cut_off_with_bounded_memory() {
     let ended = loop {
         assert!(Instant::now() < until, "the session never ended");
         match next(&mut ws).await {
-            Next::Message(m) => assert_ne!(m["type"], "done", "{m}"),
-            Next::Closed(how) => break how,
+            Ok(m) => assert_ne!(m["type"], "done", "{m}"),
+            Err(how) => break how,
         }
     };
     if let Some((code, reason)) = ended {
@@ -336,12 +173,12 @@ async fn idle_session_is_closed_but_one_waiting_on_a_tool_is_not() {
     // Then nothing in flight and nothing from the client: closed with 1001.
     let waited = Instant::now();
     match next(&mut ws).await {
-        Next::Closed(Some((code, reason))) => {
+        Err(Some((code, reason))) => {
             assert_eq!(code, CloseCode::Away, "{reason}");
             assert!(reason.contains("idle"), "{reason}");
         }
-        Next::Closed(None) => panic!("closed without a close frame"),
-        Next::Message(m) => panic!("unexpected {m}"),
+        Err(None) => panic!("closed without a close frame"),
+        Ok(m) => panic!("unexpected {m}"),
     }
     assert!(waited.elapsed() < PATIENCE);
 }
@@ -372,19 +209,6 @@ async fn accept_errors_back_off_instead_of_spinning() {
         "{warnings} accept warnings, {} lines: {stderr}",
         stderr.lines().count()
     );
-}
-
-/// A client request to `url` with extra headers.
-fn request(
-    url: &str,
-    headers: &[(&str, &str)],
-) -> tokio_tungstenite::tungstenite::handshake::client::Request {
-    let mut request = url.into_client_request().unwrap();
-    for (k, v) in headers {
-        let name: tokio_tungstenite::tungstenite::http::HeaderName = k.parse().unwrap();
-        request.headers_mut().insert(name, v.parse().unwrap());
-    }
-    request
 }
 
 /// The HTTP status a refused upgrade got (101 when it succeeded).
@@ -536,12 +360,12 @@ async fn frame_far_over_the_limit_is_closed_with_1009() {
     .await
     .unwrap();
     match next(&mut ws).await {
-        Next::Closed(Some((code, reason))) => {
+        Err(Some((code, reason))) => {
             assert_eq!(code, CloseCode::Size, "{reason}");
             assert!(reason.contains("limit"), "{reason}");
         }
-        Next::Closed(None) => panic!("closed without a close frame"),
-        Next::Message(m) => panic!("unexpected {m}"),
+        Err(None) => panic!("closed without a close frame"),
+        Ok(m) => panic!("unexpected {m}"),
     }
 }
 

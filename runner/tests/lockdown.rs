@@ -3,118 +3,34 @@
 //! in its own process), and fail-closed start.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader, Write};
+mod support;
+
+use std::io::{BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use serde_json::{json, Value};
+use support::{children_of, execute, recv, send, status_of, Runner, RUNNER};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message as Frame;
-
-const RUNNER: &str = env!("CARGO_BIN_EXE_execbox-runner");
 
 /// Exit status of a probe whose action failed with EACCES or EPERM (`lockdown::PROBE_DENIED`).
 const PROBE_DENIED: i32 = 3;
 
-/// A runner process, killed when dropped.
-struct Runner {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Runner {
-    fn spawn(args: &[&str]) -> Runner {
-        let mut child = Command::new(RUNNER)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn runner");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Runner {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn send(&mut self, message: Value) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{message}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        let n = self.stdout.read_line(&mut line).unwrap();
-        assert!(
-            n > 0,
-            "runner closed stdout (exit: {:?})",
-            self.child.try_wait()
-        );
-        line.trim_end().to_owned()
-    }
-
-    fn recv(&mut self) -> Value {
-        serde_json::from_str(&self.line()).unwrap()
-    }
-
-    /// A field of `/proc/PID/status`, e.g. `Seccomp` -> `"2"`.
-    fn status(&self, field: &str) -> String {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}:\t")))
-            .unwrap_or_else(|| panic!("no {field} in /proc/PID/status"))
-            .to_owned()
-    }
-
-    /// Soft and hard value of a row of `/proc/PID/limits`, e.g. `Max open files`.
-    fn limit(&self, row: &str) -> (String, String) {
-        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id())).unwrap();
-        let line = limits.lines().find(|l| l.starts_with(row)).unwrap();
-        let mut values = line[row.len()..].split_whitespace().map(str::to_owned);
-        (values.next().unwrap(), values.next().unwrap())
-    }
-
-    fn assert_locked_down(&self) {
-        assert_eq!(self.status("Seccomp"), "2", "seccomp filter mode");
-        assert_eq!(self.status("NoNewPrivs"), "1");
-        assert_eq!(self.limit("Max core file size"), ("0".into(), "0".into()));
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn execute(id: &str, code: &str) -> Value {
-    json!({"type": "execute", "id": id, "code": code,
-           "providers": [{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}]})
-}
-
-/// Runs one exchange on stdio: `code` must finish without tool calls.
-fn run_stdio(runner: &mut Runner, id: &str, code: &str) -> Value {
-    runner.send(execute(id, code));
-    assert_eq!(runner.recv(), json!({"type": "started", "id": id}));
-    let done = runner.recv();
-    assert_eq!(done["type"], "done", "{done}");
-    done
+/// Seccomp in filter mode, no_new_privs, and no core dumps.
+fn assert_locked_down(runner: &Runner) {
+    assert_eq!(runner.status("Seccomp"), "2", "seccomp filter mode");
+    assert_eq!(runner.status("NoNewPrivs"), "1");
+    assert_eq!(runner.limit("Max core file size"), ("0".into(), "0".into()));
 }
 
 #[test]
 fn stdio_runner_is_locked_down_and_still_executes() {
     let mut runner = Runner::spawn(&[]);
-    assert_eq!(run_stdio(&mut runner, "a", "1 + 1")["result"], 2);
-    runner.assert_locked_down();
+    assert_eq!(runner.run("a", "1 + 1")["result"], 2);
+    assert_locked_down(&runner);
     // Stdio's threads all exist before the lockdown, so it may create none afterwards.
     assert_eq!(runner.limit("Max processes"), ("0".into(), "0".into()));
     assert_eq!(runner.limit("Max open files"), ("64".into(), "64".into()));
@@ -122,10 +38,10 @@ fn stdio_runner_is_locked_down_and_still_executes() {
     // A varied workload still runs under the lockdown, tool calls included.
     let code = "let a = []; for (let i = 0; i < 200000; i++) a.push({i, s: 'x' + i}); \
                 console.log(new Date(0).toISOString(), Math.random() < 1); a.length";
-    let done = run_stdio(&mut runner, "b", code);
+    let done = runner.run("b", code);
     assert_eq!(done["result"], 200000);
     assert_eq!(done["logs"], json!(["1970-01-01T00:00:00.000Z true"]));
-    runner.send(execute("c", "(await tools.echo({n: 1})).n + 1"));
+    runner.send(execute("c", "(await tools.echo({n: 1})).n + 1", json!({})));
     assert_eq!(runner.recv()["type"], "started");
     let call = runner.recv();
     assert_eq!(call["type"], "tool_call");
@@ -133,18 +49,13 @@ fn stdio_runner_is_locked_down_and_still_executes() {
         json!({"type": "tool_result", "callId": call["callId"], "ok": true, "result": {"n": 41}}),
     );
     assert_eq!(runner.recv()["result"], 42);
-    let mut exec = execute("d", "while (true) {}");
-    exec["options"] = json!({"timeoutMs": 100});
-    runner.send(exec);
+    runner.send(execute("d", "while (true) {}", json!({"timeoutMs": 100})));
     assert_eq!(runner.recv()["type"], "started");
     assert_eq!(runner.recv()["error"]["code"], "timeout");
     let bomb = "let a = []; while (true) a.push('x'.repeat(1 << 16))";
+    assert_eq!(runner.run("e", bomb)["error"]["code"], "memory_limit");
     assert_eq!(
-        run_stdio(&mut runner, "e", bomb)["error"]["code"],
-        "memory_limit"
-    );
-    assert_eq!(
-        run_stdio(&mut runner, "f", "'still ' + 'alive'")["result"],
+        runner.run("f", "'still ' + 'alive'")["result"],
         "still alive"
     );
     assert_eq!(runner.child.try_wait().unwrap(), None, "the runner died");
@@ -171,9 +82,9 @@ fn stdio_runner_holds_no_capability_and_no_inherited_descriptor() {
         stdout,
     };
     // One execution: the lockdown is complete by then.
-    let done = run_stdio(&mut runner, "a", "1 + 1");
+    let done = runner.run("a", "1 + 1");
     assert_eq!(done["result"], 2, "{done}");
-    runner.assert_locked_down();
+    assert_locked_down(&runner);
     for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
         assert_eq!(runner.status(set), "0000000000000000", "{set}");
     }
@@ -195,39 +106,9 @@ fn probe_clock_syscalls_work_without_the_vdso() {
 #[test]
 fn insecure_no_sandbox_runs_without_seccomp() {
     let mut runner = Runner::spawn(&["--insecure-no-sandbox"]);
-    assert_eq!(run_stdio(&mut runner, "a", "1 + 1")["result"], 2);
+    assert_eq!(runner.run("a", "1 + 1")["result"], 2);
     assert_eq!(runner.status("Seccomp"), "0");
     assert_eq!(runner.status("NoNewPrivs"), "0");
-}
-
-/// The pids of `pid`'s child processes (from `/proc/*/stat`, whose comm field may hold spaces).
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut children = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            children.push(child);
-        }
-    }
-    children
-}
-
-/// A field of `/proc/PID/status`.
-fn status_of(pid: u32, field: &str) -> Option<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:\t")))
-        .map(str::to_owned)
 }
 
 #[tokio::test]
@@ -246,7 +127,11 @@ async fn listening_supervisor_and_its_session_runners_are_locked_down() {
     let (mut first, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
         .unwrap();
-    send(&mut first, execute("a", "(await tools.echo({n: 1})).n + 1")).await;
+    send(
+        &mut first,
+        execute("a", "(await tools.echo({n: 1})).n + 1", json!({})),
+    )
+    .await;
     assert_eq!(recv(&mut first).await["type"], "started");
     let call = recv(&mut first).await;
     assert_eq!(call["type"], "tool_call");
@@ -304,7 +189,7 @@ async fn listening_supervisor_and_its_session_runners_are_locked_down() {
         let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
             .await
             .unwrap();
-        send(&mut ws, execute("b", "6 * 7")).await;
+        send(&mut ws, execute("b", "6 * 7", json!({}))).await;
         match ws.next().await {
             Some(Ok(Frame::Text(text))) => {
                 assert_eq!(
@@ -322,20 +207,6 @@ async fn listening_supervisor_and_its_session_runners_are_locked_down() {
     };
     assert_eq!(done["result"], 42);
     assert_eq!(runner.child.try_wait().unwrap(), None, "the runner died");
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn send(ws: &mut Ws, message: Value) {
-    ws.send(Frame::text(message.to_string())).await.unwrap();
-}
-
-async fn recv(ws: &mut Ws) -> Value {
-    match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-        Ok(Some(Ok(Frame::Text(text)))) => serde_json::from_str(&text).unwrap(),
-        other => panic!("expected a text frame, got {other:?}"),
-    }
 }
 
 fn probe(action: &str) -> ExitStatus {
@@ -435,7 +306,7 @@ fn run_without_landlock(args: &[&str], stdin: &[u8]) -> Output {
 
 #[test]
 fn runner_refuses_to_start_when_the_lockdown_cannot_be_applied() {
-    let line = format!("{}\n", execute("a", "1 + 1"));
+    let line = format!("{}\n", execute("a", "1 + 1", json!({})));
     let refused = run_without_landlock(&[], line.as_bytes());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");

@@ -1,86 +1,14 @@
 //! Integration tests of the real `execbox-runner` binary over stdio: behaviour at the edges
 //! that transcripts cannot express (process exit, raw bytes, flags, stdout purity).
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{ChildStdout, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{json, Value};
-
-struct Runner {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Runner {
-    fn spawn(args: &[&str]) -> Runner {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_execbox-runner"))
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn runner");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Runner {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) {
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(bytes).unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn send(&mut self, message: Value) {
-        let mut line = message.to_string();
-        line.push('\n');
-        self.send_raw(line.as_bytes());
-    }
-
-    fn recv(&mut self) -> Value {
-        let mut line = String::new();
-        let n = self.stdout.read_line(&mut line).unwrap();
-        assert!(n > 0, "runner closed stdout");
-        serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"))
-    }
-
-    /// Everything left on stdout until it closes.
-    fn rest(&mut self) -> String {
-        let mut rest = String::new();
-        std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
-        rest
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> bool {
-        let until = Instant::now() + within;
-        while Instant::now() < until {
-            if self.child.try_wait().unwrap().is_some() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        false
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn execute(id: &str, code: &str, options: Value) -> Value {
-    json!({"type": "execute", "id": id, "code": code, "options": options,
-           "providers": [{"name": "tools", "tools": {"hang": {"safeName": "hang"}}}]})
-}
+use support::{execute, Runner};
 
 #[test]
 fn stdin_eof_during_cpu_loop_exits_promptly() {
@@ -189,9 +117,7 @@ fn stdout_carries_only_protocol_messages() {
         assert_eq!(done["id"], i.to_string());
     }
     drop(runner.stdin.take());
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut runner.stdout, &mut rest).unwrap();
-    assert_eq!(rest, "", "nothing but protocol lines on stdout");
+    assert_eq!(runner.rest(), "", "nothing but protocol lines on stdout");
 }
 
 #[test]
@@ -233,14 +159,12 @@ fn guest_globals_are_exactly_the_documented_set() {
 #[test]
 fn tool_calls_beyond_max_pending_wait_in_the_sandbox_and_go_out_in_order() {
     let mut runner = Runner::spawn(&["--max-pending-tool-calls", "2"]);
-    let mut exec = execute(
+    runner.send(execute(
         "cap",
         "const calls = []; for (let i = 0; i < 5; i++) calls.push(tools.echo(i)); \
          return await Promise.all(calls)",
         json!({}),
-    );
-    exec["providers"] = json!([{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}]);
-    runner.send(exec);
+    ));
     // Read on a thread, so that silence can be checked with a timeout.
     let (tx, rx) = std::sync::mpsc::channel::<Value>();
     let mut stdout = std::mem::replace(&mut runner.stdout, BufReader::new(spare_stdout()));
@@ -291,9 +215,11 @@ fn call_ids_never_repeat_across_executions() {
     let mut runner = Runner::spawn(&[]);
     let mut ids = std::collections::HashSet::new();
     for n in 0..3 {
-        let mut exec = execute(&format!("e{n}"), "tools.echo(1); return 0", json!({}));
-        exec["providers"] = json!([{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}]);
-        runner.send(exec);
+        runner.send(execute(
+            &format!("e{n}"),
+            "tools.echo(1); return 0",
+            json!({}),
+        ));
         assert_eq!(runner.recv()["type"], "started");
         let call = runner.recv();
         assert!(
