@@ -1,82 +1,16 @@
 //! End-to-end benchmark of a warm stdio runner; prints a Markdown table.
 //!
 //! `cargo bench -p execbox-runner --bench runner` (set `BENCH_QUICK=1` for a short run,
-//! `RUNNER_ARGS="--insecure-no-sandbox"` to measure without the OS lockdown).
+//! `RUNNER_ARGS="--insecure-no-sandbox"` to measure without the OS lockdown,
+//! `EXECBOX_RUNNER=PATH` to measure another build of the runner).
 //! Measures what a host sees through the real binary and real pipes: trivial execution round
 //! trip, tool-call round trip, spawn to first `done`, executions per second, idle RSS.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+mod support;
+
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-struct Runner {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Runner {
-    fn spawn() -> Runner {
-        let args: Vec<String> = std::env::var("RUNNER_ARGS")
-            .map(|a| a.split_whitespace().map(str::to_owned).collect())
-            .unwrap_or_default();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_execbox-runner"))
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn runner");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Runner {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        self.stdin.write_all(line.as_bytes()).unwrap();
-        self.stdin.write_all(b"\n").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn recv(&mut self) -> Value {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).expect("runner line")
-    }
-
-    fn recv_type(&mut self, kind: &str) -> Value {
-        loop {
-            let v = self.recv();
-            if v["type"] == kind {
-                return v;
-            }
-        }
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::Runner;
 
 fn execute(id: usize, code: &str) -> String {
     serde_json::json!({
@@ -104,17 +38,17 @@ fn main() {
     let spawns = if quick { 10 } else { 50 };
 
     // Trivial execution round trip (execute -> started -> done), warm runner.
-    let mut runner = Runner::spawn();
+    let mut runner = Runner::spawn(false);
     for i in 0..200 {
-        runner.send(&execute(i, "1 + 1"));
-        runner.recv_type("done");
+        runner.send_line(&execute(i, "1 + 1"));
+        runner.recv_type("done").expect("done");
     }
     let mut samples = Vec::with_capacity(n);
     let wall = Instant::now();
     for i in 0..n {
         let t = Instant::now();
-        runner.send(&execute(i, "1 + 1"));
-        let done = runner.recv_type("done");
+        runner.send_line(&execute(i, "1 + 1"));
+        let done = runner.recv_type("done").expect("done");
         samples.push(t.elapsed());
         assert_eq!(done["result"], 2);
     }
@@ -126,15 +60,15 @@ fn main() {
 
     // Tool-call round trip: time from sending a tool_result to receiving the next tool_call.
     let code = format!("let s = 0; for (let i = 0; i < {calls}; i++) s += await t.echo(i); s");
-    runner.send(&execute(0, &code));
-    runner.recv_type("started");
-    let mut call = runner.recv_type("tool_call");
+    runner.send_line(&execute(0, &code));
+    runner.recv_type("started").expect("started");
+    let mut call = runner.recv_type("tool_call").expect("tool_call");
     let mut rtts = Vec::with_capacity(calls);
     for _ in 0..calls {
         let reply = serde_json::json!({"type": "tool_result", "callId": call["callId"], "ok": true, "result": call["input"]});
         let t = Instant::now();
-        runner.send(&reply.to_string());
-        let next = runner.recv();
+        runner.send(&reply);
+        let next = runner.recv().expect("a message");
         rtts.push(t.elapsed());
         if next["type"] == "done" {
             break;
@@ -149,9 +83,9 @@ fn main() {
     let mut starts = Vec::with_capacity(spawns);
     for i in 0..spawns {
         let t = Instant::now();
-        let mut r = Runner::spawn();
-        r.send(&execute(i, "1 + 1"));
-        r.recv_type("done");
+        let mut r = Runner::spawn(false);
+        r.send_line(&execute(i, "1 + 1"));
+        r.recv_type("done").expect("done");
         starts.push(t.elapsed());
     }
     let spawn_p50 = percentile(&mut starts, 0.5);

@@ -5,64 +5,12 @@
 //! runs against the real binary over stdio; a case that ends its runner (the watchdog exits
 //! the process after a long native call) gets a fresh runner for the next round.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+mod support;
+
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-
-struct Runner {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Runner {
-    fn spawn() -> Runner {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_execbox-runner"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn runner");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Runner {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn send(&mut self, message: &Value) -> bool {
-        writeln!(self.stdin, "{message}").is_ok() && self.stdin.flush().is_ok()
-    }
-
-    /// The next message of `kind`, or `None` when the runner closed its stdout.
-    fn recv(&mut self, kind: &str) -> Option<Value> {
-        loop {
-            let mut line = String::new();
-            if self.stdout.read_line(&mut line).ok()? == 0 {
-                return None;
-            }
-            let message: Value = serde_json::from_str(&line).ok()?;
-            if message["type"] == kind {
-                return Some(message);
-            }
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use serde_json::json;
+use support::Runner;
 
 /// How a case is stopped, and what is measured.
 #[derive(Clone, Copy)]
@@ -151,13 +99,13 @@ fn main() {
     };
     println!("| hostile execution | stopped by | measured | p50 | max | outcome |");
     println!("|---|---|---|---:|---:|---|");
-    let mut runner = Runner::spawn();
+    let mut runner = Runner::spawn(true);
     for case in CASES {
         let mut samples = Vec::with_capacity(rounds);
         let mut outcomes = Vec::new();
         for round in 0..rounds {
             if !runner.alive() {
-                runner = Runner::spawn();
+                runner = Runner::spawn(true);
             }
             let timeout_ms = match case.stop {
                 Stop::Timeout(ms) => ms,
@@ -171,7 +119,7 @@ fn main() {
             });
             let sent = Instant::now();
             runner.send(&execute);
-            runner.recv("started");
+            runner.recv_type("started");
             let from = match case.stop {
                 Stop::Timeout(ms) => sent + Duration::from_millis(ms),
                 Stop::Cancel(after) => {
@@ -182,7 +130,7 @@ fn main() {
                 }
                 Stop::Itself => sent,
             };
-            let done = runner.recv("done");
+            let done = runner.recv_type("done");
             let took = Instant::now().saturating_duration_since(from);
             samples.push(took);
             if took > Duration::from_millis(100) {
