@@ -56,7 +56,13 @@ fn pids(path: &Path) -> Vec<u32> {
 fn is_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => stat.split_whitespace().nth(2) == Some("X"),
+        // The state follows the command name, which may hold spaces: read after the last ')'.
+        Ok(stat) => {
+            stat.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                == Some("X")
+        }
     }
 }
 
