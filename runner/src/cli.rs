@@ -228,8 +228,24 @@ enum DurationError {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_duration, RunnerArgs};
+    use clap::Parser;
     use std::time::Duration;
+
+    #[test]
+    fn default_args_are_what_no_flags_parse_to() {
+        // execbox-runner skips clap when it has no arguments, using `RunnerArgs::default()`.
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            runner: RunnerArgs,
+        }
+        let parsed = Cli::try_parse_from(["execbox-runner"]).unwrap().runner;
+        assert_eq!(
+            format!("{parsed:?}"),
+            format!("{:?}", RunnerArgs::default())
+        );
+    }
 
     #[test]
     fn durations_read_with_their_unit() {

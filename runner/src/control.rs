@@ -50,6 +50,9 @@ struct ControlState {
     fired: bool,
     /// The session is over; the watchdog returns.
     shutdown: bool,
+    /// Until when the watchdog sleeps, if it does (`Some(None)`: until woken), so that a
+    /// deadline later than that needs no wake-up: most executions end long before theirs.
+    watchdog_sleeps: Option<Option<Instant>>,
 }
 
 /// How long past its deadline (or a cancel, or a close) an execution may take to stop before
@@ -123,8 +126,18 @@ impl Control {
     /// Brings the watchdog's deadline forward to a grace period from now.
     fn watch_soon(&self, state: &mut ControlState) {
         let soon = Instant::now() + WATCHDOG_GRACE;
-        state.watch_at = Some(state.watch_at.map_or(soon, |at| at.min(soon)));
-        self.changed.notify_all();
+        let at = state.watch_at.map_or(soon, |at| at.min(soon));
+        self.watch_at(state, at);
+    }
+
+    /// Sets the watchdog's deadline, waking it only if it sleeps past `at`.
+    fn watch_at(&self, state: &mut ControlState, at: Instant) {
+        state.watch_at = Some(at);
+        if let Some(until) = state.watchdog_sleeps {
+            if until.is_none_or(|until| at < until) {
+                self.changed.notify_all();
+            }
+        }
     }
 
     pub(crate) fn begin(&self, id: &str, timeout_ms: u64) {
@@ -136,12 +149,14 @@ impl Control {
         let now = Instant::now();
         state.started_at = Some(now);
         state.fired = false;
-        state.watch_at = Some(now + Duration::from_millis(timeout_ms) + WATCHDOG_GRACE);
+        self.watch_at(
+            &mut state,
+            now + Duration::from_millis(timeout_ms) + WATCHDOG_GRACE,
+        );
         if stop {
             self.watch_soon(&mut state);
         }
         self.interrupt.store(stop, Ordering::SeqCst);
-        self.changed.notify_all();
     }
 
     /// Ends the active execution: its id, whether the transport closed during it, and
@@ -174,17 +189,21 @@ impl Control {
             let at = match (&state.active, state.watch_at, state.fired) {
                 (Some(_), Some(at), false) => at,
                 _ => {
+                    state.watchdog_sleeps = Some(None);
                     state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                    state.watchdog_sleeps = None;
                     continue;
                 }
             };
             let now = Instant::now();
             if now < at {
+                state.watchdog_sleeps = Some(Some(at));
                 state = self
                     .changed
                     .wait_timeout(state, at - now)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
+                state.watchdog_sleeps = None;
                 continue;
             }
             state.fired = true;

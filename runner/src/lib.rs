@@ -66,7 +66,7 @@ pub use cli::{init_tracing, run, LogFormat, RunnerArgs};
 pub use listen::child::ChildCommand;
 pub use lockdown::{LockdownError, Sandbox};
 pub use session::{
-    Inbound, Outbound, Sent, Session, SessionBuilder, SessionInput, SessionLimits,
+    Inbound, Outbound, Sent, Session, SessionBuilder, SessionInput, SessionLimits, DEFAULT_ENGINES,
     DEFAULT_MAX_PENDING_TOOL_CALLS,
 };
 pub use stdio::{serve as serve_stdio, StdioError, WATCHDOG_EXIT_CODE};

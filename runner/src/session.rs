@@ -1,7 +1,13 @@
 //! Sessions: how every user starts one ([`Session`]), and the protocol state machine it runs.
 //!
-//! A session is one engine thread serving one transport: `started`, exactly one `done` per
-//! `execute`, the wait for tool results, rejections of malformed and concurrent requests.
+//! A session serves one transport: `started`, exactly one `done` per `execute`, the wait for
+//! tool results, rejections of malformed and concurrent requests. Its engine threads (two by
+//! default, [`SessionBuilder::engines`]) take turns: the engine whose turn it is reads the
+//! inbound items and runs the next execution in the sandbox it built beforehand; once its
+//! `done` is out it hands the turn on and, while the next engine serves, frees the old
+//! sandbox and builds its next one (together about four times the cost of a trivial
+//! execution). Executions never overlap: the turn is one lock, held from an `execute` to its
+//! `done`, tool calls included.
 //! Whoever owns the transport starts it with [`Session::builder`], giving it an [`Outbound`]
 //! sink for what the runner sends, and feeds it what arrives, in order, through
 //! [`Session::send`] (or a [`SessionInput`] cloned for a reader thread). Each item passes the
@@ -10,9 +16,9 @@
 //! busy. Optionally a watchdog thread ends an execution stuck in a long native call
 //! ([`SessionBuilder::watchdog`]).
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -40,7 +46,11 @@ pub struct SessionBuilder {
     watchdog: Option<Box<dyn Fn() + Send + Sync>>,
     on_end: Option<Box<dyn FnOnce() + Send>>,
     thread_name: String,
+    engines: usize,
 }
+
+/// Engine threads of a session unless [`SessionBuilder::engines`] says otherwise.
+pub const DEFAULT_ENGINES: usize = 2;
 
 impl SessionBuilder {
     /// The session's limits; [`SessionLimits::default`] when not given.
@@ -61,20 +71,31 @@ impl SessionBuilder {
         self
     }
 
-    /// Runs `on_end` on the engine thread when the session ends, or unwinds.
+    /// Runs `on_end` when the session ends: on the last engine thread to return or unwind.
     pub fn on_end(mut self, on_end: impl FnOnce() + Send + 'static) -> SessionBuilder {
         self.on_end = Some(Box::new(on_end));
         self
     }
 
-    /// The name of the engine thread (`engine` when not given).
+    /// The name of the engine threads (`engine` when not given).
     pub fn thread_name(mut self, name: impl Into<String>) -> SessionBuilder {
         self.thread_name = name.into();
         self
     }
 
-    /// Starts the session's threads (the engine's, and the watchdog's if asked for); `out`
-    /// receives everything the runner sends. The engine builds its first sandbox at once.
+    /// How many engine threads serve the session, each with its own QuickJS runtimes
+    /// ([`DEFAULT_ENGINES`] when not given; 0 counts as 1). Executions still run one at a
+    /// time: an engine that has sent its `done` hands the session to the next one, whose
+    /// fresh sandbox is ready, and only then frees its old sandbox and builds its next one,
+    /// so that work overlaps the next execution instead of delaying it. Each engine keeps
+    /// one sandbox ready (a few hundred KiB) and a thread.
+    pub fn engines(mut self, engines: usize) -> SessionBuilder {
+        self.engines = engines.max(1);
+        self
+    }
+
+    /// Starts the session's threads (the engines', and the watchdog's if asked for); `out`
+    /// receives everything the runner sends. Each engine builds its first sandbox at once.
     /// Fails only when a thread cannot be spawned.
     pub fn start(self, out: Arc<dyn Outbound>) -> std::io::Result<Session> {
         let interrupt = Arc::new(AtomicBool::new(false));
@@ -89,43 +110,130 @@ impl SessionBuilder {
                 .name("watchdog".into())
                 .spawn(move || watched.watch(&*on_fire))?;
         }
-        let session_control = control.clone();
-        let limits = self.limits;
-        let on_end = self.on_end.map(OnEnd);
-        let engine = std::thread::Builder::new()
-            .name(self.thread_name)
-            .stack_size(ENGINE_STACK_BYTES)
-            .spawn(move || {
-                let _on_end = on_end;
-                run_session(
-                    &mut Engine::new(interrupt),
-                    &rx,
-                    &session_control,
-                    out,
-                    limits,
-                );
-            });
-        let engine = match engine {
-            Ok(engine) => engine,
-            Err(e) => {
-                control.shutdown();
-                return Err(e);
+        let shared = Arc::new(Shared {
+            turn: Mutex::new(Turn {
+                inbound: rx,
+                last: None,
+                closed: false,
+            }),
+            running: AtomicUsize::new(self.engines),
+            on_end: Mutex::new(self.on_end),
+            first_ready: (Mutex::new(false), Condvar::new()),
+            first_ready_seen: AtomicBool::new(false),
+        });
+        let mut engines = Vec::with_capacity(self.engines);
+        for index in 0..self.engines {
+            let exit = EngineExit {
+                shared: shared.clone(),
+                control: control.clone(),
+            };
+            let (interrupt, out, limits) = (interrupt.clone(), out.clone(), self.limits);
+            let spawned = std::thread::Builder::new()
+                .name(self.thread_name.clone())
+                .stack_size(ENGINE_STACK_BYTES)
+                .spawn(move || {
+                    let mut engine = Engine::new(interrupt);
+                    engine.report_memory_to(exit.control.memory.clone());
+                    if index > 0 {
+                        // The first execution waits for the first sandbox only: the others
+                        // are built after it, not competing with it for the CPU.
+                        exit.shared.wait_first_ready();
+                    }
+                    serve(&mut engine, &exit.shared, &exit.control, out, limits);
+                });
+            match spawned {
+                Ok(engine) => engines.push(engine),
+                Err(e) => {
+                    // The engines that did start end once the channel's sender is dropped;
+                    // the last of them ends the session.
+                    let missing = self.engines - engines.len();
+                    if shared.running.fetch_sub(missing, Ordering::SeqCst) == missing {
+                        control.clear_sink();
+                        control.shutdown();
+                    }
+                    return Err(e);
+                }
             }
-        };
+        }
         Ok(Session {
             input: SessionInput { tx, control },
-            engine,
+            engines,
         })
     }
 }
 
-/// Runs a callback when dropped: at the end of the engine thread, returned or unwound.
-struct OnEnd(Box<dyn FnOnce() + Send>);
+/// What a session's engine threads share: the session's turn, and who ends the session.
+struct Shared {
+    /// Held by the engine whose turn it is: it alone reads the inbound items.
+    turn: Mutex<Turn>,
+    /// Engine threads still running; the last one out ends the session.
+    running: AtomicUsize,
+    on_end: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Raised once the first engine has its first sandbox (or has ended).
+    first_ready: (Mutex<bool>, Condvar),
+    /// `first_ready`, read without its lock.
+    first_ready_seen: AtomicBool,
+}
 
-impl Drop for OnEnd {
+impl Shared {
+    fn set_first_ready(&self) {
+        if self.first_ready_seen.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (ready, changed) = &self.first_ready;
+        *ready.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        changed.notify_all();
+    }
+
+    fn wait_first_ready(&self) {
+        let (ready, changed) = &self.first_ready;
+        let mut ready = ready.lock().unwrap_or_else(|e| e.into_inner());
+        while !*ready {
+            ready = changed.wait(ready).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The session's state that passes from engine to engine.
+struct Turn {
+    inbound: Receiver<Inbound>,
+    /// The id of the last execution answered (a cancel for it is expected, not a stray).
+    last: Option<String>,
+    /// The transport closed: every engine returns.
+    closed: bool,
+}
+
+/// Ends an engine thread, returned or unwound; the last one ends the session: the sink is
+/// let go (so a transport's writer sees its last sender go), the watchdog returns, and the
+/// end callback runs.
+struct EngineExit {
+    shared: Arc<Shared>,
+    control: Arc<Control>,
+}
+
+impl Drop for EngineExit {
     fn drop(&mut self) {
-        let on_end = std::mem::replace(&mut self.0, Box::new(|| ()));
-        on_end();
+        self.shared.set_first_ready();
+        // An engine that unwound mid-turn poisoned the turn; the others must still end.
+        self.shared
+            .turn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .closed = true;
+        if self.shared.running.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        self.control.clear_sink();
+        self.control.shutdown();
+        let on_end = self
+            .shared
+            .on_end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(on_end) = on_end {
+            on_end();
+        }
     }
 }
 
@@ -135,7 +243,7 @@ impl Drop for OnEnd {
 /// finishes what was already queued and returns).
 pub struct Session {
     input: SessionInput,
-    engine: JoinHandle<()>,
+    engines: Vec<JoinHandle<()>>,
 }
 
 impl Session {
@@ -146,6 +254,7 @@ impl Session {
             watchdog: None,
             on_end: None,
             thread_name: "engine".into(),
+            engines: DEFAULT_ENGINES,
         }
     }
 
@@ -164,14 +273,21 @@ impl Session {
         self.input.clone()
     }
 
-    /// Whether the engine thread has ended.
+    /// Whether every engine thread has ended.
     pub fn is_finished(&self) -> bool {
-        self.engine.is_finished()
+        self.engines.iter().all(JoinHandle::is_finished)
     }
 
-    /// Waits for the engine thread to end; `Err` holds its panic.
+    /// Waits for the engine threads to end; `Err` holds the first one's panic.
     pub fn join(self) -> std::thread::Result<()> {
-        self.engine.join()
+        let mut joined = Ok(());
+        for engine in self.engines {
+            let result = engine.join();
+            if joined.is_ok() {
+                joined = result;
+            }
+        }
+        joined
     }
 }
 
@@ -307,33 +423,47 @@ impl SessionLimits {
     }
 }
 
-/// Runs the session until the transport closes. Every accepted or rejected `execute` gets
-/// exactly one `done`; everything else that is wrong is logged to stderr and dropped.
-pub(crate) fn run_session(
+/// One engine's share of the session, until the transport closes: it readies a sandbox, waits
+/// for its turn, serves the session until it has answered one execution (or the session
+/// ends), hands the turn on, and readies its next sandbox while the next engine serves.
+/// Every accepted or rejected `execute` gets exactly one `done`; everything else that is
+/// wrong is logged to stderr and dropped.
+fn serve(
     engine: &mut Engine,
-    inbound: &Receiver<Inbound>,
+    shared: &Shared,
     control: &Control,
     out: Arc<dyn Outbound>,
     limits: SessionLimits,
 ) {
-    control.set_sink(out.clone());
-    engine.report_memory_to(control.memory.clone());
-    serve_items(engine, inbound, control, out, limits);
-    control.clear_sink();
-    control.shutdown();
+    loop {
+        // Frees the last execution's sandbox and builds the next one, while another engine
+        // holds the turn.
+        engine.prepare();
+        shared.set_first_ready();
+        let mut turn = shared.turn.lock().unwrap_or_else(|e| e.into_inner());
+        if turn.closed {
+            return;
+        }
+        if !take_turn(engine, &mut turn, control, &out, limits) {
+            turn.closed = true;
+            return;
+        }
+    }
 }
 
-fn serve_items(
+/// Serves items until one execution is answered (true) or the transport closed (false).
+fn take_turn(
     engine: &mut Engine,
-    inbound: &Receiver<Inbound>,
+    turn: &mut Turn,
     control: &Control,
-    out: Arc<dyn Outbound>,
+    out: &Arc<dyn Outbound>,
     limits: SessionLimits,
-) {
-    engine.prepare();
-    let mut last: Option<String> = None;
+) -> bool {
+    let inbound = &turn.inbound;
     loop {
-        let Ok(item) = inbound.recv() else { return };
+        let Ok(item) = inbound.recv() else {
+            return false;
+        };
         match item {
             Inbound::Message(Message::Execute(exec)) => {
                 if let Err((field, reason)) = check_provider_names(&exec) {
@@ -357,36 +487,36 @@ fn serve_items(
                 let started = Instant::now();
                 let finished =
                     engine.run(&exec, started, limits.run(), out.clone(), &mut |deadline| {
-                        wait(inbound, control, &*out, &exec, deadline, limits)
+                        wait(inbound, control, &**out, &exec, deadline, limits)
                     });
                 let (ended, closed, fired) = control.end();
                 // A close aborts the execution whichever way the engine noticed it (the
                 // interrupt flag or the event): nobody is left to read a `done`.
                 if finished.aborted || closed {
                     tracing::info!(id = %exec.id, "transport closed during execution");
-                    return;
+                    return false;
                 }
-                if fired {
-                    // The watchdog answered already, and is ending the session.
-                    last = ended;
-                    continue;
+                // Unless the watchdog answered already (it is ending the session).
+                if !fired {
+                    let done = Done {
+                        id: exec.id.clone(),
+                        duration_ms: started.elapsed().as_millis() as u64,
+                        logs: finished.logs,
+                        outcome: finished.outcome,
+                    };
+                    out.send(&fit_done(done, limits.max_message_bytes));
                 }
-                let done = Done {
-                    id: exec.id.clone(),
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    logs: finished.logs,
-                    outcome: finished.outcome,
-                };
-                out.send(&fit_done(done, limits.max_message_bytes));
-                engine.prepare();
-                last = ended;
+                turn.last = ended;
+                return true;
             }
-            Inbound::Closed => return,
+            Inbound::Closed => return false,
             // A cancel racing the `done` of its execution is expected, not worth a warning.
-            Inbound::Message(Message::Cancel(cancel)) if last.as_deref() == Some(&cancel.id) => {
+            Inbound::Message(Message::Cancel(cancel))
+                if turn.last.as_deref() == Some(&cancel.id) =>
+            {
                 tracing::debug!(id = %cancel.id, "cancel arrived after its execution ended");
             }
-            other => handle_stray(other, control, &*out, None, limits),
+            other => handle_stray(other, control, &**out, None, limits),
         }
     }
 }

@@ -16,7 +16,7 @@ pub(crate) const SUBPROTOCOL: &str = "execbox";
 pub(crate) const BEARER_SUBPROTOCOL_PREFIX: &str = "execbox.bearer.";
 
 /// Reads the bearer token: from `file` if given (one trailing newline trimmed), otherwise from
-/// [`TOKEN_ENV`]; `None` when neither is set. An empty token is an error, never "no auth".
+/// `EXECBOX_TOKEN`; `None` when neither is set. An empty token is an error, never "no auth".
 pub fn load_token(file: Option<&Path>) -> Result<Option<String>, TokenError> {
     let (token, source) = match file {
         Some(path) => {

@@ -2,21 +2,21 @@
 //! stdio runner process.
 //!
 //! The supervisor runs no guest code. It accepts connections, checks the upgrade request
-//! ([`Auth`]), and relays each session to a runner process started ahead of demand
-//! ([`ChildCommand`], [`child::WARM_CHILDREN`]): `execbox-runner` in stdio mode, which locks itself
+//! (`Auth`), and relays each session to a runner process started ahead of demand
+//! ([`ChildCommand`], `WARM_CHILDREN`): `execbox-runner` in stdio mode, which locks itself
 //! down and ends itself (exit status 3) when an execution is stuck in a native call. A guest
 //! can therefore hold a CPU or a `--max-sessions` slot no longer than its `timeoutMs` plus the
 //! watchdog's grace: the slot is released only once the session's process is reaped.
 //! What bounds what:
 //! - `--max-sessions`: sessions served at once (more are closed with 1013 after the upgrade);
-//! - [`MAX_PENDING_HANDSHAKES`] and `--handshake-timeout-ms`: connections not yet upgraded
+//! - `MAX_PENDING_HANDSHAKES` and `--handshake-timeout-ms`: connections not yet upgraded
 //!   (more are closed at accept);
 //! - `--idle-timeout-ms`: a session with no execution in flight and no frame from its client;
-//! - [`relay::outbound_bound`]: runner output waiting for a client that does not read (1008);
+//! - `outbound_bound`: runner output waiting for a client that does not read (1008);
 //! - `--max-message-bytes` + 4 KiB: one frame from the client (1009);
 //! - accept errors (EMFILE...) back off from 5 ms to 1 s, with one warning per second at most.
 //!
-//! The same port answers plain `GET /livez`, `/readyz` and `/metrics` ([`http`], [`metrics`]),
+//! The same port answers plain `GET /livez`, `/readyz` and `/metrics` (`http.rs`, `metrics.rs`),
 //! without a token: the supervisor reads each request head itself, and hands upgrade requests
 //! to tungstenite with the bytes already read replayed. SIGTERM (or SIGINT) drains: `/readyz`
 //! and new upgrades answer 503, sessions run on until nothing is in flight, and after
