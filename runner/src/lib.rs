@@ -7,7 +7,9 @@
 //!   the transport's close) in arrival order. It answers each `execute` with `started` and
 //!   exactly one `done`, asks for tool calls, and applies a `cancel` at once, even in a tight
 //!   loop; [`SessionLimits`] bounds its messages and pending tool calls. Every execution runs
-//!   in a fresh QuickJS sandbox with its own memory budget and deadline.
+//!   in a fresh QuickJS sandbox with its own memory budget and deadline, one at a time, on
+//!   one of the session's engine threads ([`DEFAULT_ENGINES`]), which take turns so that
+//!   building the next sandbox overlaps the next execution.
 //! - [`serve_stdio`] is the runner process: one [`Session`] on stdin/stdout, the whole
 //!   process locked down first ([`Sandbox`]: Landlock, seccomp, rlimits on Linux), with a
 //!   watchdog that ends the process ([`WATCHDOG_EXIT_CODE`]) when an execution is stuck in a

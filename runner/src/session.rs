@@ -104,12 +104,6 @@ impl SessionBuilder {
         // by the feeder, through this sink.
         control.set_sink(out.clone());
         let (tx, rx) = mpsc::channel::<Inbound>();
-        if let Some(on_fire) = self.watchdog {
-            let watched = control.clone();
-            std::thread::Builder::new()
-                .name("watchdog".into())
-                .spawn(move || watched.watch(&*on_fire))?;
-        }
         let shared = Arc::new(Shared {
             turn: Mutex::new(Turn {
                 inbound: rx,
@@ -154,6 +148,14 @@ impl SessionBuilder {
                     return Err(e);
                 }
             }
+        }
+        // After the engines, whose first sandbox is what the first execution waits for. If it
+        // cannot start, the engines end once the channel's sender is dropped.
+        if let Some(on_fire) = self.watchdog {
+            let watched = control.clone();
+            std::thread::Builder::new()
+                .name("watchdog".into())
+                .spawn(move || watched.watch(&*on_fire))?;
         }
         Ok(Session {
             input: SessionInput { tx, control },
