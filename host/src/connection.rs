@@ -169,7 +169,7 @@ impl Connection {
     /// Runs one execution over this connection.
     pub async fn execute(&mut self, request: &ExecuteRequest) -> ExecuteResult {
         let started = Instant::now();
-        let id = next_execution_id();
+        let id = request.id.clone().unwrap_or_else(next_execution_id);
         let guard = execution_guard(&id, request).map(Arc::new);
         if let Some(Err(e)) = guard.as_ref().map(|g| g.started()) {
             return audit_failed(&id, &e);

@@ -45,6 +45,7 @@ pub struct ExecuteRequest {
     pub(crate) rate_limits: Option<Arc<RateLimits>>,
     pub(crate) audit: Option<Arc<AuditLog>>,
     pub(crate) approver: Option<Arc<dyn Approver>>,
+    pub(crate) id: Option<String>,
 }
 
 impl ExecuteRequest {
@@ -60,6 +61,7 @@ impl ExecuteRequest {
             rate_limits: None,
             audit: None,
             approver: None,
+            id: None,
         }
     }
 
@@ -120,6 +122,16 @@ impl ExecuteRequest {
     /// calls are refused: "approval required").
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = Some(approver);
+        self
+    }
+
+    /// The execution id to use (`execute.id` on the wire, [`ToolContext::execution_id`] of
+    /// its tool calls, [`ExecuteResult::id`]), so a caller can tie tool calls to its own
+    /// request; a fresh, process-unique id by default. Give each execution its own.
+    ///
+    /// [`ToolContext::execution_id`]: crate::ToolContext::execution_id
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
         self
     }
 
