@@ -167,7 +167,7 @@ impl Connection {
     /// Runs one execution over this connection.
     pub async fn execute(&mut self, request: &ExecuteRequest) -> ExecuteResult {
         let started = Instant::now();
-        let id = next_execution_id();
+        let id = request.id.clone().unwrap_or_else(next_execution_id);
         let result = self.drive(&id, request, started).await;
         tracing::debug!(
             %id,
@@ -223,6 +223,7 @@ impl Connection {
             tools,
             options,
             cancel,
+            id: _,
         } = request;
         let options = *options;
         let fail = |code: ErrorCode, message: String| ExecuteResult {

@@ -39,6 +39,7 @@ pub struct ExecuteRequest {
     pub(crate) tools: ToolSet,
     pub(crate) options: RuntimeOptions,
     pub(crate) cancel: CancellationToken,
+    pub(crate) id: Option<String>,
 }
 
 impl ExecuteRequest {
@@ -50,6 +51,7 @@ impl ExecuteRequest {
             tools: ToolSet::empty(),
             options: RuntimeOptions::default(),
             cancel: CancellationToken::new(),
+            id: None,
         }
     }
 
@@ -81,6 +83,16 @@ impl ExecuteRequest {
     /// aborted (`timeout` on the wire) and the result says [`ExecuteResult::was_cancelled`].
     pub fn cancel_on(mut self, token: CancellationToken) -> Self {
         self.cancel = token;
+        self
+    }
+
+    /// The execution id to use (`execute.id` on the wire, [`ToolContext::execution_id`] of
+    /// its tool calls, [`ExecuteResult::id`]), so a caller can tie tool calls to its own
+    /// request; a fresh, process-unique id by default. Give each execution its own.
+    ///
+    /// [`ToolContext::execution_id`]: crate::ToolContext::execution_id
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
         self
     }
 
