@@ -39,6 +39,8 @@ mod external;
 #[cfg(feature = "inprocess")]
 mod inprocess;
 mod json;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod names;
 mod pool;
 mod process;
@@ -57,6 +59,13 @@ pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
 pub use external::{CommandTool, ToolsFile, ToolsFileError, TOOLS_FILE_VERSION};
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
+#[cfg(feature = "mcp")]
+pub use mcp::{
+    check_exposure, kill_all_upstreams, serve_http, serve_stdio, CodeModeOptions, CodeModeServer,
+    HttpError, HttpOptions, McpConfig, McpConfigError, NamespaceStatus, UpstreamConfig,
+    UpstreamOptions, UpstreamStatus, UpstreamTransport, Upstreams, UpstreamsError, EXECUTE_CODE,
+    MAX_INLINE_RESOURCE_CHARS, MCP_PATH, SEARCH_TOOLS,
+};
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use process::{ProcessExecutor, RunnerCommand, RunnerNotFound};
 pub use prompt::model_prompt;

@@ -5,6 +5,7 @@
 
 mod args;
 mod logging;
+mod mcp;
 mod run;
 mod size;
 
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
         Command::Runner(args) => execbox_runner::init_tracing(args.log_format),
         Command::Run(args) => args.diagnostics.init(),
         Command::Types(args) => args.diagnostics.init(),
+        Command::Mcp(args) => args.diagnostics.init(),
         Command::Completions(_) => {}
     }
     let outcome = match cli.command {
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
         .map(|()| ExitCode::SUCCESS),
         Command::Types(args) => types(&args),
         Command::Run(args) => run::run(args),
+        Command::Mcp(args) => mcp::run(args),
         Command::Completions(args) => completions(&args),
     };
     match outcome {
