@@ -494,19 +494,23 @@ async fn a_failing_upstream_does_not_take_the_others_down(h: Harness) -> Result<
         "garbage": h.upstream("garbage"),
         "missing": {"command": "no-such-mcp-server-for-execbox", "env": {"PATH": "/nonexistent"}},
     }));
+    let started = Instant::now();
     let mcp = h
         .start(&[
             "--config",
             config.to_str().unwrap(),
             "--startup-timeout",
-            "3",
+            "5",
         ])
         .await?;
+    // `initialize` does not wait for the upstreams; the first `tools/list` does.
+    let took = started.elapsed();
+    check!(took < Duration::from_secs(4), "initialize took {took:?}");
     let description = mcp.description().await?;
     for line in [
         "alpha (MCP server \"alpha\", 6 tools)",
         "crash (MCP server \"crash\"; UNAVAILABLE: exited with status 3 before completing the MCP handshake)",
-        "garbage (MCP server \"garbage\"; UNAVAILABLE: did not complete the MCP handshake and tools/list within 3s; it printed \"Starting the garbage server on port 8080...\" on stdout, which is not JSON-RPC",
+        "garbage (MCP server \"garbage\"; UNAVAILABLE: did not complete the MCP handshake and tools/list within 5s; it printed \"Starting the garbage server on port 8080...\" on stdout, which is not JSON-RPC",
         "missing (MCP server \"missing\"; UNAVAILABLE: command \"no-such-mcp-server-for-execbox\" not found on PATH (the PATH its env sets))",
     ] {
         check!(description.contains(line), "missing {line:?} in:\n{description}");
@@ -529,12 +533,29 @@ async fn an_upstream_that_dies_fails_its_calls_and_not_the_others(
 ) -> Result<(), String> {
     let config = h.config(json!({"alpha": h.upstream("alpha"), "mortal": h.upstream("mortal")}));
     let mcp = h.start(&["--config", config.to_str().unwrap()]).await?;
+    // Settled: later tools/list_changed notifications are about the death.
+    mcp.description().await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let baseline = mcp.events.list_changed.load(Ordering::SeqCst);
     let first = mcp
         .value("try { await mortal.die() } catch (e) { return e.code }")
         .await?;
     check!(first == "tool_error", "{first}");
+    let mut description = String::new();
+    for _ in 0..100 {
+        description = mcp.description().await?;
+        if description.contains("mortal (MCP server \"mortal\"; UNAVAILABLE: exited with status 9)")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check!(
+        description.contains("mortal (MCP server \"mortal\"; UNAVAILABLE: exited with status 9)"),
+        "{description}"
+    );
     let told = h
-        .wait_for(|_| mcp.events.list_changed.load(Ordering::SeqCst) > 0)
+        .wait_for(|_| mcp.events.list_changed.load(Ordering::SeqCst) > baseline)
         .await;
     check!(told, "no tools/list_changed after the upstream died");
     let again = mcp
@@ -547,11 +568,6 @@ async fn an_upstream_that_dies_fails_its_calls_and_not_the_others(
                 "mortal.die: the MCP server \"mortal\" is unavailable: it exited with status 9"
             ]),
         "{again}"
-    );
-    let description = mcp.description().await?;
-    check!(
-        description.contains("mortal (MCP server \"mortal\"; UNAVAILABLE: exited with status 9)"),
-        "{description}"
     );
     let sum = mcp.value("(await alpha.add({ a: 2, b: 2 })).sum").await?;
     check!(sum == json!(4), "{sum}");
@@ -603,10 +619,18 @@ async fn a_client_cancel_reaches_the_upstream_call(h: Harness) -> Result<(), Str
 async fn list_changed_refreshes_the_tools_and_tells_the_client(h: Harness) -> Result<(), String> {
     let config = h.config(json!({"beta": h.upstream("beta")}));
     let mcp = h.start(&["--config", config.to_str().unwrap()]).await?;
+    let before = mcp.description().await?;
+    check!(
+        before.contains("beta (MCP server \"beta\", 4 tools)"),
+        "{before}"
+    );
+    // The client may have been told once already, when beta finished starting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let told = mcp.events.list_changed.load(Ordering::SeqCst);
     let added = mcp.value("await beta.grow({ name: 'zeta-tool' })").await?;
     check!(added == "added zeta-tool", "{added}");
     check!(
-        h.wait_for(|_| mcp.events.list_changed.load(Ordering::SeqCst) > 0)
+        h.wait_for(|_| mcp.events.list_changed.load(Ordering::SeqCst) > told)
             .await,
         "the client was not told the tools changed"
     );

@@ -23,6 +23,8 @@ pub struct NamespaceStatus {
     pub source: String,
     /// `None` when it works; why not otherwise (its tools, if any, fail with that reason).
     pub unavailable: Option<String>,
+    /// It is still starting (and `unavailable` says so).
+    pub starting: bool,
 }
 
 /// One tool, as listed and searched.
@@ -97,6 +99,7 @@ impl Catalog {
             let count = self.entries.iter().filter(|e| e.namespace == i).count();
             let _ = write!(out, "{} ({}", status.namespace, status.source);
             match &status.unavailable {
+                Some(_) if status.starting => out.push_str("; still starting"),
                 Some(why) => {
                     let _ = write!(out, "; UNAVAILABLE: {}", one_line(why, 200));
                 }
@@ -256,6 +259,7 @@ mod tests {
             namespace: namespace.into(),
             source: format!("MCP server {namespace:?}"),
             unavailable: None,
+            starting: false,
         }
     }
 
@@ -277,6 +281,7 @@ mod tests {
                 namespace: "jira".into(),
                 source: "MCP server \"jira\"".into(),
                 unavailable: Some("failed to start: command \"jira-mcp\" not found".into()),
+                starting: false,
             }],
         )
         .unwrap()

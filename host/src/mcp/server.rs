@@ -197,6 +197,7 @@ impl CodeModeServer {
             Some(_) => return input_error("`code` must be a string: the program to run"),
             None => return input_error("missing `code`: the program to run"),
         };
+        self.0.upstreams.settled().await;
         let catalog = self.0.upstreams.catalog();
         let id = super::next_execution_id();
         let _progress = context.meta.get_progress_token().map(|token| {
@@ -213,7 +214,7 @@ impl CodeModeServer {
         answer(&result, self.0.options.max_output_chars)
     }
 
-    fn search_tools(&self, arguments: Option<JsonObject>) -> CallToolResult {
+    async fn search_tools(&self, arguments: Option<JsonObject>) -> CallToolResult {
         let query = match arguments.as_ref().and_then(|a| a.get("query")) {
             Some(Value::String(q)) => q.clone(),
             Some(_) => return input_error("`query` must be a string"),
@@ -227,6 +228,7 @@ impl CodeModeServer {
             },
             Some(_) => return input_error("`limit` must be a positive integer"),
         };
+        self.0.upstreams.settled().await;
         let catalog = self.0.upstreams.catalog();
         let hits = catalog.search(&query, limit);
         let mut text = if hits.is_empty() {
@@ -402,6 +404,8 @@ impl ServerHandler for CodeModeServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        // The description lists the upstreams: wait until each has started or failed.
+        self.0.upstreams.settled().await;
         Ok(ListToolsResult::with_all_items(self.tool_definitions()))
     }
 
@@ -412,7 +416,7 @@ impl ServerHandler for CodeModeServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let result = match request.name.as_ref() {
             EXECUTE_CODE => self.execute_code(request.arguments, &context).await,
-            SEARCH_TOOLS => self.search_tools(request.arguments),
+            SEARCH_TOOLS => self.search_tools(request.arguments).await,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("no tool {other:?}; the tools are {EXECUTE_CODE} and {SEARCH_TOOLS}"),

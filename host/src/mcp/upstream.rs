@@ -11,7 +11,7 @@
 #![allow(deprecated)]
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -102,14 +102,28 @@ struct Hub {
     changed: watch::Sender<u64>,
     sinks: Arc<ProgressSinks>,
     options: UpstreamOptions,
+    /// How many servers have settled (connected or failed) and been published.
+    settled: AtomicUsize,
 }
 
 struct Slot {
     config: UpstreamConfig,
-    link: Result<Arc<Link>, String>,
+    /// `None` while it starts; then connected, or why not.
+    link: RwLock<Option<Result<Arc<Link>, String>>>,
+}
+
+impl Slot {
+    fn link(&self) -> Option<Result<Arc<Link>, String>> {
+        self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn ready(&self) -> Option<Arc<Link>> {
+        self.link().and_then(Result::ok)
+    }
 }
 
 enum Event {
+    Settled,
     ToolsChanged(usize),
     Died,
 }
@@ -117,9 +131,25 @@ enum Event {
 impl Upstreams {
     /// Connects every server of `config` at once (each within
     /// [`UpstreamOptions::startup_timeout`]) and resolves their tools with `local` providers
-    /// (a tools file's). A server that cannot be started or reached is reported on stderr and
-    /// listed as unavailable; it is not an error. Must be called inside a Tokio runtime.
+    /// (a tools file's); returns once every server is connected or has failed. A server that
+    /// cannot be started or reached is reported on stderr and listed as unavailable; it is
+    /// not an error. Must be called inside a Tokio runtime.
     pub async fn start(
+        config: &McpConfig,
+        local: Vec<Provider>,
+        options: UpstreamOptions,
+    ) -> Result<Upstreams, UpstreamsError> {
+        let upstreams = Upstreams::launch(config, local, options)?;
+        upstreams.settled().await;
+        Ok(upstreams)
+    }
+
+    /// Like [`Upstreams::start`], but returns at once, while the servers start: the catalog
+    /// lists them as starting until each is connected or has failed (every change is
+    /// announced by [`Upstreams::changed`]); [`Upstreams::settled`] waits for all of them.
+    /// An MCP server uses it to answer its client's `initialize` without waiting for slow
+    /// upstreams.
+    pub fn launch(
         config: &McpConfig,
         local: Vec<Provider>,
         options: UpstreamOptions,
@@ -137,13 +167,34 @@ impl Upstreams {
             }
         }
         let (events, mut event_rx) = mpsc::unbounded_channel();
-        let sinks = Arc::new(ProgressSinks::default());
-        let connects = config.servers.iter().enumerate().map(|(index, server)| {
+        let (changed, _) = watch::channel(0);
+        let hub = Hub {
+            slots: config
+                .servers
+                .iter()
+                .map(|server| Slot {
+                    config: server.clone(),
+                    link: RwLock::new(None),
+                })
+                .collect(),
+            local,
+            catalog: RwLock::new(Arc::new(Catalog::build(Vec::new(), Vec::new())?)),
+            changed,
+            sinks: Arc::new(ProgressSinks::default()),
+            options,
+            settled: AtomicUsize::new(0),
+        };
+        let catalog = hub.build()?;
+        *hub.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        let hub = Arc::new(hub);
+        for (index, slot) in hub.slots.iter().enumerate() {
+            let server = slot.config.clone();
             let events = events.clone();
-            let sinks = sinks.clone();
-            let options = options.clone();
-            async move {
-                let link = connect(index, server, events, sinks, &options).await;
+            let sinks = hub.sinks.clone();
+            let options = hub.options.clone();
+            let weak: Weak<Hub> = Arc::downgrade(&hub);
+            tokio::spawn(async move {
+                let link = connect(index, &server, events.clone(), sinks, &options).await;
                 if let Err(why) = &link {
                     eprintln!(
                         "execbox mcp: upstream {:?} is unavailable: {why}; the other servers \
@@ -151,25 +202,14 @@ impl Upstreams {
                         server.name
                     );
                 }
-                Slot {
-                    config: server.clone(),
-                    link,
-                }
-            }
-        });
-        let slots = futures_util::future::join_all(connects).await;
-        let (changed, _) = watch::channel(0);
-        let hub = Hub {
-            slots,
-            local,
-            catalog: RwLock::new(Arc::new(Catalog::build(Vec::new(), Vec::new())?)),
-            changed,
-            sinks,
-            options,
-        };
-        let catalog = hub.build()?;
-        *hub.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
-        let hub = Arc::new(hub);
+                let Some(hub) = weak.upgrade() else { return };
+                *hub.slots[index]
+                    .link
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(link);
+                let _ = events.send(Event::Settled);
+            });
+        }
         let weak: Weak<Hub> = Arc::downgrade(&hub);
         tokio::spawn(async move {
             while let Some(event) = event_rx.recv().await {
@@ -178,6 +218,17 @@ impl Upstreams {
             }
         });
         Ok(Upstreams(hub))
+    }
+
+    /// Waits until every server is connected or has failed (at most about the startup
+    /// timeout after [`Upstreams::launch`]).
+    pub async fn settled(&self) {
+        let mut changed = self.changed();
+        while self.0.settled.load(Ordering::SeqCst) < self.0.slots.len() {
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The current tools and their index.
@@ -200,9 +251,10 @@ impl Upstreams {
             .slots
             .iter()
             .map(|slot| {
-                let (tools, unavailable) = match &slot.link {
-                    Ok(link) => (link.tool_count(), link.dead_reason()),
-                    Err(why) => (0, Some(why.clone())),
+                let (tools, unavailable) = match slot.link() {
+                    Some(Ok(link)) => (link.tool_count(), link.dead_reason()),
+                    Some(Err(why)) => (0, Some(why)),
+                    None => (0, Some("still starting".into())),
                 };
                 UpstreamStatus {
                     name: slot.config.name.clone(),
@@ -222,12 +274,7 @@ impl Upstreams {
     /// Stops every upstream: closes its connection, gives a process a second to exit, then
     /// kills its process group. Calls in flight fail.
     pub async fn shutdown(&self) {
-        let links: Vec<Arc<Link>> = self
-            .0
-            .slots
-            .iter()
-            .filter_map(|s| s.link.as_ref().ok().cloned())
-            .collect();
+        let links: Vec<Arc<Link>> = self.0.slots.iter().filter_map(Slot::ready).collect();
         for link in &links {
             link.stopping.store(true, Ordering::SeqCst);
             if let Some(stop) = lock(&link.stop).take() {
@@ -284,19 +331,27 @@ impl Hub {
         let mut unavailable = Vec::new();
         for slot in &self.slots {
             let source = format!("MCP server {:?}", slot.config.name);
-            match &slot.link {
-                Ok(link) => providers.push((
+            match slot.link() {
+                Some(Ok(link)) => providers.push((
                     link.provider(),
                     NamespaceStatus {
                         namespace: slot.config.namespace.clone(),
                         source,
                         unavailable: link.dead_reason(),
+                        starting: false,
                     },
                 )),
-                Err(why) => unavailable.push(NamespaceStatus {
+                Some(Err(why)) => unavailable.push(NamespaceStatus {
                     namespace: slot.config.namespace.clone(),
                     source,
-                    unavailable: Some(why.clone()),
+                    unavailable: Some(why),
+                    starting: false,
+                }),
+                None => unavailable.push(NamespaceStatus {
+                    namespace: slot.config.namespace.clone(),
+                    source,
+                    unavailable: Some("still starting".into()),
+                    starting: true,
                 }),
             }
         }
@@ -307,17 +362,24 @@ impl Hub {
                     namespace: provider.name().to_owned(),
                     source: "tools file".into(),
                     unavailable: None,
+                    starting: false,
                 },
             ));
         }
         Catalog::build(providers, unavailable)
     }
 
+    /// Rebuilds the catalog and announces it.
     fn publish(&self) {
+        self.rebuild();
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Rebuilds the catalog, or keeps the previous one (saying why) if it cannot be built.
+    fn rebuild(&self) {
         match self.build() {
             Ok(catalog) => {
                 *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
-                self.changed.send_modify(|n| *n += 1);
             }
             Err(e) => eprintln!("execbox mcp: keeping the previous tool list: {e}"),
         }
@@ -326,7 +388,7 @@ impl Hub {
     async fn handle(&self, event: Event) {
         match event {
             Event::ToolsChanged(index) => {
-                let Some(Ok(link)) = self.slots.get(index).map(|s| &s.link) else {
+                let Some(link) = self.slots.get(index).and_then(Slot::ready) else {
                     return;
                 };
                 match tokio::time::timeout(self.options.list_timeout, link.list_tools()).await {
@@ -354,6 +416,13 @@ impl Hub {
                 self.publish();
             }
             Event::Died => self.publish(),
+            Event::Settled => {
+                // Counted only once its catalog is in place, and announced after: a waiter of
+                // `settled` that sees the count sees the catalog.
+                self.rebuild();
+                self.settled.fetch_add(1, Ordering::SeqCst);
+                self.changed.send_modify(|n| *n += 1);
+            }
         }
     }
 }

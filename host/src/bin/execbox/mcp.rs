@@ -132,18 +132,9 @@ async fn serve(
         startup_timeout: Duration::from_secs(args.startup_timeout),
         ..UpstreamOptions::default()
     };
-    let upstreams = Upstreams::start(&config, local, upstream_options).await?;
-    let ready = upstreams
-        .status()
-        .iter()
-        .filter(|s| s.unavailable.is_none())
-        .count();
-    tracing::info!(
-        servers = config.servers.len(),
-        ready,
-        tools = upstreams.catalog().len(),
-        "upstreams started"
-    );
+    // Started in the background: the client's `initialize` is answered at once, and its
+    // first `tools/list` (or call) waits until every upstream has started or failed.
+    let upstreams = Upstreams::launch(&config, local, upstream_options)?;
     let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
     let mut runner = RunnerCommand::new(exe).arg("runner");
     if let Some(filter) = args.diagnostics.runner_filter() {
