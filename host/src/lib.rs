@@ -13,7 +13,10 @@
 //!   [`ProcessExecutor`] (a fresh runner process each time), [`PooledExecutor`] (warm runner
 //!   processes), [`WsExecutor`] (a runner behind `execbox-runner --listen`) and
 //!   [`InProcessExecutor`] (engine threads in this process, feature `runner`; trusted code only);
-//! - underneath, a [`Connection`] speaks the protocol's host side over any transport.
+//! - underneath, a [`Connection`] speaks the protocol's host side over any transport;
+//! - with the `mcp` feature, `Upstreams` turns MCP servers into providers and
+//!   `CodeModeServer` offers any MCP client `execute_code` and `search_tools` over them
+//!   (`execbox mcp`).
 //!
 //! ```no_run
 //! use execbox_host::{ExecuteRequest, Executor, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
