@@ -26,6 +26,8 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 const MAX_STDERR_LINE: usize = 16 * 1024;
 /// How many non-JSON stdout lines are reported one by one before they are only counted.
 const REPORTED_GARBAGE_LINES: usize = 3;
+/// Printed by the login shell before its `PATH`.
+const PATH_MARKER: &str = "EXECBOX_LOGIN_PATH=";
 /// How long the login shell may take to say its `PATH`.
 const LOGIN_SHELL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -371,16 +373,27 @@ async fn login_shell_path() -> Option<String> {
     }
     let shell = std::env::var("SHELL").ok().filter(|s| !s.is_empty())?;
     let mut cmd = Command::new(&shell);
-    cmd.args(["-l", "-c", "printf '%s' \"$PATH\""])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
+    // A marker before the value: a profile may print greetings of its own.
+    cmd.args([
+        "-l",
+        "-c",
+        "printf '\\n%s%s' \"$1\" \"$PATH\"",
+        "sh",
+        PATH_MARKER,
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .kill_on_drop(true);
     #[cfg(unix)]
     cmd.process_group(0);
     let found = match tokio::time::timeout(LOGIN_SHELL_TIMEOUT, cmd.output()).await {
         Ok(Ok(output)) if output.status.success() => {
-            let path = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+            let text = String::from_utf8_lossy(&output.stdout);
+            let path = text
+                .rsplit_once(PATH_MARKER)
+                .map(|(_, path)| path.trim().to_owned())
+                .unwrap_or_default();
             (!path.is_empty()).then_some(path)
         }
         Ok(_) => None,
@@ -424,6 +437,17 @@ mod tests {
             read_line_capped(&mut reader, &mut line, 8).await.unwrap(),
             None
         );
+    }
+
+    #[tokio::test]
+    async fn the_login_shell_says_its_path() {
+        if std::env::var_os("SHELL").is_some() {
+            let path = login_shell_path().await.expect("a PATH");
+            assert!(
+                !path.contains(PATH_MARKER) && !path.contains('\n'),
+                "{path}"
+            );
+        }
     }
 
     #[tokio::test]

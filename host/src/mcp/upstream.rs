@@ -981,3 +981,26 @@ fn http_transport(
         client, config,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> rmcp::model::JsonObject {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn an_input_that_requires_nothing_may_be_left_out() {
+        let open = object(json!({"type": "object", "properties": {"q": {"type": "string"}}}));
+        assert_eq!(optional_input(&open)["type"], json!(["object", "null"]));
+        let empty = object(json!({"type": "object", "required": []}));
+        assert_eq!(optional_input(&empty)["type"], json!(["object", "null"]));
+        let strict = object(json!({"type": "object", "required": ["q"]}));
+        assert_eq!(optional_input(&strict)["type"], json!("object"));
+    }
+}
