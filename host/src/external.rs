@@ -617,7 +617,7 @@ impl CommandTool {
 
 #[cfg(unix)]
 #[allow(unsafe_code)]
-fn kill_process_group(pgid: u32) {
+pub(crate) fn kill_process_group(pgid: u32) {
     let Ok(pgid) = libc::pid_t::try_from(pgid) else {
         return;
     };
@@ -633,7 +633,7 @@ fn kill_process_group(pgid: u32) {
 }
 
 #[cfg(not(unix))]
-fn kill_process_group(_pgid: u32) {}
+pub(crate) fn kill_process_group(_pgid: u32) {}
 
 #[cfg(test)]
 mod tests {

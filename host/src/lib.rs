@@ -16,7 +16,10 @@
 //! - underneath, a [`Connection`] speaks the protocol's host side over any transport;
 //! - a [`Policy`] says which [`Principal`] holds which permissions; an [`ExecutionGuard`]
 //!   applies it to one execution's calls (permissions, [`RateLimits`], an [`Approver`], the
-//!   [`AuditLog`]); not yet applied by the executors themselves.
+//!   [`AuditLog`]), applied to every execution that names a principal or an audit log;
+//! - with the `mcp` feature, `Upstreams` turns MCP servers into providers and
+//!   `CodeModeServer` offers any MCP client `execute_code` and `search_tools` over them
+//!   (`execbox mcp`).
 //!
 //! ```no_run
 //! use execbox_host::{ExecuteRequest, Executor, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
@@ -42,6 +45,8 @@ mod external;
 #[cfg(feature = "inprocess")]
 mod inprocess;
 mod json;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod names;
 mod policy;
 mod pool;
@@ -69,6 +74,13 @@ pub use policy::{
     Admitted, Approval, ApprovalRequest, ApproveAll, Approver, AuditEvent, AuditLog, AuditOutcome,
     DenyAll, ExecutionGuard, GuardError, Policy, PolicyBuilder, PolicyError, Principal, RateLimit,
     RateLimits, TerminalApprover, ToolPolicy,
+};
+#[cfg(feature = "mcp")]
+pub use mcp::{
+    check_exposure, kill_all_upstreams, serve_http, serve_stdio, CodeModeOptions, CodeModeServer,
+    HttpError, HttpOptions, McpConfig, McpConfigError, NamespaceStatus, UpstreamConfig,
+    UpstreamOptions, UpstreamStatus, UpstreamTransport, Upstreams, UpstreamsError, EXECUTE_CODE,
+    MAX_INLINE_RESOURCE_CHARS, MCP_PATH, SEARCH_TOOLS,
 };
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use process::{ProcessExecutor, RunnerCommand, RunnerNotFound};

@@ -54,6 +54,19 @@ pub enum Command {
         execbox check --tools examples/tools.yaml\n\n\
         Exit status: 0 when the file is valid, 2 (with the error on stderr) when not.")]
     Check(CheckArgs),
+    /// Serve code mode to any MCP client: execute_code and search_tools over upstream MCP
+    /// servers and a tools file.
+    #[command(after_help = "Examples:\n  \
+        execbox mcp --config mcp.json                       # stdio, for Claude Desktop, Cursor...\n  \
+        execbox mcp --config mcp.json --tools tools.yaml\n  \
+        execbox mcp --config mcp.json --http 127.0.0.1:8080  # streamable HTTP at /mcp\n  \
+        EXECBOX_TOKEN=... execbox mcp --config mcp.json --http 0.0.0.0:8080 --allow-host mcp.internal\n\n\
+        Each server of mcp.json ({\"mcpServers\": {\"NAME\": {\"command\": ...} | {\"url\": ...}}}) \
+        becomes a namespace of the sandbox; a server that fails is reported on stderr and in \
+        execute_code's description, and the others keep working. Exit status: 0 when the \
+        client closed the connection, 2 on bad usage or configuration, 130 after SIGINT, 143 \
+        after SIGTERM (upstream processes are stopped first).")]
+    Mcp(crate::mcp::McpArgs),
     /// Be the runner itself (the same code as `execbox-runner`).
     #[command(after_help = "Examples:\n  \
         execbox runner                          # NDJSON on stdin/stdout\n  \

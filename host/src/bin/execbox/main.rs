@@ -5,6 +5,7 @@
 
 mod args;
 mod logging;
+mod mcp;
 mod run;
 mod size;
 
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
         Command::Run(args) => args.diagnostics.init(),
         Command::Types(args) => args.diagnostics.init(),
         Command::Check(args) => args.diagnostics.init(),
+        Command::Mcp(args) => args.diagnostics.init(),
         Command::Completions(_) => {}
     }
     let outcome = match cli.command {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Types(args) => types(&args),
         Command::Check(args) => check(&args),
         Command::Run(args) => run::run(args),
+        Command::Mcp(args) => mcp::run(args),
         Command::Completions(args) => completions(&args),
     };
     match outcome {
