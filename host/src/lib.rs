@@ -70,17 +70,17 @@ pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
 pub use external::CommandTool;
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
+#[cfg(feature = "mcp")]
+pub use mcp::{
+    check_exposure, kill_all_upstreams, serve_http, serve_stdio, CodeModeOptions, CodeModeServer,
+    HttpError, HttpOptions, McpAccess, McpConfig, McpConfigError, NamespaceStatus, UpstreamConfig,
+    UpstreamOptions, UpstreamPolicy, UpstreamStatus, UpstreamTransport, Upstreams, UpstreamsError,
+    EXECUTE_CODE, MAX_INLINE_RESOURCE_CHARS, MCP_PATH, SEARCH_TOOLS,
+};
 pub use policy::{
     Admitted, Approval, ApprovalRequest, ApproveAll, Approver, AuditEvent, AuditLog, AuditOutcome,
     DenyAll, ExecutionGuard, GuardError, Policy, PolicyBuilder, PolicyError, Principal, RateLimit,
     RateLimits, TerminalApprover, ToolPolicy,
-};
-#[cfg(feature = "mcp")]
-pub use mcp::{
-    check_exposure, kill_all_upstreams, serve_http, serve_stdio, CodeModeOptions, CodeModeServer,
-    HttpError, HttpOptions, McpConfig, McpConfigError, NamespaceStatus, UpstreamConfig,
-    UpstreamOptions, UpstreamStatus, UpstreamTransport, Upstreams, UpstreamsError, EXECUTE_CODE,
-    MAX_INLINE_RESOURCE_CHARS, MCP_PATH, SEARCH_TOOLS,
 };
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use process::{ProcessExecutor, RunnerCommand, RunnerNotFound};

@@ -17,11 +17,14 @@ use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientRequest, JsonObject, ProgressNotificationParam,
+    CallToolRequestParams, CallToolResult, ClientConfig, ClientRequest, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ElicitationCapability, JsonObject, ProgressNotificationParam,
     Request,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
-use rmcp::{ClientHandler, ServiceExt as _};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RunningService,
+};
+use rmcp::{ClientHandler, ErrorData, ServiceExt as _};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
@@ -61,6 +64,9 @@ fn main() {
         http_needs_the_token_and_checks_host_and_origin,
         an_http_upstream_works_like_a_stdio_one,
         sigterm_and_closing_stdin_stop_the_upstreams,
+        a_policy_hides_and_refuses_the_tools_a_principal_lacks,
+        approvals_are_asked_of_the_client_user_and_rate_limits_apply,
+        without_elicitation_a_call_needing_approval_is_refused,
     ];
     let trials = cases
         .into_iter()
@@ -185,13 +191,23 @@ impl Harness {
 
     /// `execbox mcp ARGS` over stdio, with an MCP client connected.
     async fn start(&self, args: &[&str]) -> Result<Mcp, String> {
+        self.start_with(args, Events::default()).await
+    }
+
+    /// The same, with a client answering approvals `approve` (`None`: no elicitation).
+    async fn start_approving(&self, args: &[&str], approve: Option<bool>) -> Result<Mcp, String> {
+        let events = Events::default();
+        *events.approve.lock().unwrap() = approve;
+        self.start_with(args, events).await
+    }
+
+    async fn start_with(&self, args: &[&str], events: Events) -> Result<Mcp, String> {
         let mut child = self
             .command(args)
             .spawn()
             .map_err(|e| format!("cannot start execbox: {e}"))?;
         let stdout = child.stdout.take().unwrap();
         let stdin = child.stdin.take().unwrap();
-        let events = Events::default();
         let client = tokio::time::timeout(WAIT, events.clone().serve((stdout, stdin)))
             .await
             .map_err(|_| "execbox mcp did not initialize in time".to_string())?
@@ -204,14 +220,40 @@ impl Harness {
     }
 }
 
-/// What the client is told besides answers.
+/// What the client is told besides answers, and how it answers approvals.
 #[derive(Clone, Default)]
 struct Events {
     list_changed: Arc<AtomicUsize>,
     progress: Arc<Mutex<Vec<(f64, String)>>>,
+    /// `Some(answer)`: the client supports elicitation and answers `approve: answer`.
+    approve: Arc<Mutex<Option<bool>>>,
+    /// The approval questions asked.
+    questions: Arc<Mutex<Vec<String>>>,
 }
 
 impl ClientHandler for Events {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::default();
+        if self.approve.lock().unwrap().is_some() {
+            info.capabilities.elicitation = Some(ElicitationCapability::default());
+        }
+        info
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = &request {
+            self.questions.lock().unwrap().push(message.clone());
+        }
+        let answer = self.approve.lock().unwrap().unwrap_or(false);
+        let mut result = ElicitResult::new(ElicitationAction::Accept);
+        result.content = Some(json!({ "approve": answer }));
+        Ok(result)
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changed.fetch_add(1, Ordering::SeqCst);
     }
@@ -741,7 +783,7 @@ async fn bad_configs_are_refused_naming_the_server_and_the_field(h: Harness) -> 
     check!(code == Some(2), "{code:?}");
     check!(
         stderr.contains(
-            "typo.json: server \"gh\", field \"agrs\": unknown field; the fields are type, command, args, env, cwd"
+            "typo.json: server \"gh\", field \"agrs\": unknown field; the fields are type, command, args, env, cwd, rateLimit, requireApproval"
         ),
         "{stderr}"
     );
@@ -952,5 +994,173 @@ async fn sigterm_and_closing_stdin_stop_the_upstreams(h: Harness) -> Result<(), 
         !alive(pid) || h.wait_for(|_| !alive(pid)).await,
         "upstream {pid} outlived SIGTERM"
     );
+    Ok(())
+}
+
+async fn a_policy_hides_and_refuses_the_tools_a_principal_lacks(h: Harness) -> Result<(), String> {
+    let config = h.config(json!({"alpha": h.upstream("alpha"), "beta": h.upstream("beta")}));
+    let policy = h.write(
+        "policy.yaml",
+        "version: 1\nprincipals:\n  adder: { permissions: [\"alpha:add\"] }\n  all: { permissions: [\"alpha:*\", \"beta:*\"] }\n",
+    );
+    let audit = h.dir.join("audit.jsonl");
+    let mcp = h
+        .start(&[
+            "--config",
+            config.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+            "--principal",
+            "adder",
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ])
+        .await?;
+    // The index, the search and the sandbox know only alpha.add.
+    let description = mcp.description().await?;
+    check!(
+        description.contains("alpha (MCP server \"alpha\", 1 tool)")
+            && description.contains("  add"),
+        "{description}"
+    );
+    check!(
+        !description.contains("beta") && !description.contains("  fail"),
+        "{description}"
+    );
+    let search = mcp.call("search_tools", json!({"query": "lookup"})).await?;
+    let text = search.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    check!(text.starts_with("No tool matches"), "{text}");
+    let value = mcp
+        .value(
+            "const seen = [typeof beta, typeof alpha.fail];\n\
+             let refused;\n\
+             try { await alpha.fail({ message: 'x' }); } catch (e) { refused = e.message; }\n\
+             return [seen, refused, (await alpha.add({ a: 1, b: 2 })).sum];",
+        )
+        .await?;
+    // alpha.fail does not exist for adder: calling it is calling undefined.
+    check!(
+        value[0] == json!(["undefined", "undefined"])
+            && value[1]
+                .as_str()
+                .is_some_and(|m| m.contains("not a function"))
+            && value[2] == json!(3),
+        "{value}"
+    );
+    // A call by name through the wire is refused like a missing tool.
+    let refused = mcp
+        .exec("await globalThis['beta']?.lookup?.({ key: 'x' }) ?? 'no beta'")
+        .await?;
+    check!(
+        refused.structured["result"] == json!("no beta"),
+        "{}",
+        refused.text
+    );
+    check!(!h.marks().contains("called fail"), "{}", h.marks());
+    let lines = std::fs::read_to_string(&audit).map_err(|e| format!("audit log: {e}"))?;
+    let add = lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "tool_call" && e["tool"] == "alpha.add")
+        .ok_or_else(|| format!("no audit line of alpha.add in\n{lines}"))?;
+    check!(
+        add["principal"] == "adder" && add["outcome"] == "ok",
+        "{add}"
+    );
+    mcp.stop().await?;
+    Ok(())
+}
+
+async fn approvals_are_asked_of_the_client_user_and_rate_limits_apply(
+    h: Harness,
+) -> Result<(), String> {
+    let mut alpha = h.upstream("alpha");
+    alpha["requireApproval"] = json!(["add"]);
+    alpha["rateLimit"] = json!({"requests": 2, "window": "1m"});
+    let config = h.config(json!({ "alpha": alpha }));
+    let mcp = h
+        .start_approving(&["--config", config.to_str().unwrap()], Some(true))
+        .await?;
+    let sum = mcp.value("(await alpha.add({ a: 2, b: 3 })).sum").await?;
+    check!(sum == json!(5), "{sum}");
+    let questions = mcp.events.questions.lock().unwrap().clone();
+    check!(
+        questions.len() == 1
+            && questions[0].contains("alpha.add")
+            && questions[0].contains("\"a\": 2"),
+        "{questions:?}"
+    );
+    // Not asked for a tool that does not need it.
+    mcp.exec("try { await alpha.fail({ message: 'x' }) } catch {}")
+        .await?;
+    check!(
+        mcp.events.questions.lock().unwrap().len() == 1,
+        "asked for alpha.fail"
+    );
+    // The user says no: a catchable tool_error, and the upstream is not called.
+    *mcp.events.approve.lock().unwrap() = Some(false);
+    let marks_before = h.marks().matches("called add").count();
+    let denied = mcp
+        .value("try { await alpha.add({ a: 1, b: 1 }); return 'ran' } catch (e) { return [e.code, e.message] }")
+        .await?;
+    check!(
+        denied == json!(["tool_error", "alpha.add: approval denied"]),
+        "{denied}"
+    );
+    check!(
+        h.marks().matches("called add").count() == marks_before,
+        "the upstream was called: {}",
+        h.marks()
+    );
+    // Two calls per minute: the third is refused before anyone is asked.
+    *mcp.events.approve.lock().unwrap() = Some(true);
+    let asked = mcp.events.questions.lock().unwrap().len();
+    let limited = mcp
+        .value(
+            "try { await alpha.add({ a: 1, b: 1 }); return 'ran' } catch (e) { return e.message }",
+        )
+        .await?;
+    check!(
+        limited
+            .as_str()
+            .is_some_and(|m| m.starts_with("rate limit exceeded for alpha.add: 2 per 1m")),
+        "{limited}"
+    );
+    check!(
+        mcp.events.questions.lock().unwrap().len() == asked,
+        "asked although over the limit"
+    );
+    mcp.stop().await?;
+    Ok(())
+}
+
+async fn without_elicitation_a_call_needing_approval_is_refused(h: Harness) -> Result<(), String> {
+    let mut alpha = h.upstream("alpha");
+    alpha["requireApproval"] = json!(["*"]);
+    let config = h.config(json!({ "alpha": alpha }));
+    let mcp = h
+        .start_approving(&["--config", config.to_str().unwrap()], None)
+        .await?;
+    let refused = mcp.exec("await alpha.add({ a: 2, b: 3 })").await?;
+    check!(
+        refused.structured["error"]
+            == json!({"code": "tool_error", "message": "alpha.add: approval required"}),
+        "{}",
+        refused.text
+    );
+    mcp.stop().await?;
+    // --approve-all approves without asking.
+    let mcp = h
+        .start_approving(
+            &["--config", config.to_str().unwrap(), "--approve-all"],
+            None,
+        )
+        .await?;
+    let sum = mcp.value("(await alpha.add({ a: 2, b: 3 })).sum").await?;
+    check!(sum == json!(5), "{sum}");
+    mcp.stop().await?;
     Ok(())
 }

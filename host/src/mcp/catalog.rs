@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use crate::policy::Principal;
 use crate::tool::{Provider, Tool};
 use crate::toolset::{ToolSet, ToolSetError};
 use crate::types::{provider_declaration, ToolDeclaration};
@@ -75,6 +76,44 @@ impl Catalog {
             namespaces,
             entries,
         })
+    }
+
+    /// What `principal` sees: the tools it may not call are left out of the tool set, the
+    /// index and the search, as if they did not exist, and so is a namespace left without
+    /// tools (one that is unavailable stays: its tools are not known).
+    pub fn visible_to(&self, principal: &Principal) -> Catalog {
+        let visible: Vec<&Entry> = self
+            .entries
+            .iter()
+            .filter(|e| principal.may_call(e.tool.policy()))
+            .collect();
+        if visible.len() == self.entries.len() {
+            return self.clone();
+        }
+        let mut renumbered = vec![None; self.namespaces.len()];
+        let mut namespaces = Vec::new();
+        for (i, namespace) in self.namespaces.iter().enumerate() {
+            let had_tools = self.entries.iter().any(|e| e.namespace == i);
+            let keeps_tools = visible.iter().any(|e| e.namespace == i);
+            if keeps_tools || !had_tools {
+                renumbered[i] = Some(namespaces.len());
+                namespaces.push(namespace.clone());
+            }
+        }
+        let entries = visible
+            .into_iter()
+            .filter_map(|e| {
+                Some(Entry {
+                    namespace: renumbered[e.namespace]?,
+                    ..e.clone()
+                })
+            })
+            .collect();
+        Catalog {
+            tools: self.tools.visible_to(principal),
+            namespaces,
+            entries,
+        }
     }
 
     /// The tool set the sandbox runs against.

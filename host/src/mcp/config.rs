@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::names::{check_provider_name, sanitize_tool_name};
+use crate::policy::{parse_window, RateLimit};
 
 /// The parsed `mcp.json`: the upstream servers in file order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,6 +42,37 @@ pub struct UpstreamConfig {
     pub namespace: String,
     /// How to reach it.
     pub transport: UpstreamTransport,
+    /// What execbox's policy adds to each of its tools: every tool also needs the permission
+    /// `namespace:tool` (see [`UpstreamConfig::permission`]).
+    pub policy: UpstreamPolicy,
+}
+
+/// The policy fields of one server in `mcp.json` (execbox's own; MCP clients have none):
+/// `"rateLimit": {"requests": 60, "window": "1m"}` limits each of its tools, per principal;
+/// `"requireApproval": ["create_issue"]` (tool names as the server lists them, or `["*"]`)
+/// makes those calls wait for an approval.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamPolicy {
+    /// At most this many calls of each tool per window, per principal.
+    pub rate_limit: Option<RateLimit>,
+    /// The tools whose calls need an approval; `*` is every tool.
+    pub require_approval: Vec<String>,
+}
+
+impl UpstreamPolicy {
+    /// Whether a call of `tool` (as the server lists it) needs an approval.
+    pub fn requires_approval(&self, tool: &str) -> bool {
+        self.require_approval.iter().any(|t| t == "*" || t == tool)
+    }
+}
+
+impl UpstreamConfig {
+    /// The permission a principal needs to see and call `tool` (as the server lists it) of
+    /// this server: `namespace:tool`, so a policy grants `github:create_issue`, or
+    /// `github:*` for the whole server.
+    pub fn permission(&self, tool: &str) -> String {
+        format!("{}:{tool}", self.namespace)
+    }
 }
 
 /// How an upstream server is reached.
@@ -73,6 +105,7 @@ impl fmt::Debug for UpstreamConfig {
             .field("name", &self.name)
             .field("namespace", &self.namespace)
             .field("transport", &self.transport)
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -146,8 +179,16 @@ fn where_(server: &Option<String>, field: &Option<String>) -> String {
     }
 }
 
-const STDIO_FIELDS: &[&str] = &["type", "command", "args", "env", "cwd"];
-const HTTP_FIELDS: &[&str] = &["type", "url", "headers"];
+const STDIO_FIELDS: &[&str] = &[
+    "type",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "rateLimit",
+    "requireApproval",
+];
+const HTTP_FIELDS: &[&str] = &["type", "url", "headers", "rateLimit", "requireApproval"];
 
 impl McpConfig {
     /// Reads and parses `path`; a relative `cwd` resolves against the file's folder.
@@ -234,10 +275,12 @@ impl McpConfig {
             };
             let transport =
                 parse_server(entry, base).map_err(|(field, m)| err(field.as_deref(), m))?;
+            let policy = parse_policy(entry).map_err(|(field, m)| err(field.as_deref(), m))?;
             out.push(UpstreamConfig {
                 name: name.clone(),
                 namespace,
                 transport,
+                policy,
             });
         }
         Ok(McpConfig { servers: out })
@@ -432,6 +475,77 @@ fn parse_server(entry: &Map<String, Value>, base: &Path) -> Result<UpstreamTrans
     }
 }
 
+fn parse_policy(entry: &Map<String, Value>) -> Result<UpstreamPolicy, FieldError> {
+    let field = |name: &str, message: String| (Some(name.to_owned()), message);
+    let rate_limit = match entry.get("rateLimit") {
+        None => None,
+        Some(Value::Object(limit)) => {
+            const USAGE: &str =
+                "write {\"requests\": 60, \"window\": \"1m\"} (window: 30s, 5m, 1h or 1d)";
+            if let Some(unknown) = limit.keys().find(|k| *k != "requests" && *k != "window") {
+                return Err(field(
+                    "rateLimit",
+                    format!("unknown field {unknown:?}; {USAGE}"),
+                ));
+            }
+            let requests = match limit.get("requests").and_then(Value::as_u64) {
+                Some(n) if n >= 1 && n <= u64::from(u32::MAX) => n as u32,
+                _ => {
+                    return Err(field(
+                        "rateLimit",
+                        format!("\"requests\" must be a whole number from 1; {USAGE}"),
+                    ))
+                }
+            };
+            let window = match limit.get("window") {
+                Some(Value::String(w)) => parse_window(w).map_err(|m| field("rateLimit", m))?,
+                _ => {
+                    return Err(field(
+                        "rateLimit",
+                        format!("\"window\" must be a string; {USAGE}"),
+                    ))
+                }
+            };
+            Some(RateLimit::new(requests, window).map_err(|e| field("rateLimit", e.to_string()))?)
+        }
+        Some(other) => {
+            return Err(field(
+                "rateLimit",
+                format!(
+                    "expected an object {{\"requests\", \"window\"}}; got {}",
+                    kind(other)
+                ),
+            ))
+        }
+    };
+    let require_approval = match entry.get("requireApproval") {
+        None => Vec::new(),
+        Some(Value::Array(names)) => names
+            .iter()
+            .map(|n| match n {
+                Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                other => Err(field(
+                    "requireApproval",
+                    format!("expected tool names (or \"*\"); got {}", kind(other)),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(field(
+                "requireApproval",
+                format!(
+                    "expected an array of tool names (or [\"*\"]); got {}",
+                    kind(other)
+                ),
+            ))
+        }
+    };
+    Ok(UpstreamPolicy {
+        rate_limit,
+        require_approval,
+    })
+}
+
 fn string_map(
     value: Option<&Value>,
     field: &'static str,
@@ -473,6 +587,43 @@ mod tests {
 
     fn parse(text: &str) -> Result<McpConfig, McpConfigError> {
         McpConfig::parse(text, Path::new("mcp.json"), Path::new("/base"))
+    }
+
+    #[test]
+    fn rate_limits_and_approvals_are_read_and_checked() {
+        let config = parse(
+            r#"{"mcpServers": {"gh": {"command": "gh-mcp", "rateLimit": {"requests": 3, "window": "1m"}, "requireApproval": ["create_issue"]}}}"#,
+        )
+        .unwrap();
+        let gh = &config.servers[0];
+        assert_eq!(gh.policy.rate_limit, Some("3 per 1m".parse().unwrap()));
+        assert!(gh.policy.requires_approval("create_issue"));
+        assert!(!gh.policy.requires_approval("list_issues"));
+        assert_eq!(gh.permission("create_issue"), "gh:create_issue");
+        for (bad, expected) in [
+            (
+                r#"{"rateLimit": {"requests": 0, "window": "1m"}}"#,
+                r#"server "gh", field "rateLimit": "requests" must be a whole number from 1"#,
+            ),
+            (
+                r#"{"rateLimit": {"requests": 3, "window": "soon"}}"#,
+                r#"field "rateLimit": "soon" is not a window"#,
+            ),
+            (
+                r#"{"rateLimit": {"requests": 3, "window": "1m", "burst": 2}}"#,
+                r#"unknown field "burst""#,
+            ),
+            (
+                r#"{"requireApproval": "create_issue"}"#,
+                r#"field "requireApproval": expected an array of tool names"#,
+            ),
+        ] {
+            let mut server: Value = serde_json::from_str(bad).unwrap();
+            server["command"] = "gh-mcp".into();
+            let text = serde_json::json!({"mcpServers": {"gh": server}}).to_string();
+            let message = parse(&text).unwrap_err().to_string();
+            assert!(message.contains(expected), "{message}");
+        }
     }
 
     fn error(text: &str) -> String {
@@ -529,7 +680,7 @@ mod tests {
         assert_eq!(
             error(r#"{"mcpServers": {"gh": {"command": "x", "agrs": []}}}"#),
             "mcp.json: server \"gh\", field \"agrs\": unknown field; the fields are type, \
-             command, args, env, cwd"
+             command, args, env, cwd, rateLimit, requireApproval"
         );
         assert_eq!(
             error(r#"{"mcpServers": {"gh": {"command": "x", "args": "stdio"}}}"#),
@@ -546,7 +697,7 @@ mod tests {
         assert_eq!(
             error(r#"{"mcpServers": {"d": {"url": "http://x", "cwd": "/"}}}"#),
             "mcp.json: server \"d\", field \"cwd\": not a field of a streamable HTTP server; its \
-             fields are type, url, headers"
+             fields are type, url, headers, rateLimit, requireApproval"
         );
         assert_eq!(
             error(r#"{"mcpServers": {"d": {"type": "sse", "url": "http://x"}}}"#),

@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+mod access;
 mod catalog;
 mod config;
 mod content;
@@ -39,8 +40,9 @@ mod upstream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use access::McpAccess;
 pub use catalog::NamespaceStatus;
-pub use config::{McpConfig, McpConfigError, UpstreamConfig, UpstreamTransport};
+pub use config::{McpConfig, McpConfigError, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
 pub use content::MAX_INLINE_RESOURCE_CHARS;
 pub use http::{check_exposure, serve_http, HttpError, HttpOptions, MCP_PATH};
 pub use server::{CodeModeOptions, CodeModeServer, EXECUTE_CODE, SEARCH_TOOLS};

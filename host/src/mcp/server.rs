@@ -26,6 +26,7 @@ use serde_json::{json, Map, Value};
 use crate::executor::{ExecuteRequest, Executor};
 use execbox_protocol::RuntimeOptions;
 
+use super::access::McpAccess;
 use super::catalog::Catalog;
 use super::upstream::Upstreams;
 
@@ -44,6 +45,8 @@ pub struct CodeModeOptions {
     /// `search_tools` returns at most this many tools unless asked for fewer; default 10
     /// (a client may ask for up to 50).
     pub default_search_limit: usize,
+    /// Who runs the programs, and the policy that applies to their tool calls.
+    pub access: McpAccess,
 }
 
 impl Default for CodeModeOptions {
@@ -52,6 +55,7 @@ impl Default for CodeModeOptions {
             runtime: RuntimeOptions::default(),
             max_output_chars: 24_000,
             default_search_limit: 10,
+            access: McpAccess::default(),
         }
     }
 }
@@ -111,7 +115,16 @@ impl CodeModeServer {
 
     /// `execute_code`'s description: the rules of a program, then the index of the tools.
     pub fn execute_code_description(&self) -> String {
-        describe(&self.0.upstreams.catalog(), &self.0.options)
+        describe(&self.catalog(), &self.0.options)
+    }
+
+    /// The catalog as the principal sees it: the tools it may not call do not exist.
+    fn catalog(&self) -> Arc<Catalog> {
+        let catalog = self.0.upstreams.catalog();
+        match &self.0.options.access.principal {
+            Some(principal) => Arc::new(catalog.visible_to(principal)),
+            None => catalog,
+        }
     }
 
     /// The two tools, as `tools/list` answers.
@@ -198,7 +211,7 @@ impl CodeModeServer {
             None => return input_error("missing `code`: the program to run"),
         };
         self.0.upstreams.settled().await;
-        let catalog = self.0.upstreams.catalog();
+        let catalog = self.catalog();
         let id = super::next_execution_id();
         let _progress = context.meta.get_progress_token().map(|token| {
             self.0
@@ -210,6 +223,7 @@ impl CodeModeServer {
             .tools(catalog.tools())
             .options(self.0.options.runtime)
             .cancel_on(context.ct.clone());
+        let request = self.0.options.access.apply(request, &context.peer);
         let result = self.0.executor.execute(request).await;
         answer(&result, self.0.options.max_output_chars)
     }
@@ -229,7 +243,7 @@ impl CodeModeServer {
             Some(_) => return input_error("`limit` must be a positive integer"),
         };
         self.0.upstreams.settled().await;
-        let catalog = self.0.upstreams.catalog();
+        let catalog = self.catalog();
         let hits = catalog.search(&query, limit);
         let mut text = if hits.is_empty() {
             format!(

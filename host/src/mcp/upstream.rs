@@ -34,7 +34,7 @@ use crate::schema::Schema;
 use crate::tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
 
 use super::catalog::{Catalog, NamespaceStatus};
-use super::config::{McpConfig, UpstreamConfig, UpstreamTransport};
+use super::config::{McpConfig, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
 use super::content::{one_line, result_value};
 use super::process::{self, Group};
 
@@ -431,6 +431,8 @@ impl Hub {
 struct Link {
     name: String,
     namespace: String,
+    /// What the policy adds to each tool (`mcp.json`'s `rateLimit`, `requireApproval`).
+    policy: UpstreamPolicy,
     peer: Peer<RoleClient>,
     progress: ProgressDispatcher,
     description: Option<String>,
@@ -499,7 +501,13 @@ impl Link {
             link: self.clone(),
             name: name.clone(),
         };
-        let mut tool = Tool::from_handler(name.clone(), handler);
+        // Policy: the tool needs `namespace:tool`; the server's limits and approvals apply.
+        let mut tool = Tool::from_handler(name.clone(), handler)
+            .permissions([format!("{}:{name}", self.namespace)])
+            .requires_approval(self.policy.requires_approval(&name));
+        if let Some(limit) = self.policy.rate_limit {
+            tool = tool.rate_limit(limit);
+        }
         let description = t
             .description
             .as_deref()
@@ -886,6 +894,7 @@ async fn connect(
     let link = Arc::new(Link {
         name: config.name.clone(),
         namespace: config.namespace.clone(),
+        policy: config.policy.clone(),
         peer: running.peer().clone(),
         progress,
         description,

@@ -190,19 +190,28 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub enforce: EnforceArgs,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+/// The policy and everything that enforces it: principal, audit log, rate-limit state,
+/// approvals.
+#[derive(Debug, Args)]
+pub struct EnforceArgs {
+    #[command(flatten)]
     pub policy: PolicyArgs,
     /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
     /// Keep rate-limit counters in this SQLite file, shared with every process using it
-    /// (overrides the policy file's `state`); without either, counters last one run.
+    /// (overrides the policy file's `state`); without either, counters last as long as the
+    /// process.
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
     /// Approve every call of a tool that requires approval, without asking.
     #[arg(long)]
     pub approve_all: bool,
-    #[command(flatten)]
-    pub diagnostics: Diagnostics,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@
 //! 130 cancelled by Ctrl-C, 143 stopped by SIGTERM.
 
 mod args;
+mod enforce;
 mod logging;
 mod mcp;
 mod run;
@@ -64,7 +65,7 @@ fn report(error: &anyhow::Error) -> String {
 
 fn types(args: &TypesArgs) -> anyhow::Result<ExitCode> {
     let mut set = run::load_tools(Some(&args.tools))?;
-    if let Some((_, principal)) = run::load_policy(&args.policy)? {
+    if let Some((_, principal)) = enforce::load_policy(&args.policy)? {
         set = set.visible_to(&principal);
     }
     let text = if args.prompt {

@@ -12,13 +12,14 @@ use anyhow::Context as _;
 use clap::Args;
 use execbox_host::{
     check_exposure, kill_all_upstreams, serve_http, serve_stdio, CodeModeOptions, CodeModeServer,
-    CommandTool, HttpOptions, McpConfig, PoolOptions, PooledExecutor, RunnerCommand,
+    CommandTool, HttpOptions, McpAccess, McpConfig, PoolOptions, PooledExecutor, RunnerCommand,
     RuntimeOptions, SessionTimings, ToolsFile, UpstreamOptions, Upstreams,
     DEFAULT_MAX_CONCURRENT_TOOL_CALLS, MCP_PATH,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::args::Diagnostics;
+use crate::args::{Diagnostics, EnforceArgs};
+use crate::enforce::Enforcement;
 use crate::size::parse_size;
 
 /// Exit status after SIGINT (128 + 2).
@@ -69,6 +70,11 @@ pub struct McpArgs {
     /// How long an upstream server may take to start and list its tools, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub startup_timeout: u64,
+    /// Who runs the programs and under which policy: upstream tools need the permission
+    /// `server:tool` (`github:create_issue`, or `github:*`); approvals are asked of the MCP
+    /// client's user through elicitation unless --approve-all.
+    #[command(flatten)]
+    pub enforce: EnforceArgs,
     #[command(flatten)]
     pub diagnostics: Diagnostics,
 }
@@ -85,6 +91,7 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         Some(path) => ToolsFile::load(path)?,
         None => Vec::new(),
     };
+    let enforcement = Enforcement::load(&args.enforce)?;
     let http = match args.http {
         Some(addr) => {
             let token = execbox_runner::listen::load_token(args.token_file.as_deref())?;
@@ -105,7 +112,7 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let status = runtime.block_on(serve(args, config, local, http))?;
+    let status = runtime.block_on(serve(args, config, local, enforcement, http))?;
     // No upstream or tool process outlives us, whatever happened.
     kill_all_upstreams();
     CommandTool::kill_all();
@@ -117,6 +124,7 @@ async fn serve(
     args: McpArgs,
     config: McpConfig,
     local: Vec<execbox_host::Provider>,
+    enforcement: Enforcement,
     http: Option<(SocketAddr, HttpOptions)>,
 ) -> anyhow::Result<ExitCode> {
     // Bind first: a port in use is a usage error, before any upstream is started.
@@ -156,6 +164,12 @@ async fn serve(
             ..RuntimeOptions::default()
         },
         max_output_chars: args.max_output_chars as usize,
+        access: McpAccess {
+            principal: enforcement.principal,
+            rate_limits: enforcement.rate_limits,
+            audit: enforcement.audit,
+            approve_all: enforcement.approve_all,
+        },
         ..CodeModeOptions::default()
     };
     let server = CodeModeServer::new(upstreams.clone(), Arc::new(executor), options);

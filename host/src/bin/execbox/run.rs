@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use execbox_host::{
-    ApproveAll, Approver, AuditLog, CancellationToken, CommandTool, ExecuteRequest, ExecuteResult,
-    Executor, Policy, Principal, ProcessExecutor, RateLimits, RunnerCommand, RuntimeOptions,
-    SessionTimings, TerminalApprover, ToolSet, ToolsFile, WsExecutor,
+    ApproveAll, Approver, CancellationToken, CommandTool, ExecuteRequest, ExecuteResult, Executor,
+    ProcessExecutor, RunnerCommand, RuntimeOptions, SessionTimings, TerminalApprover, ToolSet,
+    ToolsFile, WsExecutor,
 };
 
-use crate::args::{PolicyArgs, RunArgs};
+use crate::args::RunArgs;
+use crate::enforce::Enforcement;
 
 /// Exit status after Ctrl-C (128 + SIGINT).
 const EXIT_INTERRUPTED: u8 = 130;
@@ -27,18 +28,6 @@ pub fn load_tools(path: Option<&PathBuf>) -> anyhow::Result<ToolSet> {
     };
     let providers = ToolsFile::load_checked(path)?;
     ToolSet::new(providers).with_context(|| format!("invalid tools in {}", path.display()))
-}
-
-/// The policy file and the principal it resolves, or neither.
-pub fn load_policy(args: &PolicyArgs) -> anyhow::Result<Option<(Policy, Principal)>> {
-    let Some(path) = &args.policy else {
-        return Ok(None);
-    };
-    let policy = Policy::load(path)?;
-    let principal = policy
-        .principal(args.principal.as_deref())
-        .with_context(|| format!("--principal (policy {})", path.display()))?;
-    Ok(Some((policy, principal)))
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -64,27 +53,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ..SessionTimings::default()
     };
     let mut request = ExecuteRequest::new(code).tools(&tools).options(options);
-    let policy = load_policy(&args.policy)?;
-    if let Some((_, principal)) = &policy {
-        request = request.principal(principal.clone());
+    let enforcement = Enforcement::load(&args.enforce)?;
+    if let Some(principal) = enforcement.principal {
+        request = request.principal(principal);
     }
-    let policy = policy.map(|(policy, _)| policy);
-    let state = args
-        .state
-        .clone()
-        .or_else(|| policy.as_ref().and_then(|p| p.state_file().map(Into::into)));
-    if let Some(state) = state {
-        request = request.rate_limits(Arc::new(RateLimits::open(&state)?));
+    if let Some(limits) = enforcement.rate_limits {
+        request = request.rate_limits(limits);
     }
-    let audit = args
-        .audit_log
-        .clone()
-        .or_else(|| policy.as_ref().and_then(|p| p.audit_file().map(Into::into)));
-    if let Some(audit) = audit {
-        let include_input = policy.as_ref().is_some_and(Policy::audit_includes_input);
-        request = request.audit_log(Arc::new(AuditLog::open(&audit, include_input)?));
+    if let Some(audit) = enforcement.audit {
+        request = request.audit_log(audit);
     }
-    let approver: Arc<dyn Approver> = if args.approve_all {
+    let approver: Arc<dyn Approver> = if enforcement.approve_all {
         Arc::new(ApproveAll)
     } else {
         Arc::new(TerminalApprover::new())
