@@ -9,10 +9,11 @@
 //!   `timeout` at its deadline, but the engine thread keeps running (and burning a core)
 //!   until the call returns, possibly never. A runner process is killed instead.
 //!
+//! Each pooled slot is one runner session, whose two engine threads take turns (one serves
+//! while the other builds the next sandbox); "engine thread" below means such a session.
 //! So that stuck threads cannot pile up, an engine thread whose execution the host abandoned
-//! (deadline or cancel, no `done`) is retired and counted as stuck until it ends. A new
-//! engine thread replaces it only while fewer than [`PoolOptions::size`] threads are stuck;
-//! beyond that every execution fails at once with `internal_error` ("in-process engine
+//! (deadline or cancel, no `done`) is retired and counted as stuck until it ends. A new one
+//! replaces it only while fewer than [`PoolOptions::size`] are stuck; beyond that every execution fails at once with `internal_error` ("in-process engine
 //! threads are stuck in native calls; use a process runner for untrusted code").
 //! Use a [`ProcessExecutor`](crate::ProcessExecutor), a [`PooledExecutor`] or a
 //! [`WsExecutor`](crate::WsExecutor) for untrusted code.
