@@ -58,7 +58,7 @@ use crate::external::{CommandTool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use crate::names::check_provider_name;
 use crate::policy::{check_permission, parse_window, RateLimit};
 use crate::tool::{Provider, Tool};
-use crate::yaml::{self, YamlError};
+use crate::yaml::{self, Position, YamlError};
 
 /// The tools file version this host reads.
 pub const TOOLS_FILE_VERSION: u64 = 1;
@@ -104,7 +104,7 @@ pub enum ToolsFileError {
     #[error(
         "{}{}: providers.{provider}.tools.{tool}: {problem}",
         path.display(),
-        Position(line.map(|l| l as usize), column.map(|c| c as usize))
+        Position(*line, *column)
     )]
     Command {
         /// The file.
@@ -120,19 +120,6 @@ pub enum ToolsFileError {
         /// What is wrong with the command, naming it as resolved.
         problem: String,
     },
-}
-
-/// `:line:column`, `:line`, or nothing.
-struct Position(Option<usize>, Option<usize>);
-
-impl fmt::Display for Position {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.0, self.1) {
-            (Some(line), Some(column)) => write!(f, ":{line}:{column}"),
-            (Some(line), None) => write!(f, ":{line}"),
-            _ => Ok(()),
-        }
-    }
 }
 
 impl From<YamlError> for ToolsFileError {

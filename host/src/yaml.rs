@@ -69,9 +69,9 @@ impl YamlError {
 }
 
 /// `:line:column`, `:line`, or nothing.
-struct Position(Option<u64>, Option<u64>);
+pub(crate) struct Position<N>(pub Option<N>, pub Option<N>);
 
-impl fmt::Display for Position {
+impl<N: fmt::Display + Copy> fmt::Display for Position<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.0, self.1) {
             (Some(line), Some(column)) => write!(f, ":{line}:{column}"),
