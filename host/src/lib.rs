@@ -16,7 +16,10 @@
 //! - underneath, a [`Connection`] speaks the protocol's host side over any transport;
 //! - a [`Policy`] says which [`Principal`] holds which permissions; an [`ExecutionGuard`]
 //!   applies it to one execution's calls (permissions, [`RateLimits`], an [`Approver`], the
-//!   [`AuditLog`]); not yet applied by the executors themselves.
+//!   [`AuditLog`]); not yet applied by the executors themselves;
+//! - a [`CapabilityManager`] runs saved programs (capabilities, found by a [`Registry`]) with
+//!   their executors, tracks each execution in an [`ExecutionStore`] (SQLite), and can wait
+//!   for, list and stop them; [`capabilities_router`] (feature `serve`) is its HTTP API.
 //!
 //! ```no_run
 //! use execbox_host::{ExecuteRequest, Executor, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
@@ -36,6 +39,7 @@
 //! # }
 //! ```
 
+mod capabilities;
 mod connection;
 mod executor;
 mod external;
@@ -57,6 +61,14 @@ mod types;
 mod ws;
 mod yaml;
 
+pub use capabilities::{
+    CapabilityError, CapabilityErrorCode, CapabilityInfo, CapabilityManager, ConfigIssue,
+    ExecutionEvent, ExecutionEventKind, ExecutionFilter, ExecutionOutcome, ExecutionRecord,
+    ExecutionStatus, ExecutionStore, ExecutorInfo, ManagerOptions, Registry, RegistryRoots, Source,
+    StartRequest, StatusChange, DEFAULT_CAPABILITY_TIMEOUT_MS, DEFAULT_MAX_DEPTH, EVENT_CAPACITY,
+    INTERRUPTED_MESSAGE, MAX_CAPABILITY_TIMEOUT_MS, MAX_EXECUTOR_STDERR_BYTES,
+    MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE,
+};
 pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
     MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
