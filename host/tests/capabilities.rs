@@ -759,3 +759,153 @@ async fn a_script_failure_and_timeout_have_their_statuses() {
         1
     );
 }
+
+/// `execbox ARGS...` in `cwd`, with `EXECBOX_HOME` set to `home`.
+fn cli(cwd: &std::path::Path, home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    support::cli::command(args)
+        .current_dir(cwd)
+        .env("EXECBOX_HOME", home)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run execbox")
+}
+
+#[test]
+fn the_cli_lists_checks_shows_and_runs_capabilities_and_reads_executions() {
+    use support::cli::text;
+    let roots = Roots::new("cli");
+    roots.project.capability(
+        "echo",
+        &script_yaml("echo", "input_schema: { type: object, required: [x] }\n"),
+        &[("index.js", "({ got: params.x })")],
+    );
+    roots.global.capability(
+        "echo",
+        &script_yaml("echo", ""),
+        &[("index.js", "'global'")],
+    );
+    roots.global.sh_executor(
+        "fail-exec",
+        &["fails"],
+        &reading("echo 'it broke' >&2; exit 1"),
+    );
+    roots
+        .global
+        .capability("broken", &typed_yaml("broken", "fails", ""), &[]);
+    roots.project.capability(
+        "bad",
+        "name: bad\ntype: script\nentry: index.js\ntimeout: 5\n",
+        &[("index.js", "1")],
+    );
+    // Run from a folder inside the project: the project root is found walking up.
+    let cwd = roots.project_dir().join("src/deep");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let home = &roots.global.0;
+
+    let list = cli(&cwd, home, &["capabilities", "list"]);
+    assert!(list.status.success(), "{}", text(&list.stderr));
+    let stdout = text(&list.stdout);
+    assert!(stdout.contains("echo\tscript\tproject\tscript"), "{stdout}");
+    assert!(
+        stdout.contains("broken\tfails\tglobal\tfail-exec"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("script\tscript\tbuiltin\t(built in)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 invalid configuration skipped"),
+        "{stdout}"
+    );
+    let list = cli(&cwd, home, &["capabilities", "list", "--json"]);
+    let json: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(json["capabilities"].as_array().unwrap().len(), 2);
+    assert!(json["executors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["source"] == "builtin"));
+
+    let check = cli(&cwd, home, &["capabilities", "check", "--json"]);
+    assert_eq!(check.status.code(), Some(2));
+    let json: Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert_eq!(json["ok"], false);
+    assert_eq!(json["issues"][0]["code"], "INVALID_CAPABILITY_CONFIG");
+    assert!(
+        json["issues"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("capability.yaml:4:1: unknown field `timeout`"),
+        "{json}"
+    );
+
+    let show = cli(&cwd, home, &["capabilities", "show", "echo"]);
+    let json: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(json["source"], "project");
+    assert_eq!(json["inputSchema"]["required"], json!(["x"]));
+    let missing = cli(&cwd, home, &["capabilities", "show", "nope"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).contains("CAPABILITY_NOT_FOUND"));
+
+    let run = cli(
+        &cwd,
+        home,
+        &["capabilities", "run", "echo", "--params", r#"{"x": 5}"#],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&run.stdout).unwrap(),
+        json!({"got": 5})
+    );
+    let refused = cli(
+        &cwd,
+        home,
+        &["capabilities", "run", "echo", "--params", "{}"],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("INVALID_REQUEST: capability `echo`: params.x is required"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let failed = cli(&cwd, home, &["capabilities", "run", "broken", "--json"]);
+    assert_eq!(failed.status.code(), Some(1));
+    let outcome: Value = serde_json::from_slice(&failed.stdout).unwrap();
+    assert_eq!(outcome["success"], false);
+    assert_eq!(outcome["status"], "failed");
+    assert_eq!(
+        outcome["error"],
+        json!({"code": "EXECUTION_FAILED", "message": "it broke"})
+    );
+
+    // Both runs are in the project's database.
+    assert!(roots.project.0.join("state.db").is_file());
+    let list = cli(&cwd, home, &["executions", "list", "--json"]);
+    let records: Vec<Value> = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(records.len(), 2);
+    let failed_id = outcome["executionId"].as_str().unwrap();
+    let list = cli(&cwd, home, &["executions", "list", "--status", "failed"]);
+    let stdout = text(&list.stdout);
+    assert!(
+        stdout.contains(&format!("{failed_id}\tfailed\tbroken")),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    let show = cli(&cwd, home, &["executions", "show", failed_id]);
+    let json: Value = serde_json::from_slice(&show.stdout).unwrap();
+    let history: Vec<&str> = json["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(history, ["starting", "running", "failed"]);
+    let bad = cli(&cwd, home, &["executions", "list", "--status", "sleeping"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("unknown status `sleeping`"),
+        "{}",
+        text(&bad.stderr)
+    );
+}

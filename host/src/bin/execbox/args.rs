@@ -54,6 +54,12 @@ pub enum Command {
         execbox check --tools examples/tools.yaml\n\n\
         Exit status: 0 when the file is valid, 2 (with the error on stderr) when not.")]
     Check(CheckArgs),
+    /// Capabilities: saved programs and their executors (list, check, show, run).
+    #[command(subcommand)]
+    Capabilities(CapabilitiesCommand),
+    /// Executions of capabilities, as recorded in the state database.
+    #[command(subcommand)]
+    Executions(ExecutionsCommand),
     /// Be the runner itself (the same code as `execbox-runner`).
     #[command(after_help = "Examples:\n  \
         execbox runner                          # NDJSON on stdin/stdout\n  \
@@ -190,6 +196,145 @@ pub struct RunArgs {
     pub approve_all: bool,
     #[command(flatten)]
     pub diagnostics: Diagnostics,
+}
+
+/// Where capabilities and executions are, who asks, and the audit log.
+#[derive(Debug, Args)]
+pub struct CapabilityArgs {
+    /// The project folder (holding `.execbox/`); by default the first `.execbox/` found
+    /// walking up from the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// The state database of executions (SQLite); by default `.execbox/state.db` of the
+    /// project, else `state.db` of the global root ($EXECBOX_HOME, else
+    /// $XDG_CONFIG_HOME/execbox, else ~/.config/execbox).
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CapabilitiesCommand {
+    /// List the capabilities and executors of the three roots (project, global, built-in).
+    #[command(after_help = "Examples:\n  \
+        execbox capabilities list\n  \
+        execbox capabilities list --json --project examples/capabilities")]
+    List {
+        /// Print JSON: {\"capabilities\": [...], \"executors\": [...]}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Check every capability.yaml and executor.yaml; list what is invalid and why.
+    #[command(
+        after_help = "Exit status: 0 when every configuration is valid, 2 when some are not \
+        (each is listed with INVALID_CAPABILITY_CONFIG or INVALID_EXECUTOR_CONFIG)."
+    )]
+    Check {
+        /// Print JSON: {\"ok\": bool, \"issues\": [{code, path, source, message}]}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Show one capability (as JSON): its schemas, permissions, folder, source and executor.
+    Show {
+        /// The capability's name.
+        name: String,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Start a capability, wait for it, print its result as JSON.
+    #[command(after_help = "Examples:\n  \
+        execbox capabilities run word-stats --params '{\"text\": \"a b c\"}' --project examples/capabilities\n\n\
+        Exit status: 0 when it completed, 1 when it failed, timed out, was stopped or refused \
+        (the code and message on stderr), 2 on bad usage or configuration, 130 after Ctrl-C \
+        (which stops it first).")]
+    Run {
+        /// The capability's name.
+        name: String,
+        /// Require this type.
+        #[arg(long = "type", value_name = "TYPE")]
+        capability_type: Option<String>,
+        /// The params, as JSON (checked against its input_schema).
+        #[arg(long, value_name = "JSON")]
+        params: Option<String>,
+        /// Time limit in milliseconds (default: the capability's timeout_ms).
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+        /// The parent id (an agent's id, or an execution's).
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
+        /// Print the whole outcome as JSON ({success, executionId, status, result, ...}).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+}
+
+impl CapabilitiesCommand {
+    /// The flags every subcommand has.
+    pub fn common(&self) -> &CapabilityArgs {
+        match self {
+            CapabilitiesCommand::List { common, .. }
+            | CapabilitiesCommand::Check { common, .. }
+            | CapabilitiesCommand::Show { common, .. }
+            | CapabilitiesCommand::Run { common, .. } => common,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutionsCommand {
+    /// List executions, newest first.
+    #[command(after_help = "Examples:\n  \
+        execbox executions list --status running\n  \
+        execbox executions list --parent cap_1763850000000_1a2b3c4d --json")]
+    List {
+        /// Only this status (starting, running, completed, failed, timeout, stopping, stopped).
+        #[arg(long, value_name = "STATUS")]
+        status: Option<execbox_host::ExecutionStatus>,
+        /// Only children of this parent.
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
+        /// Only executions of this capability.
+        #[arg(long, value_name = "NAME")]
+        capability: Option<String>,
+        /// At most this many.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: u32,
+        /// Print JSON: an array of execution records.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Show one execution (as JSON) with its status history.
+    Show {
+        /// The execution id.
+        id: String,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+}
+
+impl ExecutionsCommand {
+    /// The flags every subcommand has.
+    pub fn common(&self) -> &CapabilityArgs {
+        match self {
+            ExecutionsCommand::List { common, .. } | ExecutionsCommand::Show { common, .. } => {
+                common
+            }
+        }
+    }
 }
 
 #[derive(Debug, Args)]

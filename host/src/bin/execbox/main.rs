@@ -1,9 +1,11 @@
 //! `execbox`: run model-written JavaScript against tools from the command line.
 //!
 //! Exit status: 0 the execution succeeded, 1 it failed, 2 bad usage or configuration,
-//! 130 cancelled by Ctrl-C, 143 stopped by SIGTERM.
+//! 130 cancelled by Ctrl-C, 143 stopped by SIGTERM. `capabilities run` exits 1 as well when
+//! the start is refused; `capabilities check` exits 2 when a configuration is invalid.
 
 mod args;
+mod capabilities;
 mod logging;
 mod run;
 mod size;
@@ -23,6 +25,8 @@ fn main() -> ExitCode {
         Command::Run(args) => args.diagnostics.init(),
         Command::Types(args) => args.diagnostics.init(),
         Command::Check(args) => args.diagnostics.init(),
+        Command::Capabilities(command) => command.common().diagnostics.init(),
+        Command::Executions(command) => command.common().diagnostics.init(),
         Command::Completions(_) => {}
     }
     let outcome = match cli.command {
@@ -34,6 +38,8 @@ fn main() -> ExitCode {
         Command::Types(args) => types(&args),
         Command::Check(args) => check(&args),
         Command::Run(args) => run::run(args),
+        Command::Capabilities(command) => capabilities::capabilities(command),
+        Command::Executions(command) => capabilities::executions(command),
         Command::Completions(args) => completions(&args),
     };
     match outcome {
