@@ -61,6 +61,8 @@ mod types;
 mod ws;
 mod yaml;
 
+#[cfg(feature = "serve")]
+pub use capabilities::{capabilities_router, ServeAuth, MAX_REQUEST_BODY_BYTES};
 pub use capabilities::{
     CapabilityError, CapabilityErrorCode, CapabilityInfo, CapabilityManager, ConfigIssue,
     ExecutionEvent, ExecutionEventKind, ExecutionFilter, ExecutionOutcome, ExecutionRecord,

@@ -157,3 +157,56 @@ pub fn gone_within(pid: u32, within: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// `execbox serve --listen 127.0.0.1:0 ARGS...`, killed (SIGKILL) and reaped when dropped.
+pub struct Server {
+    pub child: std::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+impl Server {
+    /// Starts it in `cwd` with `EXECBOX_HOME=home` and reads its URL from its first line.
+    pub fn start(cwd: &Path, home: &Path, args: &[&str]) -> Server {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(super::runners::EXECBOX)
+            .args(["serve", "--listen", "127.0.0.1:0", "--pool", "2"])
+            .args(args)
+            .current_dir(cwd)
+            .env("EXECBOX_HOME", home)
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start execbox serve");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped stdout"))
+            .read_line(&mut line)
+            .expect("read the server's URL");
+        assert!(
+            line.starts_with("http://127.0.0.1:"),
+            "first line: {line:?}"
+        );
+        Server {
+            child,
+            url: line.trim().to_owned(),
+        }
+    }
+
+    /// `URL/PATH`.
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

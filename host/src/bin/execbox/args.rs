@@ -60,6 +60,13 @@ pub enum Command {
     /// Executions of capabilities, as recorded in the state database.
     #[command(subcommand)]
     Executions(ExecutionsCommand),
+    /// Serve the capabilities HTTP API (JSON, Server-Sent Events) on ADDR.
+    #[command(after_help = "Examples:\n  \
+        execbox serve --listen 127.0.0.1:0 --project examples/capabilities   # prints http://127.0.0.1:PORT\n  \
+        execbox serve --listen 0.0.0.0:8080 --policy policy.yaml              # bearer tokens of the policy\n\n\
+        Beyond loopback it refuses to start unless the policy gives principals bearer tokens \
+        (token_sha256). SIGTERM or Ctrl-C stops every running execution, then exits 0.")]
+    Serve(ServeArgs),
     /// Be the runner itself (the same code as `execbox-runner`).
     #[command(after_help = "Examples:\n  \
         execbox runner                          # NDJSON on stdin/stdout\n  \
@@ -324,6 +331,20 @@ pub enum ExecutionsCommand {
         #[command(flatten)]
         common: CapabilityArgs,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (`127.0.0.1:0` picks a free port); the first line on stdout
+    /// is `http://ADDR` with the port bound.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Warm runner processes for top-level script capabilities (nested ones get a fresh
+    /// process each).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub pool: u16,
+    #[command(flatten)]
+    pub common: CapabilityArgs,
 }
 
 impl ExecutionsCommand {

@@ -8,6 +8,7 @@ mod args;
 mod capabilities;
 mod logging;
 mod run;
+mod serve;
 mod size;
 
 use std::io::Write;
@@ -27,6 +28,7 @@ fn main() -> ExitCode {
         Command::Check(args) => args.diagnostics.init(),
         Command::Capabilities(command) => command.common().diagnostics.init(),
         Command::Executions(command) => command.common().diagnostics.init(),
+        Command::Serve(args) => args.common.diagnostics.init(),
         Command::Completions(_) => {}
     }
     let outcome = match cli.command {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Capabilities(command) => capabilities::capabilities(command),
         Command::Executions(command) => capabilities::executions(command),
+        Command::Serve(args) => serve::serve(args),
         Command::Completions(args) => completions(&args),
     };
     match outcome {
