@@ -909,3 +909,42 @@ fn the_cli_lists_checks_shows_and_runs_capabilities_and_reads_executions() {
         text(&bad.stderr)
     );
 }
+
+#[test]
+fn the_examples_run_through_the_cli() {
+    let temp = support::temp::TempDir::new("examples");
+    let db = temp.join("state.db");
+    let run = |name: &str, params: &str| {
+        support::cli::command(&[
+            "capabilities",
+            "run",
+            name,
+            "--params",
+            params,
+            "--project",
+            "examples/capabilities",
+            "--db",
+            db.to_str().unwrap(),
+        ])
+        .env("EXECBOX_HOME", temp.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+    };
+    let out = run("word-stats", r#"{"text": "the cat saw the dog"}"#);
+    assert!(out.status.success(), "{}", support::cli::text(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!({"words": 5, "top": "the", "topCount": 2})
+    );
+    let out = run("digest", r#"{"text": "ship it, ship it now"}"#);
+    assert!(out.status.success(), "{}", support::cli::text(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!("# Digest\n\n- 5 words\n- most frequent: ship")
+    );
+    let out = run("weekly-report", r#"{"title": "Week 12", "items": []}"#);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(support::cli::text(&out.stderr)
+        .contains("EXECUTION_FAILED: a report needs at least one item"));
+}
