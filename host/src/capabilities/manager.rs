@@ -465,6 +465,15 @@ impl CapabilityManager {
                 }
             }
         };
+        // A stop was asked for: whatever failure followed (a child stopped first, the run
+        // cancelled) is the stop. A run that completed meanwhile keeps its result.
+        let stop_requested = self.live().get(id).is_some_and(|l| l.stop_requested);
+        let outcome = match outcome {
+            RunOutcome::Failed(_) | RunOutcome::TimedOut(_) if stop_requested => {
+                RunOutcome::Stopped
+            }
+            other => other,
+        };
         let name = &capability.config.def.name;
         let (status, result, context, error) = match outcome {
             RunOutcome::Completed {

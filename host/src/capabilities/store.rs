@@ -244,7 +244,9 @@ impl ExecutionStore {
         tx.commit().map_err(|e| self.fail(e))
     }
 
-    /// Moves a live execution to `status` (`running`, `stopping`), unless it already ended.
+    /// Moves a live execution to `status`: `running` only from `starting` (a stop asked for
+    /// meanwhile stays `stopping`), `stopping` from `starting` or `running`; an execution
+    /// that ended is left as it is.
     pub(crate) fn set_status(
         &self,
         id: &str,
@@ -256,7 +258,7 @@ impl ExecutionStore {
         let tx = conn.transaction().map_err(|e| self.fail(e))?;
         let changed = tx
             .execute(
-                "UPDATE executions SET status = ?2, updated_ms = ?3 WHERE id = ?1 AND status IN ('starting', 'running', 'stopping')",
+                "UPDATE executions SET status = ?2, updated_ms = ?3 WHERE id = ?1 AND (status = 'starting' OR (status = 'running' AND ?2 = 'stopping'))",
                 params![id, status.as_str(), now],
             )
             .map_err(|e| self.fail(e))?;
