@@ -445,3 +445,137 @@ pub(crate) fn kill_group(pgid: i64) {
 
 #[cfg(not(unix))]
 pub(crate) fn kill_group(_pgid: i64) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(id: &str, status: ExecutionStatus) -> ExecutionRecord {
+        ExecutionRecord {
+            execution_id: id.into(),
+            capability: "c".into(),
+            capability_type: "script".into(),
+            executor: "script".into(),
+            capability_path: "/c".into(),
+            parent_id: None,
+            principal: None,
+            status,
+            params: json!({"a": 1}),
+            result: None,
+            additional_context: None,
+            error: None,
+            created_ms: now_ms(),
+            updated_ms: now_ms(),
+            ended_ms: None,
+        }
+    }
+
+    fn temp_db(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("execbox-store-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("nested/state.db")
+    }
+
+    #[test]
+    fn executions_of_a_dead_owner_are_failed_at_open_and_a_live_owner_keeps_its_own() {
+        let path = temp_db("recover");
+        let store = ExecutionStore::open(&path).unwrap();
+        store
+            .insert(&record("dead", ExecutionStatus::Starting))
+            .unwrap();
+        store
+            .set_status("dead", ExecutionStatus::Running, None)
+            .unwrap();
+        store
+            .insert(&record("mine", ExecutionStatus::Starting))
+            .unwrap();
+        // A process that has exited owns `dead`.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        store
+            .lock()
+            .execute(
+                "UPDATE executions SET owner_pid = ?1 WHERE id = 'dead'",
+                [gone as i64],
+            )
+            .unwrap();
+        drop(store);
+
+        let store = ExecutionStore::open(&path).unwrap();
+        assert_eq!(store.recovered(), ["dead"]);
+        let dead = store.get("dead").unwrap().unwrap();
+        assert_eq!(dead.status, ExecutionStatus::Failed);
+        assert_eq!(dead.error.unwrap().message, INTERRUPTED_MESSAGE);
+        let history: Vec<ExecutionStatus> = store
+            .history("dead")
+            .unwrap()
+            .into_iter()
+            .map(|c| c.status)
+            .collect();
+        assert_eq!(
+            history,
+            [
+                ExecutionStatus::Starting,
+                ExecutionStatus::Running,
+                ExecutionStatus::Failed
+            ]
+        );
+        // This process is alive: its execution is left alone.
+        assert_eq!(
+            store.get("mine").unwrap().unwrap().status,
+            ExecutionStatus::Starting
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn a_stop_asked_for_while_starting_is_not_overwritten_by_running() {
+        let path = temp_db("transitions");
+        let store = ExecutionStore::open(&path).unwrap();
+        store
+            .insert(&record("x", ExecutionStatus::Starting))
+            .unwrap();
+        store
+            .set_status("x", ExecutionStatus::Stopping, None)
+            .unwrap();
+        store
+            .set_status("x", ExecutionStatus::Running, None)
+            .unwrap();
+        assert_eq!(
+            store.get("x").unwrap().unwrap().status,
+            ExecutionStatus::Stopping
+        );
+        store
+            .finish("x", ExecutionStatus::Stopped, None, None, None)
+            .unwrap();
+        store
+            .set_status("x", ExecutionStatus::Stopping, None)
+            .unwrap();
+        assert_eq!(
+            store.get("x").unwrap().unwrap().status,
+            ExecutionStatus::Stopped
+        );
+        let filter = ExecutionFilter {
+            status: Some(ExecutionStatus::Stopped),
+            ..Default::default()
+        };
+        assert_eq!(store.list(&filter).unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let path = temp_db("newer");
+        drop(ExecutionStore::open(&path).unwrap());
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 9)
+            .unwrap();
+        let e = ExecutionStore::open(&path).unwrap_err();
+        assert_eq!(e.code, CapabilityErrorCode::RegistryNotInitialized);
+        assert!(e.message.contains("schema version 9 is newer"), "{e}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+}
