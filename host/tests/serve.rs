@@ -513,3 +513,36 @@ async fn a_server_killed_mid_execution_marks_it_failed_interrupted_when_restarte
     assert_eq!(status, StatusCode::OK);
     assert_eq!(outcome["success"], false);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_running_executions_then_exits_0() {
+    let roots = project("serve-term");
+    let mut server = serve(&roots, &[]);
+    let client = reqwest::Client::new();
+    let (_, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .json(&json!({"capability": "sleep"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let id = body["executionId"].as_str().unwrap().to_string();
+    wait_running(&client, &server, &id).await;
+    let sleeper = read_pid(&roots.temp.join("pid"));
+    support::process::signal(server.child.id(), libc::SIGTERM).unwrap();
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.child.wait().unwrap();
+        (status, server)
+    })
+    .await
+    .unwrap()
+    .0;
+    assert_eq!(status.code(), Some(0));
+    assert!(gone_within(sleeper, Duration::from_secs(1)));
+    let store = execbox_host::ExecutionStore::open(roots.temp.join("state.db")).unwrap();
+    assert!(store.recovered().is_empty(), "nothing was left running");
+    let record = store.get(&id).unwrap().unwrap();
+    assert_eq!(record.status, execbox_host::ExecutionStatus::Stopped);
+}
