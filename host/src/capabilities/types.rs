@@ -85,8 +85,8 @@ impl std::str::FromStr for ExecutionStatus {
     }
 }
 
-/// The error codes of the capability system (the seed's, plus `EXECUTION_NOT_FOUND` and
-/// `EXECUTION_STOPPED`, which it has no word for).
+/// The error codes of the capability system: the seed's, plus `PERMISSION_DENIED`,
+/// `EXECUTION_STOPPED` and `EXECUTION_NOT_FOUND`, which it has no word for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CapabilityErrorCode {
