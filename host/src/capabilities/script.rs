@@ -38,10 +38,18 @@ pub(crate) struct ScriptRun<'a> {
     pub audit: Option<Arc<AuditLog>>,
 }
 
-/// The program: `const params = <json>;` and the entry's text, on the same first line.
+/// The program: `const params = JSON.parse("<json>");` and the entry's text, on the same
+/// first line.
+///
+/// The params go through `JSON.parse`, not into an object literal: in a literal a
+/// `"__proto__"` key sets the prototype instead of making a property, so the program would
+/// see values the `input_schema` never checked (`params.role` from `{"__proto__": {"role":
+/// "admin"}}`). A JSON string is a valid JavaScript string literal, and neither it nor
+/// serde_json's compact output has a line break, so the entry's lines keep their numbers.
 pub(crate) fn program(entry_text: &str, params: &Value) -> String {
-    // serde_json's compact output has no line breaks, so the entry's lines keep their numbers.
-    format!("const params = {params}; {entry_text}")
+    let json = params.to_string();
+    let literal = Value::String(json).to_string();
+    format!("const params = JSON.parse({literal}); {entry_text}")
 }
 
 pub(crate) async fn run(run: ScriptRun<'_>) -> RunOutcome {
