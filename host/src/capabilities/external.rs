@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{CapabilityConfig, ExecutorConfig, ExecutorKind};
 use super::outcome::{split_result, RunOutcome};
+use super::store::EXECUTION_ID_ENV;
 use crate::external::{escape_controls, read_capped, signal_name, signal_of, Keep};
 use crate::json::parse_json;
 
@@ -135,10 +136,13 @@ pub(crate) async fn run(run: ExternalRun<'_>, on_spawn: impl FnOnce(u32)) -> Run
     let mut cmd = tokio::process::Command::new(command);
     cmd.args(args)
         .current_dir(&run.capability.dir)
-        .env("EXECBOX_EXECUTION_ID", run.execution_id)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        // After the executor's own `env`, which cannot override them: recovery after a crash
+        // recognises the processes of an execution by `EXECBOX_EXECUTION_ID` before killing
+        // their group (store.rs).
+        .env(EXECUTION_ID_ENV, run.execution_id)
         .env("EXECBOX_CAPABILITY", &run.capability.def.name)
         .env("EXECBOX_CAPABILITY_PATH", &run.capability.dir)
-        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::from(reader))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

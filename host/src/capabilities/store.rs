@@ -9,10 +9,18 @@
 //! - `status_history`: one row per status change (execution, status, time, detail).
 //!
 //! Recovery at open: an execution left `starting`, `running` or `stopping` by a process that
-//! is gone (its `owner_pid` no longer exists) is marked `failed` with "interrupted: the server
-//! stopped", and its executor's process group, if one was recorded, is killed. An owner that
-//! is alive (another server on the same file) keeps its executions. A dead owner's pid reused
-//! by an unrelated process delays that recovery until the file is opened again after it ends.
+//! is gone is marked `failed` with "interrupted: the server stopped", and what is left of its
+//! executor is killed. The owner is the pid and the start time of the process that ran it
+//! (`owner_pid`, `owner_start`, from `/proc`), so a pid reused by another process, or a
+//! server that comes back as the same pid 1 of a container, does not keep a dead owner's
+//! executions `running`. An owner that is alive (another server on the same file) keeps its
+//! executions.
+//!
+//! The file is not trusted to name what to kill: a recorded `pgid` is only a hint. Its
+//! process group is killed only when one of its processes carries the execution's own
+//! `EXECBOX_EXECUTION_ID` in its environment (set by execbox after the executor's `env`, so
+//! it cannot be forged by configuration), so a stale or planted row cannot kill an unrelated
+//! process group. Without `/proc`, nothing is killed.
 //! The store uses its own file: do not point a policy's rate-limit `state` at it.
 
 use std::path::{Path, PathBuf};
@@ -32,6 +40,9 @@ const SCHEMA_VERSION: i64 = 1;
 
 /// How long to wait for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The variable that marks every process of an external executor with its execution's id.
+pub(crate) const EXECUTION_ID_ENV: &str = "EXECBOX_EXECUTION_ID";
 
 /// The error message of an execution found interrupted at open.
 pub const INTERRUPTED_MESSAGE: &str = "interrupted: the server stopped";
@@ -124,6 +135,7 @@ impl ExecutionStore {
                         updated_ms INTEGER NOT NULL,
                         ended_ms INTEGER,
                         owner_pid INTEGER NOT NULL,
+                        owner_start INTEGER,
                         pgid INTEGER
                     );
                     CREATE INDEX IF NOT EXISTS executions_status ON executions (status);
@@ -175,23 +187,27 @@ impl ExecutionStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.fail(e))?;
-        let rows: Vec<(String, i64, Option<i64>)> = {
+        let rows: Vec<(String, i64, Option<i64>, Option<i64>)> = {
             let mut stmt = tx
-                .prepare("SELECT id, owner_pid, pgid FROM executions WHERE status IN ('starting', 'running', 'stopping')")
+                .prepare("SELECT id, owner_pid, owner_start, pgid FROM executions WHERE status IN ('starting', 'running', 'stopping')")
                 .map_err(|e| self.fail(e))?;
             let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
                 .map_err(|e| self.fail(e))?;
             rows.filter_map(Result::ok).collect()
         };
         let now = now_ms() as i64;
         let mut recovered = Vec::new();
-        for (id, owner, pgid) in rows {
-            if process_alive(owner) {
+        for (id, owner, owner_start, pgid) in rows {
+            if owner_alive(owner, owner_start) {
                 continue;
             }
             if let Some(pgid) = pgid {
-                kill_group(pgid);
+                if group_runs_execution(pgid, &id) {
+                    kill_group(pgid);
+                } else {
+                    tracing::debug!(execution = %id, pgid, "no process of the execution is left in its recorded group");
+                }
             }
             tx.execute(
                 "UPDATE executions SET status = 'failed', error_code = ?2, error_message = ?3, updated_ms = ?4, ended_ms = ?4, pgid = NULL WHERE id = ?1",
@@ -215,8 +231,8 @@ impl ExecutionStore {
         let mut conn = self.lock();
         let tx = conn.transaction().map_err(|e| self.fail(e))?;
         tx.execute(
-            "INSERT INTO executions (id, capability, type, executor, capability_path, parent_id, principal, status, params, created_ms, updated_ms, owner_pid)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
+            "INSERT INTO executions (id, capability, type, executor, capability_path, parent_id, principal, status, params, created_ms, updated_ms, owner_pid, owner_start)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
             params![
                 record.execution_id,
                 record.capability,
@@ -229,6 +245,7 @@ impl ExecutionStore {
                 record.params.to_string(),
                 record.created_ms as i64,
                 std::process::id() as i64,
+                start_time(std::process::id() as i64),
             ],
         )
         .map_err(|e| self.fail(e))?;
@@ -283,7 +300,8 @@ impl ExecutionStore {
             .map_err(|e| self.fail(e))
     }
 
-    /// Ends an execution: its terminal status, result and error.
+    /// Ends an execution: its terminal status, result and error; `Ok(None)` when it had
+    /// ended already (another process recovered it), which leaves its recorded end alone.
     pub(crate) fn finish(
         &self,
         id: &str,
@@ -291,12 +309,14 @@ impl ExecutionStore {
         result: Option<&Value>,
         additional_context: Option<&Value>,
         error: Option<&CapabilityError>,
-    ) -> Result<u64, CapabilityError> {
+    ) -> Result<Option<u64>, CapabilityError> {
         let now = now_ms();
         let mut conn = self.lock();
         let tx = conn.transaction().map_err(|e| self.fail(e))?;
-        tx.execute(
-            "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, pgid = NULL WHERE id = ?1",
+        // One terminal status per execution: an execution another process already ended
+        // (recovered as interrupted) keeps that end.
+        let changed = tx.execute(
+            "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, pgid = NULL WHERE id = ?1 AND status IN ('starting', 'running', 'stopping')",
             params![
                 id,
                 status.as_str(),
@@ -308,13 +328,16 @@ impl ExecutionStore {
             ],
         )
         .map_err(|e| self.fail(e))?;
+        if changed == 0 {
+            return Ok(None);
+        }
         tx.execute(
             "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, ?2, ?3, ?4)",
             params![id, status.as_str(), now as i64, error.map(|e| e.message.as_str())],
         )
         .map_err(|e| self.fail(e))?;
         tx.commit().map_err(|e| self.fail(e))?;
-        Ok(now)
+        Ok(Some(now))
     }
 
     /// One execution.
@@ -404,6 +427,57 @@ fn record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
         created_ms: row.get::<_, i64>(13)? as u64,
         updated_ms: row.get::<_, i64>(14)? as u64,
         ended_ms: row.get::<_, Option<i64>>(15)?.map(|t| t as u64),
+    })
+}
+
+/// Whether the process that owned an execution still runs: its pid exists and, where the
+/// start time was recorded and can be read, started at that time (a reused pid is another
+/// process).
+fn owner_alive(pid: i64, start: Option<i64>) -> bool {
+    if !process_alive(pid) {
+        return false;
+    }
+    match (start, start_time(pid)) {
+        (Some(recorded), Some(now)) => recorded == now,
+        _ => true,
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces and `)`).
+fn proc_stat(pid: i64) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// A process's start time, in clock ticks after boot (`/proc/<pid>/stat` field 22).
+fn start_time(pid: i64) -> Option<i64> {
+    // Fields after the name start at field 3 (state), so field 22 is index 19.
+    proc_stat(pid)?.get(19)?.parse().ok()
+}
+
+/// Whether a process of group `pgid` carries `EXECBOX_EXECUTION_ID=<id>` in its environment:
+/// only then is the group still the execution's executor.
+fn group_runs_execution(pgid: i64, id: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let marker = format!("{EXECUTION_ID_ENV}={id}");
+    entries.filter_map(Result::ok).any(|entry| {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i64>().ok())
+        else {
+            return false;
+        };
+        // Field 5 (the process group) is index 2.
+        let in_group = proc_stat(pid)
+            .and_then(|f| f.get(2)?.parse::<i64>().ok())
+            .is_some_and(|g| g == pgid);
+        in_group
+            && std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == marker.as_bytes()))
     })
 }
 
@@ -577,5 +651,44 @@ mod tests {
         assert_eq!(e.code, CapabilityErrorCode::RegistryNotInitialized);
         assert!(e.message.contains("schema version 9 is newer"), "{e}");
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn an_execution_ends_once() {
+        let path = temp_db("once");
+        let store = ExecutionStore::open(&path).unwrap();
+        store
+            .insert(&record("a", ExecutionStatus::Starting))
+            .unwrap();
+        assert!(store
+            .finish("a", ExecutionStatus::Stopped, None, None, None)
+            .unwrap()
+            .is_some());
+        // A second end (another process recovered it first, say) leaves the first alone.
+        assert!(store
+            .finish("a", ExecutionStatus::Failed, None, None, None)
+            .unwrap()
+            .is_none());
+        let history: Vec<ExecutionStatus> = store
+            .history("a")
+            .unwrap()
+            .into_iter()
+            .map(|c| c.status)
+            .collect();
+        assert_eq!(
+            history,
+            [ExecutionStatus::Starting, ExecutionStatus::Stopped]
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn an_owner_is_its_pid_and_its_start_time() {
+        let me = std::process::id() as i64;
+        assert!(owner_alive(me, start_time(me)));
+        // The same pid with another start time is another process: the owner is gone.
+        if let Some(start) = start_time(me) {
+            assert!(!owner_alive(me, Some(start + 1)));
+        }
     }
 }
