@@ -948,3 +948,129 @@ fn the_examples_run_through_the_cli() {
     assert!(support::cli::text(&out.stderr)
         .contains("EXECUTION_FAILED: a report needs at least one item"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn params_cannot_reach_the_program_past_the_input_schema_through_proto() {
+    let roots = Roots::new("proto");
+    roots.project.capability(
+        "roles",
+        &script_yaml(
+            "roles",
+            "input_schema: { type: object, properties: { role: { enum: [user] } } }\n",
+        ),
+        &[(
+            "index.js",
+            "({ own: Object.keys(params), role: params.role ?? null, plain: Object.getPrototypeOf(params) === Object.prototype })",
+        )],
+    );
+    let manager = roots.manager(ManagerOptions::default());
+    let id = manager
+        .start(
+            StartRequest::new("roles", json!({"__proto__": {"role": "admin"}})),
+            None,
+        )
+        .await
+        .unwrap();
+    let outcome = manager.wait(&id, None).await.unwrap().unwrap();
+    assert!(outcome.success, "{outcome:?}");
+    assert_eq!(
+        outcome.result,
+        Some(json!({"own": ["__proto__"], "role": null, "plain": true}))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_that_ends_leaves_no_child_running() {
+    let roots = Roots::new("orphans");
+    let pids = roots.temp.join("pid");
+    roots.project.sh_executor(
+        "sleepy",
+        &["s"],
+        &reading(&format!("sleep 60 & echo $! > '{}'\nwait", pids.display())),
+    );
+    roots
+        .project
+        .capability("leaf", &typed_yaml("leaf", "s", ""), &[]);
+    // The parent starts a child it never waits for, then runs out of time.
+    roots.project.capability(
+        "careless",
+        &script_yaml("careless", "timeout_ms: 3000\n"),
+        &[(
+            "index.js",
+            "capabilities.run({ name: 'leaf' }).catch(() => {}); await new Promise(() => {});",
+        )],
+    );
+    let manager = roots.manager(ManagerOptions::default());
+    let parent = manager
+        .start(StartRequest::new("careless", Value::Null), None)
+        .await
+        .unwrap();
+    let sleeper = read_pid(&pids);
+    let outcome = manager.wait(&parent, None).await.unwrap().unwrap();
+    assert_eq!(outcome.status, ExecutionStatus::Timeout);
+    // By the time the parent's end is reported, its child has ended too.
+    let children = manager
+        .list(&ExecutionFilter {
+            parent_id: Some(parent.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(children.len(), 1);
+    assert!(children[0].status.is_terminal(), "{:?}", children[0].status);
+    assert!(gone_within(sleeper, Duration::from_secs(1)));
+    assert_eq!(manager.running(), 0);
+}
+
+#[test]
+fn recovery_kills_only_the_process_groups_that_run_the_execution() {
+    use std::os::unix::process::CommandExt as _;
+    let roots = Roots::new("recovery");
+    let db = roots.temp.join("state.db");
+    drop(execbox_host::ExecutionStore::open(&db).unwrap());
+    // An unrelated process group, and one that runs execution `cap_1_marked`.
+    let mut unrelated = std::process::Command::new("sleep")
+        .arg("300")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut marked = std::process::Command::new("sleep")
+        .arg("300")
+        .env("EXECBOX_EXECUTION_ID", "cap_1_marked")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    for (id, pgid) in [
+        ("cap_1_planted", unrelated.id()),
+        ("cap_1_marked", marked.id()),
+    ] {
+        conn.execute(
+            "INSERT INTO executions (id, capability, type, executor, capability_path, status, params, created_ms, updated_ms, owner_pid, pgid)
+             VALUES (?1, 'c', 's', 'e', '/c', 'running', '{}', 1, 1, 999999999, ?2)",
+            rusqlite::params![id, pgid],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let store = execbox_host::ExecutionStore::open(&db).unwrap();
+    let mut recovered = store.recovered().to_vec();
+    recovered.sort();
+    assert_eq!(recovered, ["cap_1_marked", "cap_1_planted"]);
+    for id in &recovered {
+        let record = store.get(id).unwrap().unwrap();
+        assert_eq!(record.status, ExecutionStatus::Failed);
+        assert_eq!(
+            record.error.unwrap().message,
+            "interrupted: the server stopped"
+        );
+    }
+    // The marked group is killed; the group the file merely named is not.
+    assert!(marked.wait().is_ok());
+    assert!(
+        unrelated.try_wait().unwrap().is_none(),
+        "an unrelated process group was killed"
+    );
+    let _ = unrelated.kill();
+    let _ = unrelated.wait();
+}

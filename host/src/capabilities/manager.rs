@@ -30,6 +30,9 @@ use crate::tool::{Provider, Tool, ToolContext, ToolError};
 /// The default bound on nested capabilities (a top-level execution is depth 1).
 pub const DEFAULT_MAX_DEPTH: u32 = 4;
 
+/// The default bound on executions running at once in one manager.
+pub const DEFAULT_MAX_LIVE: usize = 1024;
+
 /// How many events a slow subscriber may fall behind before it misses some.
 pub const EVENT_CAPACITY: usize = 4096;
 
@@ -39,6 +42,10 @@ pub struct ManagerOptions {
     /// The deepest nesting allowed: a capability started by a capability started by ... is
     /// refused (`INVALID_REQUEST`) past this depth. Default [`DEFAULT_MAX_DEPTH`].
     pub max_depth: u32,
+    /// The most executions running at once (nested ones included); a start past it is
+    /// refused (`INVALID_REQUEST`), so a program fanning out `capabilities.run` cannot grow
+    /// without bound. Default [`DEFAULT_MAX_LIVE`].
+    pub max_live: usize,
     /// Who holds which permissions: starting a capability needs every permission it lists.
     /// Without a policy, any caller may start any capability.
     pub policy: Option<Policy>,
@@ -67,6 +74,7 @@ impl Default for ManagerOptions {
     fn default() -> Self {
         ManagerOptions {
             max_depth: DEFAULT_MAX_DEPTH,
+            max_live: DEFAULT_MAX_LIVE,
             policy: None,
             audit: None,
             nested_executor: None,
@@ -351,21 +359,49 @@ impl CapabilityManager {
             record.principal.as_deref(),
             &def.name,
         ))?;
-        self.0.store.insert(&record)?;
         let cancel = CancellationToken::new();
         let (done_tx, done_rx) = watch::channel(None);
-        self.live().insert(
-            id.clone(),
-            Live {
-                capability: def.name.clone(),
-                parent: request.parent_id.clone(),
-                depth,
-                principal: principal.clone(),
-                cancel: cancel.clone(),
-                done: done_rx,
-                stop_requested: false,
-            },
-        );
+        {
+            // Checked and taken under one lock: a child cannot slip in under a parent being
+            // stopped (the tree stop would miss it), nor past the bound.
+            let mut live = self.live();
+            if live.len() >= self.0.options.max_live {
+                return Err(err(
+                    CapabilityErrorCode::InvalidRequest,
+                    format!(
+                        "{} executions are running, the most this server runs at once; wait for some to end (or stop them) and start `{}` again",
+                        live.len(),
+                        def.name
+                    ),
+                ));
+            }
+            if let Some(parent) = request.parent_id.as_deref().and_then(|p| live.get(p)) {
+                if parent.stop_requested {
+                    return Err(err(
+                        CapabilityErrorCode::ExecutionStopped,
+                        format!(
+                            "capability `{}` was not started: its parent {} is being stopped",
+                            def.name,
+                            request.parent_id.as_deref().unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+            // Recorded before it is visible: every status is written before it is reported.
+            self.0.store.insert(&record)?;
+            live.insert(
+                id.clone(),
+                Live {
+                    capability: def.name.clone(),
+                    parent: request.parent_id.clone(),
+                    depth,
+                    principal: principal.clone(),
+                    cancel: cancel.clone(),
+                    done: done_rx,
+                    stop_requested: false,
+                },
+            );
+        }
         self.emit(
             ExecutionEventKind::Started,
             &record,
@@ -425,7 +461,9 @@ impl CapabilityManager {
                         // Always there: a run past the depth bound is refused with a clear error.
                         let nested = Some(self.nested_provider(principal.clone()));
                         let executor = match (&record.parent_id, &self.0.options.nested_executor) {
-                            (Some(parent), Some(nested)) if self.is_execution(parent) => nested,
+                            (Some(parent), Some(nested)) if self.live().contains_key(parent) => {
+                                nested
+                            }
                             _ => &self.0.executor,
                         };
                         script::run(ScriptRun {
@@ -527,6 +565,11 @@ impl CapabilityManager {
                 )),
             ),
         };
+        // No child outlives its parent's end: children it did not wait for are stopped (and
+        // have ended) before the parent's terminal status is written.
+        if let Err(e) = self.stop_all_for_parent(id).await {
+            tracing::error!(execution = %id, "cannot stop the children of the execution: {e}");
+        }
         let ended = match self.0.store.finish(
             id,
             status,
@@ -534,8 +577,23 @@ impl CapabilityManager {
             context.as_ref(),
             error.as_ref(),
         ) {
-            Ok(t) => t,
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                // Another process ended it first (recovered it as interrupted): that end
+                // stands, and is what waiters are told.
+                let stored = self.0.store.get(id).ok().flatten();
+                self.live().remove(id);
+                if let Some(stored) = stored {
+                    let _ = done.send(Some(stored.outcome()));
+                    let status = stored.status;
+                    let error = stored.error.clone();
+                    self.emit(ExecutionEventKind::Failed, &stored, status, error);
+                }
+                return;
+            }
             Err(e) => {
+                // The end cannot be written: it is still reported (waiters must not hang),
+                // and the next open of the store marks the row interrupted.
                 tracing::error!(execution = %id, "cannot record the end of the execution: {e}");
                 now_ms()
             }
@@ -727,9 +785,15 @@ impl CapabilityManager {
                 return self.get(&id).await;
             };
             if first {
-                self.0
-                    .store
-                    .set_status(&id, ExecutionStatus::Stopping, Some("stop requested"))?;
+                // Stopping matters more than recording it: a failed write does not keep the
+                // execution running (and later stops waiting on it forever).
+                if let Err(e) =
+                    self.0
+                        .store
+                        .set_status(&id, ExecutionStatus::Stopping, Some("stop requested"))
+                {
+                    tracing::error!(execution = %id, "cannot record the stop request: {e}");
+                }
                 if let Err(e) = self.audit(AuditEvent::capability_stop_requested(
                     &id,
                     principal.as_ref().and_then(Principal::name),
@@ -737,9 +801,11 @@ impl CapabilityManager {
                 )) {
                     tracing::error!(execution = %id, "{e}");
                 }
-                // Children first, so none is left running under a stopped parent.
-                self.stop_all_for_parent(&id).await?;
+                // The parent first, so it ends `stopped` rather than failing on a child's
+                // stop; its children are stopped too, and have ended before the parent's own
+                // end is written (`drive`), so none is left running under it.
                 cancel.cancel();
+                self.stop_all_for_parent(&id).await?;
             }
             let _ = done.wait_for(Option::is_some).await;
             self.get(&id).await
@@ -766,11 +832,6 @@ impl CapabilityManager {
     pub async fn stop_all(&self) {
         let roots: Vec<String> = self.live().keys().cloned().collect();
         let _ = join_all(roots.into_iter().map(|id| self.stop_inner(id))).await;
-    }
-
-    /// Whether `id` is an execution of this process or of the store (not an agent's id).
-    fn is_execution(&self, id: &str) -> bool {
-        self.live().contains_key(id) || matches!(self.0.store.get(id), Ok(Some(_)))
     }
 
     /// How many executions run in this process now.
