@@ -62,7 +62,7 @@ mod ws;
 mod yaml;
 
 #[cfg(feature = "serve")]
-pub use capabilities::{capabilities_router, ServeAuth, MAX_REQUEST_BODY_BYTES};
+pub use capabilities::{capabilities_router, ServeAuth, ADMIN_PERMISSION, MAX_REQUEST_BODY_BYTES};
 pub use capabilities::{
     CapabilityError, CapabilityErrorCode, CapabilityInfo, CapabilityManager, ConfigIssue,
     ExecutionEvent, ExecutionEventKind, ExecutionFilter, ExecutionOutcome, ExecutionRecord,

@@ -424,13 +424,127 @@ async fn a_caller_is_the_principal_of_its_bearer_token() {
     let (_, record) = json_of(
         client
             .get(server.at(&format!("/v1/executions/{id}")))
-            .bearer_auth("bot-token")
+            .bearer_auth("ops-token")
             .send()
             .await
             .unwrap(),
     )
     .await;
     assert_eq!(record["principal"], "ops");
+    // Another principal cannot see, wait for, stop or list ops's execution, nor nest under it.
+    for (method, path) in [
+        ("GET", format!("/v1/executions/{id}")),
+        ("GET", format!("/v1/executions/{id}/wait?timeoutMs=10")),
+        ("POST", format!("/v1/executions/{id}/stop")),
+    ] {
+        let request = match method {
+            "GET" => client.get(server.at(&path)),
+            _ => client.post(server.at(&path)),
+        };
+        let (status, body) = json_of(request.bearer_auth("bot-token").send().await.unwrap()).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str().unwrap_or_default()),
+            (StatusCode::NOT_FOUND, "EXECUTION_NOT_FOUND"),
+            "{method} {path}: {body}"
+        );
+    }
+    let (_, listed) = json_of(
+        client
+            .get(server.at("/v1/executions"))
+            .bearer_auth("bot-token")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(listed["executions"], json!([]));
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .bearer_auth("ops-token")
+            .json(&json!({"capability": "guarded", "parentId": id}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .bearer_auth("bot-token")
+            .json(&json!({"capability": "hello", "parentId": id}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str().unwrap_or_default()),
+        (StatusCode::FORBIDDEN, "PERMISSION_DENIED"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_page_cannot_drive_the_api_through_a_browser() {
+    let roots = project("serve-browser");
+    let server = serve(&roots, &[]);
+    let client = reqwest::Client::new();
+    let start = json!({"capability": "hello"}).to_string();
+    // A cross-site "simple" request: text/plain, from a page's origin.
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .header("Content-Type", "text/plain")
+            .body(start.clone())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .header("Content-Type", "application/json")
+            .header("Origin", "https://evil.example")
+            .body(start.clone())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("evil.example"),
+        "{body}"
+    );
+    // DNS rebinding: the page's name resolving to 127.0.0.1.
+    let (status, _) = json_of(
+        client
+            .get(server.at("/v1/executions"))
+            .header("Host", "evil.example")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .header("Content-Type", "application/json")
+            .body(start)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
 }
 
 #[test]

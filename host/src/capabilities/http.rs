@@ -24,6 +24,17 @@
 //! token is `401` with `WWW-Authenticate: Bearer`. Without tokens, callers are anonymous and
 //! hold the policy's `default_permissions` (everything without a policy): serve that on
 //! loopback only, which `execbox serve` enforces.
+//!
+//! **Whose executions.** A caller with a token sees, waits for and stops only the
+//! executions its principal started (another's is `404`, as if it did not exist), gets only
+//! their events, and may name only its own executions as `parentId`; a principal holding
+//! [`ADMIN_PERMISSION`] sees and stops all. Anonymous callers (no tokens) are one caller.
+//!
+//! **Browsers.** A web page must not drive the API through the user's browser: the `Host`
+//! must be a loopback name, the address listened on, or one allowed
+//! ([`ServeAuth::allow_hosts`]; DNS rebinding gets `403`), a request with an `Origin` is
+//! refused unless that origin is allowed ([`ServeAuth::allow_origins`]), and a start needs
+//! `Content-Type: application/json` (`415`), which a page cannot send without a preflight.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -31,7 +42,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -54,17 +65,57 @@ pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 const MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// The permission that lets a principal see and stop every execution, not only its own.
+pub const ADMIN_PERMISSION: &str = "executions:admin";
+
 /// Who may call the API: see the module docs.
 #[derive(Clone, Debug, Default)]
 pub struct ServeAuth {
     policy: Option<Policy>,
+    /// `Host` values accepted besides loopback names (`name` or `name:port`).
+    hosts: Vec<String>,
+    /// `Origin` values accepted (`https://app.example.com`); none by default.
+    origins: Vec<String>,
 }
 
 impl ServeAuth {
     /// Authenticates with the bearer tokens of `policy` when it has any; anonymous callers
     /// otherwise.
     pub fn new(policy: Option<Policy>) -> ServeAuth {
-        ServeAuth { policy }
+        ServeAuth {
+            policy,
+            hosts: Vec::new(),
+            origins: Vec::new(),
+        }
+    }
+
+    /// Also accepts these `Host` values (a name, or `name:port`), e.g. the address a
+    /// non-loopback server listens on or the name clients reach it by.
+    pub fn allow_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.hosts
+            .extend(hosts.into_iter().map(|h| h.into().to_ascii_lowercase()));
+        self
+    }
+
+    /// Accepts requests carrying these `Origin` values (`scheme://host[:port]`).
+    pub fn allow_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.origins
+            .extend(origins.into_iter().map(|o| o.into().to_ascii_lowercase()));
+        self
+    }
+
+    /// Whether the `Host` header `host` names this server.
+    fn host_allowed(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        let name = match host.strip_prefix('[') {
+            Some(rest) => rest.split(']').next().unwrap_or_default().to_string(),
+            None => host
+                .rsplit_once(':')
+                .map_or(host.as_str(), |(n, _)| n)
+                .to_string(),
+        };
+        matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1")
+            || self.hosts.iter().any(|h| *h == host || *h == name)
     }
 
     /// Whether every request needs a bearer token.
@@ -76,6 +127,49 @@ impl ServeAuth {
 /// The caller of a request, as the auth layer decided.
 #[derive(Clone)]
 struct Caller(Option<Principal>);
+
+impl Caller {
+    /// Whether the caller may see and stop an execution `owner` started: an anonymous
+    /// caller (no tokens) and an admin see all, a principal its own.
+    fn sees(&self, owner: Option<&str>) -> bool {
+        match &self.0 {
+            None => true,
+            Some(p) if p.holds(ADMIN_PERMISSION) => true,
+            Some(p) => p.name().is_some() && p.name() == owner,
+        }
+    }
+
+    /// The principal to narrow lists to, if any.
+    fn scope(&self) -> Option<String> {
+        match &self.0 {
+            Some(p) if !p.holds(ADMIN_PERMISSION) => Some(p.name().unwrap_or_default().to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// An execution the caller may see, or `404` as if it did not exist.
+async fn visible(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<super::types::ExecutionRecord, ApiError> {
+    let record = state.manager.get(id).await?;
+    if caller.sees(record.principal.as_deref()) {
+        Ok(record)
+    } else {
+        Err(CapabilityError::new(
+            CapabilityErrorCode::ExecutionNotFound,
+            format!("no execution `{id}` of yours; GET /v1/executions lists them"),
+        )
+        .into())
+    }
+}
+
+fn refused(status: StatusCode, message: &str) -> Response {
+    let body = json!({"error": {"code": "INVALID_REQUEST", "message": message}});
+    (status, Json(body)).into_response()
+}
 
 /// An error answer: `{error: {code, message}}`.
 struct ApiError(StatusCode, CapabilityError);
@@ -150,6 +244,32 @@ pub fn capabilities_router(manager: CapabilityManager, auth: ServeAuth) -> Route
 
 /// The auth layer: the caller comes from the bearer token alone.
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    match host {
+        Some(host) if state.auth.host_allowed(host) => {}
+        Some(host) => {
+            return refused(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "Host {host:?} is not this server's; start it with --allow-host to accept it"
+                ),
+            )
+        }
+        None => return refused(StatusCode::BAD_REQUEST, "the request has no Host header"),
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default().to_ascii_lowercase();
+        if !state.auth.origins.contains(&origin) {
+            return refused(
+                StatusCode::FORBIDDEN,
+                &format!("requests from the browser origin {origin:?} are refused; start the server with --allow-origin to accept them"),
+            );
+        }
+    }
     let caller = match &state.auth.policy {
         Some(policy) if policy.has_tokens() => {
             let token = request
@@ -193,8 +313,23 @@ async fn list_executors(State(state): State<AppState>) -> Response {
 async fn start(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let json_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json_body {
+        return Err(ApiError(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            CapabilityError::new(
+                CapabilityErrorCode::InvalidRequest,
+                "send the start request as JSON, with Content-Type: application/json",
+            ),
+        ));
+    }
     let body = body.map_err(|e| {
         ApiError(
             e.status(),
@@ -209,6 +344,21 @@ async fn start(
             "the body is not a start request ({e}); send {{\"capability\": NAME, \"type\"?: TYPE, \"params\"?: {{...}}, \"timeoutMs\"?: N, \"parentId\"?: ID}}"
         ))
     })?;
+    // A parent that is an execution must be one of the caller's (an agent's own id, which is
+    // no execution, is free).
+    if let Some(parent) = &request.parent_id {
+        if let Ok(record) = state.manager.get(parent).await {
+            if !caller.sees(record.principal.as_deref()) {
+                return Err(ApiError(
+                    StatusCode::FORBIDDEN,
+                    CapabilityError::new(
+                        CapabilityErrorCode::PermissionDenied,
+                        format!("parentId `{parent}` is an execution of another principal; name one of yours, or your own id"),
+                    ),
+                ));
+            }
+        }
+    }
     let id = state.manager.start(request, caller.0).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -228,6 +378,7 @@ struct ListQuery {
 
 async fn list_executions(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| {
@@ -245,6 +396,7 @@ async fn list_executions(
         status,
         parent_id: q.parent_id.filter(|s| !s.is_empty()),
         capability: q.capability.filter(|s| !s.is_empty()),
+        principal: caller.scope(),
         limit: q.limit,
     };
     let executions = state.manager.list(&filter).await?;
@@ -253,9 +405,10 @@ async fn list_executions(
 
 async fn get_execution(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = state.manager.get(&id).await?;
+    let record = visible(&state, &caller, &id).await?;
     let mut value = serde_json::to_value(&record).unwrap_or_default();
     value["history"] = serde_json::to_value(state.manager.history(&id).await?).unwrap_or_default();
     Ok(Json(value).into_response())
@@ -269,10 +422,12 @@ struct WaitQuery {
 
 async fn wait(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| invalid(format!("{e}; the only parameter is timeoutMs")))?;
+    visible(&state, &caller, &id).await?;
     let timeout = q
         .timeout_ms
         .map(Duration::from_millis)
@@ -291,7 +446,12 @@ async fn wait(
     }
 }
 
-async fn stop(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn stop(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    visible(&state, &caller, &id).await?;
     Ok(Json(state.manager.stop(&id).await?).into_response())
 }
 
@@ -303,6 +463,7 @@ struct StopQuery {
 
 async fn stop_for_parent(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<StopQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| invalid(format!("{e}; pass ?parentId=ID")))?;
@@ -310,27 +471,63 @@ async fn stop_for_parent(
         .parent_id
         .filter(|p| !p.is_empty())
         .ok_or_else(|| invalid("parentId is required: POST /v1/executions/stop?parentId=ID"))?;
-    let stopped = state.manager.stop_all_for_parent(&parent).await?;
+    let stopped = match caller.scope() {
+        None => state.manager.stop_all_for_parent(&parent).await?,
+        // Only the caller's own children (each with its whole tree).
+        Some(principal) => {
+            let children = state
+                .manager
+                .list(&ExecutionFilter {
+                    parent_id: Some(parent.clone()),
+                    principal: Some(principal),
+                    ..Default::default()
+                })
+                .await?;
+            let live = children.into_iter().filter(|c| !c.status.is_terminal());
+            let stops = live.map(|c| {
+                let manager = state.manager.clone();
+                async move { manager.stop(&c.execution_id).await }
+            });
+            futures_util::future::join_all(stops)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?
+        }
+    };
     Ok(Json(json!({"stopped": stopped})).into_response())
 }
 
-async fn events(State(state): State<AppState>) -> Response {
+async fn events(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Response {
     let receiver = state.manager.subscribe();
-    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        let sse = match receiver.recv().await {
-            Ok(event) => Event::default()
-                .event(event.event.as_str())
-                .id(event.execution_id.clone())
-                .json_data(&event)
-                .unwrap_or_else(|_| Event::default().comment("unserializable event")),
-            Err(RecvError::Lagged(n)) => Event::default()
-                .event("lagged")
-                .data(format!("{{\"missed\":{n}}}")),
-            Err(RecvError::Closed) => return None,
-        };
-        Some((Ok::<_, Infallible>(sse), receiver))
-    });
+    let stream =
+        futures_util::stream::unfold((receiver, caller), |(mut receiver, caller)| async move {
+            let sse = match next_visible(&mut receiver, &caller).await {
+                Ok(event) => Event::default()
+                    .event(event.event.as_str())
+                    .id(event.execution_id.clone())
+                    .json_data(&event)
+                    .unwrap_or_else(|_| Event::default().comment("unserializable event")),
+                Err(RecvError::Lagged(n)) => Event::default()
+                    .event("lagged")
+                    .data(format!("{{\"missed\":{n}}}")),
+                Err(RecvError::Closed) => return None,
+            };
+            Some((Ok::<_, Infallible>(sse), (receiver, caller)))
+        });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// The next event the caller may see (the others are skipped, not hinted at).
+async fn next_visible(
+    receiver: &mut tokio::sync::broadcast::Receiver<super::types::ExecutionEvent>,
+    caller: &Caller,
+) -> Result<super::types::ExecutionEvent, RecvError> {
+    loop {
+        let event = receiver.recv().await?;
+        if caller.sees(event.principal.as_deref()) {
+            return Ok(event);
+        }
+    }
 }

@@ -431,6 +431,7 @@ impl CapabilityManager {
             execution_id: record.execution_id.clone(),
             capability: record.capability.clone(),
             parent_id: record.parent_id.clone(),
+            principal: record.principal.clone(),
             status,
             error,
             at_ms: now_ms(),

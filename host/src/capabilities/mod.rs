@@ -30,7 +30,7 @@ mod types;
 pub use config::{DEFAULT_CAPABILITY_TIMEOUT_MS, MAX_CAPABILITY_TIMEOUT_MS};
 pub use external::{MAX_EXECUTOR_STDERR_BYTES, MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE};
 #[cfg(feature = "serve")]
-pub use http::{capabilities_router, ServeAuth, MAX_REQUEST_BODY_BYTES};
+pub use http::{capabilities_router, ServeAuth, ADMIN_PERMISSION, MAX_REQUEST_BODY_BYTES};
 pub use manager::{CapabilityManager, ManagerOptions, DEFAULT_MAX_DEPTH, EVENT_CAPACITY};
 pub use registry::{CapabilityInfo, ConfigIssue, ExecutorInfo, Registry, RegistryRoots, Source};
 pub use store::{ExecutionStore, INTERRUPTED_MESSAGE};

@@ -359,7 +359,7 @@ impl ExecutionStore {
         let mut stmt = conn
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM executions
-                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR parent_id = ?2) AND (?3 IS NULL OR capability = ?3)
+                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR parent_id = ?2) AND (?3 IS NULL OR capability = ?3) AND (?5 IS NULL OR principal = ?5)
                  ORDER BY created_ms DESC, id DESC LIMIT ?4"
             ))
             .map_err(|e| self.fail(e))?;
@@ -369,7 +369,8 @@ impl ExecutionStore {
                     filter.status.map(ExecutionStatus::as_str),
                     filter.parent_id,
                     filter.capability,
-                    limit
+                    limit,
+                    filter.principal
                 ],
                 record,
             )

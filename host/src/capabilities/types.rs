@@ -322,6 +322,8 @@ pub struct ExecutionFilter {
     pub parent_id: Option<String>,
     /// Only executions of this capability.
     pub capability: Option<String>,
+    /// Only executions started by this principal.
+    pub principal: Option<String>,
     /// At most this many, newest first (default 1,000).
     pub limit: Option<u32>,
 }
@@ -368,6 +370,9 @@ pub struct ExecutionEvent {
     pub capability: String,
     /// Its parent, if any.
     pub parent_id: Option<String>,
+    /// The principal that started it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// Its status after the event.
     pub status: ExecutionStatus,
     /// The error, for failed, timeout and stopped.

@@ -343,6 +343,14 @@ pub struct ServeArgs {
     /// process each).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub pool: u16,
+    /// Also accept this Host (a name or name:port; repeatable). Loopback names are always
+    /// accepted, and the address listened on when it is a specific one; others get 403.
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// Accept requests from this browser origin (e.g. https://app.example.com; repeatable).
+    /// A request with any other Origin header gets 403.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
     #[command(flatten)]
     pub common: CapabilityArgs,
 }

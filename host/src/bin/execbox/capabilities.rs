@@ -314,6 +314,7 @@ pub fn executions(command: ExecutionsCommand) -> anyhow::Result<ExitCode> {
                 status,
                 parent_id: parent,
                 capability,
+                principal: None,
                 limit: Some(limit),
             })?;
             if json {

@@ -32,7 +32,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })?
         .next()
         .with_context(|| format!("--listen {}: the name resolves to no address", args.listen))?;
-    let auth = ServeAuth::new(policy.clone());
+    let mut auth = ServeAuth::new(policy.clone())
+        .allow_hosts(args.allow_host.iter().cloned())
+        .allow_origins(args.allow_origin.iter().cloned());
+    if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
+        auth = auth.allow_hosts([addr.ip().to_string()]);
+    }
     if !addr.ip().is_loopback() && !auth.requires_token() {
         anyhow::bail!(
             "refusing to serve {addr}, which is not a loopback address, without authentication: \
