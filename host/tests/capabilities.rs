@@ -193,11 +193,27 @@ fn invalid_configs_are_skipped_and_reported_with_their_codes() {
     roots
         .project
         .executor_yaml("nocommand", "name: nocommand\nsupportedTypes: [x]\n");
+    // An entry that is a symbolic link to a file outside its folder.
+    let secret = roots.temp.join("secret.txt");
+    std::fs::write(&secret, "not for the sandbox").unwrap();
+    let linked = roots
+        .project
+        .capability("linked", &script_yaml("linked", ""), &[]);
+    std::os::unix::fs::symlink(&secret, linked.join("index.js")).unwrap();
     let registry = Registry::load(roots.roots());
     assert!(registry.capability("good").is_some());
     assert!(registry.capability("typo").is_none());
+    assert!(registry.capability("linked").is_none());
     let issues = registry.issues();
-    assert_eq!(issues.len(), 4, "{issues:?}");
+    assert_eq!(issues.len(), 5, "{issues:?}");
+    let linked = issues.iter().find(|i| i.path.ends_with("linked")).unwrap();
+    assert!(
+        linked
+            .message
+            .contains("leads outside the capability's folder"),
+        "{}",
+        linked.message
+    );
     let typo = issues.iter().find(|i| i.path.ends_with("typo")).unwrap();
     assert_eq!(typo.code, CapabilityErrorCode::InvalidCapabilityConfig);
     assert!(

@@ -164,7 +164,17 @@ fn inside(dir: &Path, field: &str, value: &str) -> Result<PathBuf, String> {
             "{field}: `{value}` must be a relative path inside the capability's folder"
         ));
     }
-    Ok(dir.join(p))
+    let joined = dir.join(p);
+    // Through symbolic links too: a link to a file elsewhere (`entry: key -> ~/.ssh/id_rsa`)
+    // would read it as the capability's own.
+    match (joined.canonicalize(), dir.canonicalize()) {
+        (Ok(real), Ok(real_dir)) if !real.starts_with(&real_dir) => Err(format!(
+            "{field}: `{value}` leads outside the capability's folder (to {}) through a symbolic link; keep the file inside the folder",
+            real.display()
+        )),
+        (Ok(real), Ok(_)) => Ok(real),
+        _ => Ok(joined),
+    }
 }
 
 /// Reads and checks `dir/capability.yaml`; `folder` is the folder's name.
