@@ -6,7 +6,7 @@
 //! | `GET /v1/capabilities` | `{capabilities: [...]}`, each with its `source` (`project`, `global`, `builtin`) |
 //! | `GET /v1/executors` | `{executors: [...]}`, each with its `source` |
 //! | `POST /v1/executions` `{capability, type?, params?, timeoutMs?, parentId?}` | `202 {executionId, status}` |
-//! | `GET /v1/executions?status=&parentId=&capability=&limit=` | `{executions: [...]}`, newest first |
+//! | `GET /v1/executions?status=&parentId=&capability=&limit=` | `{executions: [...]}`, newest first, as summaries (no `params`, `result`, `additionalContext`: get one execution for those) |
 //! | `GET /v1/executions/{id}` | the execution, with its `history` |
 //! | `GET /v1/executions/{id}/wait?timeoutMs=` | `200` and the outcome `{success, executionId, status, result, additionalContext, error, capabilityPath}` once it ended; `202 {executionId, status}` if it still runs after `timeoutMs` (default 30 s, at most 5 min) |
 //! | `POST /v1/executions/{id}/stop` | `200`, the execution once stopped (or as it ended) |

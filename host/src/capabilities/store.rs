@@ -75,6 +75,9 @@ fn store_error(path: &Path, e: impl std::fmt::Display) -> CapabilityError {
 
 const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms";
 
+/// [`COLUMNS`] without the params, result and additional context, for lists.
+const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms";
+
 impl ExecutionStore {
     /// Opens (creating it and its folder if missing) and migrates `path`, then recovers what
     /// a dead process left running (see the module docs).
@@ -352,13 +355,15 @@ impl ExecutionStore {
             .map_err(|e| self.fail(e))
     }
 
-    /// Executions matching `filter`, newest first.
+    /// Executions matching `filter`, newest first, as summaries: `params`, `result` and
+    /// `additionalContext` are left out (null), so a list of thousands stays small whatever
+    /// each execution returned; [`ExecutionStore::get`] has them.
     pub fn list(&self, filter: &ExecutionFilter) -> Result<Vec<ExecutionRecord>, CapabilityError> {
         let limit = filter.limit.unwrap_or(1_000).min(MAX_LIST);
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM executions
+                "SELECT {SUMMARY_COLUMNS} FROM executions
                  WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR parent_id = ?2) AND (?3 IS NULL OR capability = ?3) AND (?5 IS NULL OR principal = ?5)
                  ORDER BY created_ms DESC, id DESC LIMIT ?4"
             ))
