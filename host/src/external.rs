@@ -404,7 +404,7 @@ fn quote_bytes(bytes: &[u8], max: usize) -> String {
 
 /// `text` with control characters escaped as in JSON (`\n`, `\t`, `\u001b`), and `"` and
 /// `\` too when `quotes`.
-fn escape_controls(text: &str, quotes: bool) -> String {
+pub(crate) fn escape_controls(text: &str, quotes: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -467,7 +467,7 @@ fn stderr_tail(stderr: &str, already_cut: bool) -> String {
 }
 
 /// The name of a common signal.
-fn signal_name(signal: i32) -> Option<&'static str> {
+pub(crate) fn signal_name(signal: i32) -> Option<&'static str> {
     Some(match signal {
         1 => "SIGHUP",
         2 => "SIGINT",
@@ -487,24 +487,24 @@ fn signal_name(signal: i32) -> Option<&'static str> {
 }
 
 #[cfg(unix)]
-fn signal_of(status: ExitStatus) -> Option<i32> {
+pub(crate) fn signal_of(status: ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;
     status.signal()
 }
 
 #[cfg(not(unix))]
-fn signal_of(_status: ExitStatus) -> Option<i32> {
+pub(crate) fn signal_of(_status: ExitStatus) -> Option<i32> {
     None
 }
 
-struct Captured {
-    bytes: Vec<u8>,
-    overflowed: bool,
+pub(crate) struct Captured {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) overflowed: bool,
 }
 
 /// What [`read_capped`] keeps of a pipe that says more than its cap.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Keep {
+pub(crate) enum Keep {
     /// The first `cap` bytes; then the pipe is closed (the writer gets `EPIPE`/`SIGPIPE`).
     Head,
     /// The last `cap` bytes; the pipe is drained to its end so the writer never blocks.
@@ -512,7 +512,11 @@ enum Keep {
 }
 
 /// Reads a pipe to its end (or, for [`Keep::Head`], to its cap).
-async fn read_capped<R: AsyncRead + Unpin>(pipe: Option<R>, cap: usize, keep: Keep) -> Captured {
+pub(crate) async fn read_capped<R: AsyncRead + Unpin>(
+    pipe: Option<R>,
+    cap: usize,
+    keep: Keep,
+) -> Captured {
     let mut captured = Captured {
         bytes: Vec::new(),
         overflowed: false,

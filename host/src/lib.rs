@@ -19,7 +19,10 @@
 //!   [`AuditLog`]), applied to every execution that names a principal or an audit log;
 //! - with the `mcp` feature, `Upstreams` turns MCP servers into providers and
 //!   `CodeModeServer` offers any MCP client `execute_code` and `search_tools` over them
-//!   (`execbox mcp`).
+//!   (`execbox mcp`);
+//! - a [`CapabilityManager`] runs saved programs (capabilities, found by a [`Registry`]) with
+//!   their executors, tracks each execution in an [`ExecutionStore`] (SQLite), and can wait
+//!   for, list and stop them; [`capabilities_router`] (feature `serve`) is its HTTP API.
 //!
 //! ```no_run
 //! use execbox_host::{ExecuteRequest, Executor, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
@@ -39,6 +42,7 @@
 //! # }
 //! ```
 
+mod capabilities;
 mod connection;
 mod executor;
 mod external;
@@ -62,6 +66,16 @@ mod types;
 mod ws;
 mod yaml;
 
+#[cfg(feature = "serve")]
+pub use capabilities::{capabilities_router, ServeAuth, ADMIN_PERMISSION, MAX_REQUEST_BODY_BYTES};
+pub use capabilities::{
+    CapabilityError, CapabilityErrorCode, CapabilityInfo, CapabilityManager, ConfigIssue,
+    ExecutionEvent, ExecutionEventKind, ExecutionFilter, ExecutionOutcome, ExecutionRecord,
+    ExecutionStatus, ExecutionStore, ExecutorInfo, ManagerOptions, Registry, RegistryRoots, Source,
+    StartRequest, StatusChange, DEFAULT_CAPABILITY_TIMEOUT_MS, DEFAULT_MAX_DEPTH, EVENT_CAPACITY,
+    INTERRUPTED_MESSAGE, MAX_CAPABILITY_TIMEOUT_MS, MAX_EXECUTOR_STDERR_BYTES,
+    MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE,
+};
 pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
     MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,

@@ -363,7 +363,7 @@ pub(crate) fn resolve_command(command: &str, base_dir: &Path) -> PathBuf {
 /// Whether `command` (resolved by [`resolve_command`]) can be run: a path must be an
 /// executable file; a bare name must be one in a directory of `PATH` (`path_env`, else this
 /// process's), as `execvp` finds it.
-fn check_command(command: &Path, path_env: Option<&str>) -> Result<(), String> {
+pub(crate) fn check_command(command: &Path, path_env: Option<&str>) -> Result<(), String> {
     if command.components().count() > 1 || command.is_absolute() {
         return check_executable(command).map_err(|why| format!("command {}", why));
     }

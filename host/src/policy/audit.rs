@@ -5,12 +5,13 @@
 //! | field | presence | meaning |
 //! |---|---|---|
 //! | `ts` | always | when the event was recorded, RFC 3339 in UTC |
-//! | `event` | always | `execution_started`, `execution_finished` or `tool_call` |
+//! | `event` | always | `execution_started`, `execution_finished`, `tool_call`, or for capabilities `capability_started`, `capability_stop_requested`, `capability_finished` |
 //! | `execution_id` | always | the execution |
 //! | `principal` | always | the principal's name, `null` without one |
+//! | `capability` | `capability_*` | the capability's name |
 //! | `tool` | `tool_call` | `provider.tool`, as the guest called it |
-//! | `outcome` | `tool_call`, `execution_finished` | `ok`, `denied`, `rate_limited`, `approval_denied`, or the error code |
-//! | `duration_ms` | `tool_call`, `execution_finished` | milliseconds, with microseconds as decimals |
+//! | `outcome` | `tool_call`, `execution_finished`, `capability_finished`; `capability_started` when refused | `ok`, `denied`, `rate_limited`, `approval_denied`, or the error code; for `capability_finished` the terminal status (`completed`, `failed`, `timeout`, `stopped`) |
+//! | `duration_ms` | `tool_call`, `execution_finished`, `capability_finished` | milliseconds, with microseconds as decimals |
 //! | `input_sha256` | `tool_call` | SHA-256 of the input as compact JSON, hex |
 //! | `input` | with `include_input: true` | the input itself (off by default: inputs carry secrets) |
 //! | `error` | when there is one | the error message |
@@ -46,6 +47,8 @@ pub enum AuditOutcome {
     ApprovalDenied,
     /// The call or execution failed with this code.
     Error(ErrorCode),
+    /// A capability execution ended with this status (`completed`, `failed`, ...).
+    Status(&'static str),
 }
 
 impl AuditOutcome {
@@ -57,6 +60,7 @@ impl AuditOutcome {
             AuditOutcome::RateLimited => "rate_limited",
             AuditOutcome::ApprovalDenied => "approval_denied",
             AuditOutcome::Error(code) => code.as_str(),
+            AuditOutcome::Status(status) => status,
         }
     }
 }
@@ -74,6 +78,7 @@ pub struct AuditEvent<'a> {
     event: &'static str,
     execution_id: &'a str,
     principal: Option<&'a str>,
+    capability: Option<&'a str>,
     tool: Option<&'a str>,
     outcome: Option<AuditOutcome>,
     duration: Option<Duration>,
@@ -104,6 +109,7 @@ impl<'a> AuditEvent<'a> {
             event: "execution_started",
             execution_id,
             principal,
+            capability: None,
             tool: None,
             outcome: None,
             duration: None,
@@ -166,6 +172,53 @@ impl<'a> AuditEvent<'a> {
         }
     }
 
+    /// A capability execution was started (or, with [`AuditEvent::refused`], refused).
+    pub fn capability_started(
+        execution_id: &'a str,
+        principal: Option<&'a str>,
+        capability: &'a str,
+    ) -> Self {
+        AuditEvent {
+            event: "capability_started",
+            capability: Some(capability),
+            ..Self::execution_started(execution_id, principal)
+        }
+    }
+
+    /// A stop of a capability execution was asked for.
+    pub fn capability_stop_requested(
+        execution_id: &'a str,
+        principal: Option<&'a str>,
+        capability: &'a str,
+    ) -> Self {
+        AuditEvent {
+            event: "capability_stop_requested",
+            ..Self::capability_started(execution_id, principal, capability)
+        }
+    }
+
+    /// A capability execution ended with `status` after `duration`.
+    pub fn capability_finished(
+        execution_id: &'a str,
+        principal: Option<&'a str>,
+        capability: &'a str,
+        status: &'static str,
+        duration: Duration,
+    ) -> Self {
+        AuditEvent {
+            event: "capability_finished",
+            outcome: Some(AuditOutcome::Status(status)),
+            duration: Some(duration),
+            ..Self::capability_started(execution_id, principal, capability)
+        }
+    }
+
+    /// Sets the outcome (a refused start: [`AuditOutcome::Denied`]).
+    pub fn refused(mut self, outcome: AuditOutcome) -> Self {
+        self.outcome = Some(outcome);
+        self
+    }
+
     /// Adds the error message.
     pub fn error(mut self, message: &'a str) -> Self {
         self.error = Some(message);
@@ -180,6 +233,8 @@ struct Line<'a> {
     event: &'a str,
     execution_id: &'a str,
     principal: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capability: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,6 +303,7 @@ impl AuditLog {
             event: event.event,
             execution_id: event.execution_id,
             principal: event.principal,
+            capability: event.capability,
             tool: event.tool,
             outcome: event.outcome,
             duration_ms: event

@@ -287,6 +287,12 @@ impl Policy {
         }
     }
 
+    /// Whether any principal has a bearer token (`token_sha256`): a server may then require
+    /// one of every caller.
+    pub fn has_tokens(&self) -> bool {
+        !self.0.tokens.is_empty()
+    }
+
     /// Whether an execution must name a principal.
     pub fn requires_principal(&self) -> bool {
         self.0.require_principal

@@ -5,6 +5,7 @@
 //! a different part of it: what one binary leaves unused is not dead code, hence the `allow`.
 #![allow(dead_code)]
 
+pub mod capabilities;
 pub mod cli;
 pub mod process;
 pub mod runners;

@@ -67,6 +67,19 @@ pub enum Command {
         client closed the connection, 2 on bad usage or configuration, 130 after SIGINT, 143 \
         after SIGTERM (upstream processes are stopped first).")]
     Mcp(crate::mcp::McpArgs),
+    /// Capabilities: saved programs and their executors (list, check, show, run).
+    #[command(subcommand)]
+    Capabilities(CapabilitiesCommand),
+    /// Executions of capabilities, as recorded in the state database.
+    #[command(subcommand)]
+    Executions(ExecutionsCommand),
+    /// Serve the capabilities HTTP API (JSON, Server-Sent Events) on ADDR.
+    #[command(after_help = "Examples:\n  \
+        execbox serve --listen 127.0.0.1:0 --project examples/capabilities   # prints http://127.0.0.1:PORT\n  \
+        execbox serve --listen 0.0.0.0:8080 --policy policy.yaml              # bearer tokens of the policy\n\n\
+        Beyond loopback it refuses to start unless the policy gives principals bearer tokens \
+        (token_sha256). SIGTERM or Ctrl-C stops every running execution, then exits 0.")]
+    Serve(ServeArgs),
     /// Be the runner itself (the same code as `execbox-runner`).
     #[command(after_help = "Examples:\n  \
         execbox runner                          # NDJSON on stdin/stdout\n  \
@@ -212,6 +225,167 @@ pub struct EnforceArgs {
     /// Approve every call of a tool that requires approval, without asking.
     #[arg(long)]
     pub approve_all: bool,
+}
+
+/// Where capabilities and executions are, who asks, and the audit log.
+#[derive(Debug, Args)]
+pub struct CapabilityArgs {
+    /// The project folder (holding `.execbox/`); by default the first `.execbox/` found
+    /// walking up from the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// The state database of executions (SQLite); by default `.execbox/state.db` of the
+    /// project, else `state.db` of the global root ($EXECBOX_HOME, else
+    /// $XDG_CONFIG_HOME/execbox, else ~/.config/execbox).
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CapabilitiesCommand {
+    /// List the capabilities and executors of the three roots (project, global, built-in).
+    #[command(after_help = "Examples:\n  \
+        execbox capabilities list\n  \
+        execbox capabilities list --json --project examples/capabilities")]
+    List {
+        /// Print JSON: {\"capabilities\": [...], \"executors\": [...]}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Check every capability.yaml and executor.yaml; list what is invalid and why.
+    #[command(
+        after_help = "Exit status: 0 when every configuration is valid, 2 when some are not \
+        (each is listed with INVALID_CAPABILITY_CONFIG or INVALID_EXECUTOR_CONFIG)."
+    )]
+    Check {
+        /// Print JSON: {\"ok\": bool, \"issues\": [{code, path, source, message}]}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Show one capability (as JSON): its schemas, permissions, folder, source and executor.
+    Show {
+        /// The capability's name.
+        name: String,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Start a capability, wait for it, print its result as JSON.
+    #[command(after_help = "Examples:\n  \
+        execbox capabilities run word-stats --params '{\"text\": \"a b c\"}' --project examples/capabilities\n\n\
+        Exit status: 0 when it completed, 1 when it failed, timed out, was stopped or refused \
+        (the code and message on stderr), 2 on bad usage or configuration, 130 after Ctrl-C \
+        (which stops it first).")]
+    Run {
+        /// The capability's name.
+        name: String,
+        /// Require this type.
+        #[arg(long = "type", value_name = "TYPE")]
+        capability_type: Option<String>,
+        /// The params, as JSON (checked against its input_schema).
+        #[arg(long, value_name = "JSON")]
+        params: Option<String>,
+        /// Time limit in milliseconds (default: the capability's timeout_ms).
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+        /// The parent id (an agent's id, or an execution's).
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
+        /// Print the whole outcome as JSON ({success, executionId, status, result, ...}).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+}
+
+impl CapabilitiesCommand {
+    /// The flags every subcommand has.
+    pub fn common(&self) -> &CapabilityArgs {
+        match self {
+            CapabilitiesCommand::List { common, .. }
+            | CapabilitiesCommand::Check { common, .. }
+            | CapabilitiesCommand::Show { common, .. }
+            | CapabilitiesCommand::Run { common, .. } => common,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutionsCommand {
+    /// List executions, newest first.
+    #[command(after_help = "Examples:\n  \
+        execbox executions list --status running\n  \
+        execbox executions list --parent cap_1763850000000_1a2b3c4d --json")]
+    List {
+        /// Only this status (starting, running, completed, failed, timeout, stopping, stopped).
+        #[arg(long, value_name = "STATUS")]
+        status: Option<execbox_host::ExecutionStatus>,
+        /// Only children of this parent.
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
+        /// Only executions of this capability.
+        #[arg(long, value_name = "NAME")]
+        capability: Option<String>,
+        /// At most this many.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: u32,
+        /// Print JSON: an array of execution records.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Show one execution (as JSON) with its status history.
+    Show {
+        /// The execution id.
+        id: String,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (`127.0.0.1:0` picks a free port); the first line on stdout
+    /// is `http://ADDR` with the port bound.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Warm runner processes for top-level script capabilities (nested ones get a fresh
+    /// process each).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub pool: u16,
+    /// Also accept this Host (a name or name:port; repeatable). Loopback names are always
+    /// accepted, and the address listened on when it is a specific one; others get 403.
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// Accept requests from this browser origin (e.g. https://app.example.com; repeatable).
+    /// A request with any other Origin header gets 403.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+    #[command(flatten)]
+    pub common: CapabilityArgs,
+}
+
+impl ExecutionsCommand {
+    /// The flags every subcommand has.
+    pub fn common(&self) -> &CapabilityArgs {
+        match self {
+            ExecutionsCommand::List { common, .. } | ExecutionsCommand::Show { common, .. } => {
+                common
+            }
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -1,13 +1,16 @@
 //! `execbox`: run model-written JavaScript against tools from the command line.
 //!
 //! Exit status: 0 the execution succeeded, 1 it failed, 2 bad usage or configuration,
-//! 130 cancelled by Ctrl-C, 143 stopped by SIGTERM.
+//! 130 cancelled by Ctrl-C, 143 stopped by SIGTERM. `capabilities run` exits 1 as well when
+//! the start is refused; `capabilities check` exits 2 when a configuration is invalid.
 
 mod args;
+mod capabilities;
 mod enforce;
 mod logging;
 mod mcp;
 mod run;
+mod serve;
 mod size;
 
 use std::io::Write;
@@ -26,6 +29,9 @@ fn main() -> ExitCode {
         Command::Types(args) => args.diagnostics.init(),
         Command::Check(args) => args.diagnostics.init(),
         Command::Mcp(args) => args.diagnostics.init(),
+        Command::Capabilities(command) => command.common().diagnostics.init(),
+        Command::Executions(command) => command.common().diagnostics.init(),
+        Command::Serve(args) => args.common.diagnostics.init(),
         Command::Completions(_) => {}
     }
     let outcome = match cli.command {
@@ -38,6 +44,9 @@ fn main() -> ExitCode {
         Command::Check(args) => check(&args),
         Command::Run(args) => run::run(args),
         Command::Mcp(args) => mcp::run(args),
+        Command::Capabilities(command) => capabilities::capabilities(command),
+        Command::Executions(command) => capabilities::executions(command),
+        Command::Serve(args) => serve::serve(args),
         Command::Completions(args) => completions(&args),
     };
     match outcome {

@@ -1,0 +1,99 @@
+//! `execbox serve`: the capabilities HTTP API on a port, until SIGTERM or Ctrl-C.
+
+use std::io::Write;
+use std::net::ToSocketAddrs;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use execbox_host::{capabilities_router, Policy, ServeAuth};
+
+use crate::args::ServeArgs;
+use crate::capabilities::manager;
+
+pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let common = &args.common;
+    if common.policy.principal.is_some() {
+        anyhow::bail!(
+            "--principal does not apply to `execbox serve`: each caller is the principal its bearer token belongs to (token_sha256 in the policy)"
+        );
+    }
+    let policy = match &common.policy.policy {
+        Some(path) => Some(Policy::load(path)?),
+        None => None,
+    };
+    let addr = args
+        .listen
+        .to_socket_addrs()
+        .with_context(|| {
+            format!(
+                "--listen {}: expected HOST:PORT, e.g. 127.0.0.1:8080",
+                args.listen
+            )
+        })?
+        .next()
+        .with_context(|| format!("--listen {}: the name resolves to no address", args.listen))?;
+    let mut auth = ServeAuth::new(policy.clone())
+        .allow_hosts(args.allow_host.iter().cloned())
+        .allow_origins(args.allow_origin.iter().cloned());
+    if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
+        auth = auth.allow_hosts([addr.ip().to_string()]);
+    }
+    if !addr.ip().is_loopback() && !auth.requires_token() {
+        anyhow::bail!(
+            "refusing to serve {addr}, which is not a loopback address, without authentication: \
+             give principals bearer tokens (token_sha256) in a --policy file, or listen on 127.0.0.1"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let manager = manager(common, policy, usize::from(args.pool))?;
+        let recovered = manager.store().recovered().len();
+        if recovered > 0 {
+            tracing::warn!("{recovered} execution(s) left running by a server that stopped were marked failed");
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr().context("cannot read the bound address")?;
+        {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "http://{local}");
+            let _ = stdout.flush();
+        }
+        tracing::info!(db = %manager.store().path().display(), "serving capabilities on http://{local}");
+        let router = capabilities_router(manager.clone(), auth);
+        tokio::select! {
+            served = axum::serve(listener, router) => served.context("the server failed")?,
+            () = shutdown_signal() => {
+                tracing::info!("stopping {} running execution(s)", manager.running());
+                manager.stop_all().await;
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

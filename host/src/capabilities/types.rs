@@ -1,0 +1,390 @@
+//! The records of capability executions: statuses, results, events, filters and error codes.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Where an execution is in its life. `starting` and `running` are live, `stopping` is a stop
+/// in progress; the other four are terminal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutionStatus {
+    /// Accepted; its executor is being set up.
+    Starting,
+    /// Its executor is running it.
+    Running,
+    /// It ended with a result.
+    Completed,
+    /// It ended with an error (including an interrupted server).
+    Failed,
+    /// It ran past its time limit and was killed.
+    Timeout,
+    /// A stop was asked for; its executor is being ended.
+    Stopping,
+    /// It was stopped on request.
+    Stopped,
+}
+
+impl ExecutionStatus {
+    /// Every status, in life order.
+    pub const ALL: [ExecutionStatus; 7] = [
+        ExecutionStatus::Starting,
+        ExecutionStatus::Running,
+        ExecutionStatus::Completed,
+        ExecutionStatus::Failed,
+        ExecutionStatus::Timeout,
+        ExecutionStatus::Stopping,
+        ExecutionStatus::Stopped,
+    ];
+
+    /// The status as written in records and the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionStatus::Starting => "starting",
+            ExecutionStatus::Running => "running",
+            ExecutionStatus::Completed => "completed",
+            ExecutionStatus::Failed => "failed",
+            ExecutionStatus::Timeout => "timeout",
+            ExecutionStatus::Stopping => "stopping",
+            ExecutionStatus::Stopped => "stopped",
+        }
+    }
+
+    /// Whether the execution has ended (completed, failed, timeout or stopped).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            ExecutionStatus::Completed
+                | ExecutionStatus::Failed
+                | ExecutionStatus::Timeout
+                | ExecutionStatus::Stopped
+        )
+    }
+}
+
+impl fmt::Display for ExecutionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ExecutionStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        ExecutionStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown status `{s}`; expected one of {}",
+                    ExecutionStatus::ALL.map(|s| s.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+/// The error codes of the capability system: the seed's, plus `PERMISSION_DENIED`,
+/// `EXECUTION_STOPPED` and `EXECUTION_NOT_FOUND`, which it has no word for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CapabilityErrorCode {
+    /// No capability with the given name (and type).
+    CapabilityNotFound,
+    /// No executor supports the capability's type.
+    ExecutorNotFound,
+    /// A capability.yaml is malformed (from `check`).
+    InvalidCapabilityConfig,
+    /// An executor.yaml is malformed (from `check`).
+    InvalidExecutorConfig,
+    /// The request is invalid: params failing `input_schema`, a bad filter, nesting too deep.
+    InvalidRequest,
+    /// The caller lacks a permission the capability requires.
+    PermissionDenied,
+    /// The execution ran past its time limit.
+    ExecutionTimeout,
+    /// The executor reported an error, or the result failed `output_schema`.
+    ExecutionFailed,
+    /// The execution was stopped on request.
+    ExecutionStopped,
+    /// No execution has this id.
+    ExecutionNotFound,
+    /// The registry or the execution store is not usable.
+    RegistryNotInitialized,
+}
+
+impl CapabilityErrorCode {
+    /// The code as written on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapabilityErrorCode::CapabilityNotFound => "CAPABILITY_NOT_FOUND",
+            CapabilityErrorCode::ExecutorNotFound => "EXECUTOR_NOT_FOUND",
+            CapabilityErrorCode::InvalidCapabilityConfig => "INVALID_CAPABILITY_CONFIG",
+            CapabilityErrorCode::InvalidExecutorConfig => "INVALID_EXECUTOR_CONFIG",
+            CapabilityErrorCode::InvalidRequest => "INVALID_REQUEST",
+            CapabilityErrorCode::PermissionDenied => "PERMISSION_DENIED",
+            CapabilityErrorCode::ExecutionTimeout => "EXECUTION_TIMEOUT",
+            CapabilityErrorCode::ExecutionFailed => "EXECUTION_FAILED",
+            CapabilityErrorCode::ExecutionStopped => "EXECUTION_STOPPED",
+            CapabilityErrorCode::ExecutionNotFound => "EXECUTION_NOT_FOUND",
+            CapabilityErrorCode::RegistryNotInitialized => "REGISTRY_NOT_INITIALIZED",
+        }
+    }
+
+    /// Reads a code written by [`CapabilityErrorCode::as_str`].
+    pub fn parse(s: &str) -> Option<CapabilityErrorCode> {
+        use CapabilityErrorCode::*;
+        [
+            CapabilityNotFound,
+            ExecutorNotFound,
+            InvalidCapabilityConfig,
+            InvalidExecutorConfig,
+            InvalidRequest,
+            PermissionDenied,
+            ExecutionTimeout,
+            ExecutionFailed,
+            ExecutionStopped,
+            ExecutionNotFound,
+            RegistryNotInitialized,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for CapabilityErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error of the capability system: a code and a message saying what to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct CapabilityError {
+    /// What kind of error.
+    pub code: CapabilityErrorCode,
+    /// What went wrong, naming the thing, what was expected and what to do.
+    pub message: String,
+}
+
+impl CapabilityError {
+    /// An error with `code` and `message`.
+    pub fn new(code: CapabilityErrorCode, message: impl Into<String>) -> Self {
+        CapabilityError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// What to start: the body of `POST /v1/executions`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StartRequest {
+    /// The capability's name.
+    pub capability: String,
+    /// Its type, if the caller wants to be sure of it (`CAPABILITY_NOT_FOUND` otherwise).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub capability_type: Option<String>,
+    /// The params, checked against the capability's `input_schema`; `null` when absent.
+    #[serde(default)]
+    pub params: Value,
+    /// The time limit, overriding the capability's `timeout_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The parent: an execution id (a nested capability) or any id of the caller's (an agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+}
+
+impl StartRequest {
+    /// Starts `capability` with `params`.
+    pub fn new(capability: impl Into<String>, params: Value) -> Self {
+        StartRequest {
+            capability: capability.into(),
+            params,
+            ..StartRequest::default()
+        }
+    }
+
+    /// Requires the capability to have this type.
+    pub fn capability_type(mut self, capability_type: impl Into<String>) -> Self {
+        self.capability_type = Some(capability_type.into());
+        self
+    }
+
+    /// The time limit in milliseconds.
+    pub fn timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.timeout_ms = Some(timeout_ms);
+        self
+    }
+
+    /// The parent id.
+    pub fn parent_id(mut self, parent_id: impl Into<String>) -> Self {
+        self.parent_id = Some(parent_id.into());
+        self
+    }
+}
+
+/// One execution as recorded (the database row), as `GET /v1/executions/{id}` returns it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionRecord {
+    /// `cap_<unix-ms>_<8 hex>`.
+    pub execution_id: String,
+    /// The capability's name.
+    pub capability: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub capability_type: String,
+    /// The executor that runs it.
+    pub executor: String,
+    /// The capability's folder.
+    pub capability_path: String,
+    /// The parent id, if any.
+    pub parent_id: Option<String>,
+    /// The principal that started it, if any.
+    pub principal: Option<String>,
+    /// Where it is.
+    pub status: ExecutionStatus,
+    /// The params it was started with.
+    pub params: Value,
+    /// Its result, once completed.
+    pub result: Option<Value>,
+    /// Extra context its executor gave, once completed.
+    pub additional_context: Option<Value>,
+    /// Why it failed, timed out or stopped.
+    pub error: Option<CapabilityError>,
+    /// When it was started, Unix milliseconds.
+    pub created_ms: u64,
+    /// When its status last changed, Unix milliseconds.
+    pub updated_ms: u64,
+    /// When it ended, Unix milliseconds.
+    pub ended_ms: Option<u64>,
+}
+
+impl ExecutionRecord {
+    /// The result a waiter gets (meaningful once the status is terminal).
+    pub fn outcome(&self) -> ExecutionOutcome {
+        ExecutionOutcome {
+            success: self.status == ExecutionStatus::Completed,
+            execution_id: self.execution_id.clone(),
+            status: self.status,
+            result: self.result.clone(),
+            additional_context: self.additional_context.clone(),
+            error: self.error.clone(),
+            capability_path: self.capability_path.clone(),
+        }
+    }
+}
+
+/// A status change, in an execution's history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusChange {
+    /// The new status.
+    pub status: ExecutionStatus,
+    /// When, Unix milliseconds.
+    pub at_ms: u64,
+    /// Why, when it says more than the status.
+    pub detail: Option<String>,
+}
+
+/// What [`wait`](crate::CapabilityManager::wait) returns for an ended execution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionOutcome {
+    /// True when it completed.
+    pub success: bool,
+    /// The execution.
+    pub execution_id: String,
+    /// Its terminal status.
+    pub status: ExecutionStatus,
+    /// Its result (completed only).
+    pub result: Option<Value>,
+    /// Extra context from its executor (completed only).
+    pub additional_context: Option<Value>,
+    /// What went wrong (not completed).
+    pub error: Option<CapabilityError>,
+    /// The capability's folder, to resolve resources relative to it.
+    pub capability_path: String,
+}
+
+/// Which executions to list; every field narrows the list.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionFilter {
+    /// Only this status.
+    pub status: Option<ExecutionStatus>,
+    /// Only children of this parent.
+    pub parent_id: Option<String>,
+    /// Only executions of this capability.
+    pub capability: Option<String>,
+    /// Only executions started by this principal.
+    pub principal: Option<String>,
+    /// At most this many, newest first (default 1,000).
+    pub limit: Option<u32>,
+}
+
+/// What happened, on the event stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutionEventKind {
+    /// Accepted and being started.
+    Started,
+    /// Ended with a result.
+    Completed,
+    /// Ended with an error.
+    Failed,
+    /// Ran past its time limit.
+    Timeout,
+    /// Stopped on request.
+    Stopped,
+}
+
+impl ExecutionEventKind {
+    /// The event's name (`started`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionEventKind::Started => "started",
+            ExecutionEventKind::Completed => "completed",
+            ExecutionEventKind::Failed => "failed",
+            ExecutionEventKind::Timeout => "timeout",
+            ExecutionEventKind::Stopped => "stopped",
+        }
+    }
+}
+
+/// One event of [`CapabilityManager::subscribe`](crate::CapabilityManager::subscribe),
+/// sent after the change it reports is in the database.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionEvent {
+    /// What happened.
+    pub event: ExecutionEventKind,
+    /// The execution.
+    pub execution_id: String,
+    /// Its capability.
+    pub capability: String,
+    /// Its parent, if any.
+    pub parent_id: Option<String>,
+    /// The principal that started it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// Its status after the event.
+    pub status: ExecutionStatus,
+    /// The error, for failed, timeout and stopped.
+    pub error: Option<CapabilityError>,
+    /// When, Unix milliseconds.
+    pub at_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
