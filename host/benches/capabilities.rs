@@ -53,6 +53,8 @@ async fn start_and_wait(client: &reqwest::Client, url: &str) -> (String, Value) 
 }
 
 fn main() {
+    // reqwest's rustls (linked through the `mcp` feature) needs a provider: ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let dir =
         std::env::temp_dir().join(format!("execbox-bench-capabilities-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -16,6 +16,13 @@ fn script_yaml(name: &str, extra: &str) -> String {
 
 /// A project with a script capability `add`, an external `sleep` one (its sleeper's pid in
 /// `pid`), and a global `hello`.
+/// An HTTP client; reqwest's rustls (linked through the `mcp` feature) uses ring, installed
+/// once per process.
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 fn project(name: &str) -> Roots {
     let roots = Roots::new(name);
     roots.project.capability(
@@ -87,7 +94,7 @@ async fn wait_running(client: &reqwest::Client, server: &Server, id: &str) {
 async fn the_http_api_end_to_end() {
     let roots = project("serve-api");
     let server = serve(&roots, &[]);
-    let client = reqwest::Client::new();
+    let client = client();
 
     let (status, body) = json_of(
         client
@@ -359,7 +366,7 @@ async fn a_caller_is_the_principal_of_its_bearer_token() {
     )
     .unwrap();
     let server = serve(&roots, &["--policy", policy.to_str().unwrap()]);
-    let client = reqwest::Client::new();
+    let client = client();
     let start = json!({"capability": "guarded"});
     let response = client
         .post(server.at("/v1/executions"))
@@ -490,7 +497,7 @@ async fn a_caller_is_the_principal_of_its_bearer_token() {
 async fn a_web_page_cannot_drive_the_api_through_a_browser() {
     let roots = project("serve-browser");
     let server = serve(&roots, &[]);
-    let client = reqwest::Client::new();
+    let client = client();
     let start = json!({"capability": "hello"}).to_string();
     // A cross-site "simple" request: text/plain, from a page's origin.
     let (status, body) = json_of(
@@ -573,7 +580,7 @@ fn serving_beyond_loopback_without_tokens_is_refused() {
 async fn a_server_killed_mid_execution_marks_it_failed_interrupted_when_restarted() {
     let roots = project("serve-crash");
     let mut server = serve(&roots, &[]);
-    let client = reqwest::Client::new();
+    let client = client();
     let (_, body) = json_of(
         client
             .post(server.at("/v1/executions"))
@@ -632,7 +639,7 @@ async fn a_server_killed_mid_execution_marks_it_failed_interrupted_when_restarte
 async fn sigterm_stops_the_running_executions_then_exits_0() {
     let roots = project("serve-term");
     let mut server = serve(&roots, &[]);
-    let client = reqwest::Client::new();
+    let client = client();
     let (_, body) = json_of(
         client
             .post(server.at("/v1/executions"))
