@@ -11,6 +11,7 @@ mod logging;
 mod mcp;
 mod run;
 mod serve;
+mod signals;
 mod size;
 
 use std::io::Write;

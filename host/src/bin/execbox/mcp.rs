@@ -20,12 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::{Diagnostics, EnforceArgs};
 use crate::enforce::Enforcement;
+use crate::signals::StopSignals;
 use crate::size::parse_size;
-
-/// Exit status after SIGINT (128 + 2).
-const EXIT_INTERRUPTED: u8 = 130;
-/// Exit status after SIGTERM (128 + 15).
-const EXIT_TERMINATED: u8 = 143;
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
@@ -203,23 +199,8 @@ async fn serve(
 /// SIGINT or SIGTERM stop serving (recording which, as the exit status); a second one exits
 /// at once, killing the upstreams and tool processes first.
 async fn watch_signals(shutdown: CancellationToken, stopped_by: Arc<AtomicU8>) {
-    #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    loop {
-        #[cfg(unix)]
-        let terminated = async {
-            match term.as_mut() {
-                Some(term) => term.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let terminated = std::future::pending::<Option<()>>();
-        let status = tokio::select! {
-            Ok(()) = tokio::signal::ctrl_c() => EXIT_INTERRUPTED,
-            Some(()) = terminated => EXIT_TERMINATED,
-            else => return,
-        };
+    let mut signals = StopSignals::new();
+    while let Some(status) = signals.next().await {
         if stopped_by.load(Ordering::SeqCst) != 0 {
             kill_all_upstreams();
             CommandTool::kill_all();

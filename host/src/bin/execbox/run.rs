@@ -15,11 +15,7 @@ use execbox_host::{
 
 use crate::args::RunArgs;
 use crate::enforce::Enforcement;
-
-/// Exit status after Ctrl-C (128 + SIGINT).
-const EXIT_INTERRUPTED: u8 = 130;
-/// Exit status after SIGTERM (128 + SIGTERM).
-const EXIT_TERMINATED: u8 = 143;
+use crate::signals::{StopSignals, EXIT_INTERRUPTED};
 
 /// Loads a tools file into a tool set, or the empty set without one.
 pub fn load_tools(path: Option<&PathBuf>) -> anyhow::Result<ToolSet> {
@@ -121,23 +117,8 @@ fn executor(args: &RunArgs, timings: SessionTimings) -> anyhow::Result<Box<dyn E
 /// Ctrl-C cancels the execution (a second one exits at once, killing tool processes first);
 /// SIGTERM cancels it too. Records which signal stopped it, as the exit status to use.
 async fn watch_signals(cancel: CancellationToken, stopped_by: Arc<AtomicU8>) {
-    #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    loop {
-        #[cfg(unix)]
-        let terminated = async {
-            match term.as_mut() {
-                Some(term) => term.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let terminated = std::future::pending::<Option<()>>();
-        let status = tokio::select! {
-            Ok(()) = tokio::signal::ctrl_c() => EXIT_INTERRUPTED,
-            Some(()) = terminated => EXIT_TERMINATED,
-            else => return,
-        };
+    let mut signals = StopSignals::new();
+    while let Some(status) = signals.next().await {
         if cancel.is_cancelled() {
             // The second signal: stop waiting for a clean end.
             CommandTool::kill_all();

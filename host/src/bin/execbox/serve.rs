@@ -9,6 +9,7 @@ use execbox_host::{capabilities_router, Policy, ServeAuth};
 
 use crate::args::ServeArgs;
 use crate::capabilities::manager;
+use crate::signals::StopSignals;
 
 pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let common = &args.common;
@@ -79,21 +80,5 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
 /// SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+    StopSignals::new().next().await;
 }
