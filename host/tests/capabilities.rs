@@ -1090,3 +1090,36 @@ fn recovery_kills_only_the_process_groups_that_run_the_execution() {
     let _ = unrelated.kill();
     let _ = unrelated.wait();
 }
+
+#[test]
+fn sigterm_stops_a_cli_run_and_its_executor_before_exiting() {
+    let roots = Roots::new("cli-sigterm");
+    let pids = roots.temp.join("pid");
+    roots.project.sh_executor(
+        "sleepy",
+        &["s"],
+        &reading(&format!("sleep 60 & echo $! > '{}'\nwait", pids.display())),
+    );
+    roots
+        .project
+        .capability("leaf", &typed_yaml("leaf", "s", ""), &[]);
+    let mut child = support::cli::command(&["capabilities", "run", "leaf"])
+        .current_dir(roots.project_dir())
+        .env("EXECBOX_HOME", &roots.global.0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run execbox");
+    let sleeper = read_pid(&pids);
+    support::process::signal(child.id(), libc::SIGTERM).unwrap();
+    let status = child.wait().expect("wait for execbox");
+    assert_eq!(status.code(), Some(143));
+    assert!(gone_within(sleeper, Duration::from_secs(1)));
+    let records = execbox_host::ExecutionStore::open(roots.project_dir().join(".execbox/state.db"))
+        .unwrap()
+        .list(&ExecutionFilter::default())
+        .unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, ExecutionStatus::Stopped);
+}

@@ -285,7 +285,7 @@ pub enum CapabilitiesCommand {
         execbox capabilities run word-stats --params '{\"text\": \"a b c\"}' --project examples/capabilities\n\n\
         Exit status: 0 when it completed, 1 when it failed, timed out, was stopped or refused \
         (the code and message on stderr), 2 on bad usage or configuration, 130 after Ctrl-C \
-        (which stops it first).")]
+        and 143 after SIGTERM (each stops it first).")]
     Run {
         /// The capability's name.
         name: String,

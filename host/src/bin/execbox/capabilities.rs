@@ -14,9 +14,7 @@ use execbox_host::{
 use serde_json::{json, Value};
 
 use crate::args::{CapabilitiesCommand, CapabilityArgs, ExecutionsCommand};
-
-/// Exit status after Ctrl-C (128 + SIGINT).
-const EXIT_INTERRUPTED: u8 = 130;
+use crate::signals::StopSignals;
 
 /// The roots the flags and the working directory give.
 pub fn roots(common: &CapabilityArgs) -> anyhow::Result<RegistryRoots> {
@@ -255,6 +253,7 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                     timeout_ms,
                     parent_id: parent,
                 };
+                let mut signals = StopSignals::new();
                 let id = match manager.start(request, principal).await {
                     Ok(id) => id,
                     Err(e) => {
@@ -262,14 +261,16 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                         return Ok(ExitCode::from(1));
                     }
                 };
+                // Ctrl-C or SIGTERM stops the execution (its executor's process group with
+                // it) before we exit with the signal's status.
                 let interrupted = tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {
+                    Some(status) = signals.next() => {
                         eprintln!("execbox: stopping {id}");
-                        true
+                        Some(status)
                     }
-                    _ = manager.wait(&id, None) => false,
+                    _ = manager.wait(&id, None) => None,
                 };
-                if interrupted {
+                if interrupted.is_some() {
                     let _ = manager.stop(&id).await;
                 }
                 let outcome = manager
@@ -287,8 +288,8 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                         outcome.status, e.code, e.message
                     );
                 }
-                Ok(if interrupted {
-                    ExitCode::from(EXIT_INTERRUPTED)
+                Ok(if let Some(status) = interrupted {
+                    ExitCode::from(status)
                 } else if outcome.success {
                     ExitCode::SUCCESS
                 } else {
