@@ -273,10 +273,15 @@ pub struct Admitted<'g> {
 impl Admitted<'_> {
     /// Audits the end of the call: `Ok(())`, or the error it failed with. An error means the
     /// line could not be written: do not send the result; end the execution.
-    pub fn finish(self, result: Result<(), &ToolError>) -> Result<(), PolicyError> {
-        let Some(input) = &self.input else {
+    ///
+    /// A call dropped before it finished (the execution ended, was cancelled or timed out
+    /// while the tool ran or waited for approval) is audited as `cancelled` when dropped: a
+    /// call that may have had effects is never missing from the log.
+    pub fn finish(mut self, result: Result<(), &ToolError>) -> Result<(), PolicyError> {
+        let Some(input) = self.input.take() else {
             return Ok(());
         };
+        let input = &input;
         let outcome = match result {
             Ok(()) => AuditOutcome::Ok,
             Err(e) => AuditOutcome::Error(e.code),
@@ -293,6 +298,26 @@ impl Admitted<'_> {
             event = event.error(&e.message);
         }
         self.guard.record(&event)
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let Some(input) = self.input.take() else {
+            return;
+        };
+        let event = AuditEvent::tool_call_digested(
+            &self.guard.execution_id,
+            self.guard.principal.name(),
+            self.tool,
+            &input,
+            AuditOutcome::Status("cancelled"),
+            self.started.elapsed(),
+        )
+        .error("the execution ended before the call did");
+        if let Err(e) = self.guard.record(&event) {
+            tracing::error!(tool = %self.tool, "cannot audit a cancelled call: {e}");
+        }
     }
 }
 
@@ -348,6 +373,28 @@ mod tests {
             Err(e) => panic!("{e}"),
             Ok(_) => panic!("admitted"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_before_it_finished_is_audited_as_cancelled() {
+        let file = audit_file();
+        let audit = Arc::new(AuditLog::open(&file, false).unwrap());
+        let limits = Arc::new(RateLimits::in_memory());
+        let alice = policy().principal(Some("alice")).unwrap();
+        let guard = ExecutionGuard::new("e1", alice, limits).with_audit(audit);
+        let input = json!({"city": "Paris"});
+        let admitted = guard
+            .admit("weather.get", &tool(&["weather:read"], None, false), &input)
+            .await
+            .unwrap();
+        // The execution ends while the tool runs: its future, and the admission, are dropped.
+        drop(admitted);
+        let lines = read_lines(&file);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["tool"], "weather.get");
+        assert_eq!(lines[0]["outcome"], "cancelled");
+        assert_eq!(lines[0]["error"], "the execution ended before the call did");
+        let _ = std::fs::remove_file(&file);
     }
 
     #[tokio::test]
