@@ -60,9 +60,28 @@ pub struct UpstreamPolicy {
 }
 
 impl UpstreamPolicy {
-    /// Whether a call of `tool` (as the server lists it) needs an approval.
+    /// Whether a call of `tool` (as the server lists it) needs an approval: `*`, its name,
+    /// or the name the sandbox gives it (`create-issue` is `create_issue` there), so a name
+    /// copied from `execute_code`'s index is not silently ignored.
     pub fn requires_approval(&self, tool: &str) -> bool {
-        self.require_approval.iter().any(|t| t == "*" || t == tool)
+        self.require_approval
+            .iter()
+            .any(|t| t == "*" || t == tool || *t == sanitize_tool_name(tool))
+    }
+
+    /// The `requireApproval` entries that name none of `tools` (the server's listed names):
+    /// most likely typos, which would otherwise leave a tool without its approval.
+    pub fn unmatched_approvals<'a>(&'a self, tools: &[String]) -> Vec<&'a str> {
+        self.require_approval
+            .iter()
+            .filter(|t| {
+                *t != "*"
+                    && !tools
+                        .iter()
+                        .any(|n| n == *t || sanitize_tool_name(n) == **t)
+            })
+            .map(String::as_str)
+            .collect()
     }
 }
 

@@ -489,6 +489,16 @@ impl Link {
             }
             tools.push(self.tool(t));
         }
+        let unmatched = self
+            .policy
+            .unmatched_approvals(&seen.iter().cloned().collect::<Vec<_>>());
+        if !unmatched.is_empty() {
+            eprintln!(
+                "execbox mcp: upstream {:?}: requireApproval names {} that the server does not list; check the names (execute_code's index shows them)",
+                self.name,
+                unmatched.join(", ")
+            );
+        }
         let count = tools.len();
         *lock(&self.tools) = tools;
         Ok(count)
