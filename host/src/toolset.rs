@@ -144,10 +144,17 @@ impl std::fmt::Debug for ToolSet {
 impl ToolSet {
     /// Resolves `providers`; see [`ToolSetError`] for what can be refused.
     pub fn new(providers: Vec<Provider>) -> Result<ToolSet, ToolSetError> {
-        Self::build(providers, false)
+        Self::build(providers, false, None)
     }
 
-    fn build(providers: Vec<Provider>, restricted: bool) -> Result<ToolSet, ToolSetError> {
+    /// Resolves `providers`; a view (`restricted`) keeps the safe names of the full set
+    /// (`pinned`, provider → (safe, original)), so hiding a tool never renames another: the
+    /// name a listing shows is the tool a call reaches.
+    fn build(
+        providers: Vec<Provider>,
+        restricted: bool,
+        pinned: Option<&HashMap<String, Vec<(String, String)>>>,
+    ) -> Result<ToolSet, ToolSetError> {
         let given = providers.clone();
         let has_policies = providers
             .iter()
@@ -177,7 +184,19 @@ impl ToolSet {
                     });
                 }
             }
-            let safe_names = assign_safe_names(tools.iter().map(Tool::name));
+            let pinned_names = pinned.and_then(|p| p.get(&pname)).and_then(|names| {
+                tools
+                    .iter()
+                    .map(|t| {
+                        names
+                            .iter()
+                            .find(|(_, original)| original == t.name())
+                            .map(|(safe, _)| safe.clone())
+                    })
+                    .collect::<Option<Vec<String>>>()
+            });
+            let safe_names =
+                pinned_names.unwrap_or_else(|| assign_safe_names(tools.iter().map(Tool::name)));
             let mut by_safe = HashMap::with_capacity(tools.len());
             let mut tool_manifests = Vec::with_capacity(tools.len());
             let mut decls = Vec::with_capacity(tools.len());
@@ -301,7 +320,8 @@ impl ToolSet {
             })
             .collect();
         // The providers were accepted once; a subset of them is accepted again.
-        let view = Self::build(providers, true).unwrap_or_else(|_| ToolSet::empty());
+        let view =
+            Self::build(providers, true, Some(&self.0.names)).unwrap_or_else(|_| ToolSet::empty());
         views.insert(keep, view.clone());
         view
     }

@@ -388,3 +388,34 @@ fn the_library_resolves_principals_before_anything_runs() {
     let error = policy.principal(Some("mallory")).unwrap_err().to_string();
     assert!(error.contains("mallory"), "{error}");
 }
+
+#[test]
+fn hiding_a_tool_renames_no_other() {
+    // `a-b` and `a_b` both sanitise to `a_b`: the second gets a suffix. Hiding the first must
+    // not hand its name to the second, or a listing would describe one tool and a call reach
+    // another.
+    let tool = |name: &str, permission: &str| {
+        execbox_host::Tool::new(name, |_input, _ctx| async move { Ok(json!(null)) })
+            .description(format!("the tool {name}"))
+            .permissions([permission])
+    };
+    let set = execbox_host::ToolSet::new(vec![execbox_host::Provider::new("ns")
+        .tool(tool("a-b", "ns:hidden"))
+        .tool(tool("a_b", "ns:x"))
+        .tool(tool("a_b__2", "ns:y"))])
+    .unwrap();
+    let policy = execbox_host::Policy::builder()
+        .principal("p", [] as [&str; 0], ["ns:x", "ns:y"])
+        .build()
+        .unwrap();
+    let view = set.visible_to(&policy.principal(Some("p")).unwrap());
+    let full = set.tool_names("ns").unwrap();
+    let seen = view.tool_names("ns").unwrap();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (safe, original) in &seen {
+        assert!(
+            full.contains(&(safe.clone(), original.clone())),
+            "{original} is {safe} in the view but not in the full set {full:?}"
+        );
+    }
+}
