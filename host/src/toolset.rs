@@ -454,6 +454,14 @@ impl ToolSet {
             return self.run_admitted(call, ctx, &tool, input).await;
         };
         let label = tool.label();
+        // Nobody is asked to approve a call its schema refuses anyway.
+        if tool.tool.policy().requires_approval {
+            if let Some(schema) = &tool.input {
+                if let Err(message) = validate(schema, &input, "input") {
+                    return Err(ToolError::validation(message));
+                }
+            }
+        }
         let admitted = match guard.admit(&label, tool.tool.policy(), &input).await {
             Ok(admitted) => admitted,
             Err(GuardError::Refused(error)) => return Err(error),
