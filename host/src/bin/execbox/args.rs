@@ -122,6 +122,17 @@ impl Diagnostics {
         }
         Some(logging::level(self.verbose, self.quiet))
     }
+
+    /// This binary as a runner (`execbox runner`), saying as much as we do.
+    pub fn runner_command(&self) -> anyhow::Result<execbox_host::RunnerCommand> {
+        use anyhow::Context as _;
+        let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
+        let mut runner = execbox_host::RunnerCommand::new(exe).arg("runner");
+        if let Some(filter) = self.runner_filter() {
+            runner = runner.env("RUST_LOG", filter);
+        }
+        Ok(runner)
+    }
 }
 
 /// Who runs the program and under which policy (see the README's policy file).

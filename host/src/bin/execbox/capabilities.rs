@@ -8,8 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use execbox_host::{
     AuditLog, CapabilityManager, ExecutionFilter, ExecutionStore, Executor, ManagerOptions, Policy,
-    PoolOptions, PooledExecutor, Principal, ProcessExecutor, Registry, RegistryRoots,
-    RunnerCommand, StartRequest,
+    PoolOptions, PooledExecutor, Principal, ProcessExecutor, Registry, RegistryRoots, StartRequest,
 };
 use serde_json::{json, Value};
 
@@ -63,16 +62,6 @@ pub fn audit(
     Ok(Some(Arc::new(AuditLog::open(&path, include_input)?)))
 }
 
-/// This binary as a runner.
-pub fn runner_command(common: &CapabilityArgs) -> anyhow::Result<RunnerCommand> {
-    let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
-    let mut runner = RunnerCommand::new(exe).arg("runner");
-    if let Some(filter) = common.diagnostics.runner_filter() {
-        runner = runner.env("RUST_LOG", filter);
-    }
-    Ok(runner)
-}
-
 /// A manager over the flags' roots and database: `pool` warm runners for top-level scripts
 /// (a fresh process each when 0), fresh processes for nested ones.
 pub fn manager(
@@ -84,7 +73,7 @@ pub fn manager(
     let db = db_path(common, &roots)?;
     let store = ExecutionStore::open(&db)?;
     let audit = audit(common, policy.as_ref())?;
-    let runner = runner_command(common)?;
+    let runner = common.diagnostics.runner_command()?;
     let nested: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(runner.clone())?);
     let executor: Arc<dyn Executor> = if pool == 0 {
         nested.clone()

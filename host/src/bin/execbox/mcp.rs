@@ -12,9 +12,9 @@ use anyhow::Context as _;
 use clap::Args;
 use execbox_host::{
     check_exposure, kill_all_upstreams, serve_http, serve_stdio, CodeModeOptions, CodeModeServer,
-    CommandTool, HttpOptions, McpAccess, McpConfig, PoolOptions, PooledExecutor, RunnerCommand,
-    RuntimeOptions, SessionTimings, ToolsFile, UpstreamOptions, Upstreams,
-    DEFAULT_MAX_CONCURRENT_TOOL_CALLS, MCP_PATH,
+    CommandTool, HttpOptions, McpAccess, McpConfig, PoolOptions, PooledExecutor, RuntimeOptions,
+    SessionTimings, ToolsFile, UpstreamOptions, Upstreams, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
+    MCP_PATH,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -139,11 +139,7 @@ async fn serve(
     // Started in the background: the client's `initialize` is answered at once, and its
     // first `tools/list` (or call) waits until every upstream has started or failed.
     let upstreams = Upstreams::launch(&config, local, upstream_options)?;
-    let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
-    let mut runner = RunnerCommand::new(exe).arg("runner");
-    if let Some(filter) = args.diagnostics.runner_filter() {
-        runner = runner.env("RUST_LOG", filter);
-    }
+    let runner = args.diagnostics.runner_command()?;
     let pool = PoolOptions {
         size: args.runners as usize,
         timings: SessionTimings {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use execbox_host::{
     ApproveAll, Approver, CancellationToken, CommandTool, ExecuteRequest, ExecuteResult, Executor,
-    ProcessExecutor, RunnerCommand, RuntimeOptions, SessionTimings, TerminalApprover, ToolSet,
-    ToolsFile, WsExecutor,
+    ProcessExecutor, RuntimeOptions, SessionTimings, TerminalApprover, ToolSet, ToolsFile,
+    WsExecutor,
 };
 
 use crate::args::RunArgs;
@@ -90,12 +90,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// The executor the flags ask for: a remote runner, or this binary as a child runner.
 fn executor(args: &RunArgs, timings: SessionTimings) -> anyhow::Result<Box<dyn Executor>> {
     let Some(url) = &args.runner else {
-        let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
-        let mut runner = RunnerCommand::new(exe).arg("runner");
-        if let Some(filter) = args.diagnostics.runner_filter() {
-            runner = runner.env("RUST_LOG", filter);
-        }
-        let executor = ProcessExecutor::new(runner)?;
+        let executor = ProcessExecutor::new(args.diagnostics.runner_command()?)?;
         return Ok(Box::new(executor.with_timings(timings)));
     };
     let mut executor = WsExecutor::new(url.clone())
