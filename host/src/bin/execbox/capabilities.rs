@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use execbox_host::{
-    AuditLog, CapabilityManager, ExecutionFilter, ExecutionStore, Executor, ManagerOptions, Policy,
+    CapabilityManager, ExecutionFilter, ExecutionStore, Executor, ManagerOptions, Policy,
     PoolOptions, PooledExecutor, Principal, ProcessExecutor, Registry, RegistryRoots, StartRequest,
 };
 use serde_json::{json, Value};
@@ -48,20 +48,6 @@ pub fn policy(common: &CapabilityArgs) -> anyhow::Result<Option<(Policy, Princip
     crate::enforce::load_policy(&common.policy)
 }
 
-/// The audit log: `--audit-log`, else the policy's `audit.file`.
-pub fn audit(
-    common: &CapabilityArgs,
-    policy: Option<&Policy>,
-) -> anyhow::Result<Option<Arc<AuditLog>>> {
-    let path = common
-        .audit_log
-        .clone()
-        .or_else(|| policy.and_then(|p| p.audit_file().map(Into::into)));
-    let Some(path) = path else { return Ok(None) };
-    let include_input = policy.is_some_and(Policy::audit_includes_input);
-    Ok(Some(Arc::new(AuditLog::open(&path, include_input)?)))
-}
-
 /// A manager over the flags' roots and database: `pool` warm runners for top-level scripts
 /// (a fresh process each when 0), fresh processes for nested ones.
 pub fn manager(
@@ -72,7 +58,7 @@ pub fn manager(
     let roots = roots(common)?;
     let db = db_path(common, &roots)?;
     let store = ExecutionStore::open(&db)?;
-    let audit = audit(common, policy.as_ref())?;
+    let audit = crate::enforce::open_audit(common.audit_log.as_ref(), policy.as_ref())?;
     let runner = common.diagnostics.runner_command()?;
     let nested: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(runner.clone())?);
     let executor: Arc<dyn Executor> = if pool == 0 {

@@ -34,6 +34,19 @@ pub fn load_policy(args: &PolicyArgs) -> anyhow::Result<Option<(Policy, Principa
     Ok(Some((policy, principal)))
 }
 
+/// The audit log: `audit_log` (the flag), else the policy's `audit.file`; none without either.
+pub fn open_audit(
+    audit_log: Option<&PathBuf>,
+    policy: Option<&Policy>,
+) -> anyhow::Result<Option<Arc<AuditLog>>> {
+    let path = audit_log
+        .cloned()
+        .or_else(|| policy.and_then(|p| p.audit_file().map(Into::into)));
+    let Some(path) = path else { return Ok(None) };
+    let include_input = policy.is_some_and(Policy::audit_includes_input);
+    Ok(Some(Arc::new(AuditLog::open(&path, include_input)?)))
+}
+
 impl Enforcement {
     /// Loads the policy, opens the state file and the audit log; any failure is a usage error
     /// before anything runs.
@@ -50,17 +63,7 @@ impl Enforcement {
             Some(state) => Some(Arc::new(RateLimits::open(&state)?)),
             None => None,
         };
-        let audit: Option<PathBuf> = args
-            .audit_log
-            .clone()
-            .or_else(|| policy.as_ref().and_then(|p| p.audit_file().map(Into::into)));
-        let audit = match audit {
-            Some(path) => {
-                let include_input = policy.as_ref().is_some_and(Policy::audit_includes_input);
-                Some(Arc::new(AuditLog::open(&path, include_input)?))
-            }
-            None => None,
-        };
+        let audit = open_audit(args.audit_log.as_ref(), policy.as_ref())?;
         Ok(Enforcement {
             principal,
             rate_limits,
