@@ -1,7 +1,7 @@
 // hello.js: a guest program calling the example tools of examples/tools.yaml.
 // Run it with the execbox CLI:
 //
-//   cargo run -p execbox-host --bin execbox -- run examples/hello.js --tools examples/tools.yaml
+//   cargo run --release -p execbox-cli --bin execbox -- run examples/hello.js --tools examples/tools.yaml
 //
 // Each provider of the tools file is a global namespace (`text`, `data`) and every tool
 // returns a promise. A failing tool rejects with an Error whose `code` is the wire code.

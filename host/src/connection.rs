@@ -25,7 +25,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execbox_protocol::{
@@ -36,7 +36,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::executor::{next_execution_id, ExecuteRequest, ExecuteResult};
-use crate::policy::{AuditOutcome, ExecutionGuard, Policy, PolicyError, Principal, RateLimits};
+use crate::guard::{CallGuard, ExecutionEnd};
 use crate::tool::ToolContext;
 use crate::toolset::ToolSet;
 
@@ -170,25 +170,28 @@ impl Connection {
     pub async fn execute(&mut self, request: &ExecuteRequest) -> ExecuteResult {
         let started = Instant::now();
         let id = request.id.clone().unwrap_or_else(next_execution_id);
-        let guard = execution_guard(&id, request).map(Arc::new);
-        if let Some(Err(e)) = guard.as_ref().map(|g| g.started()) {
-            return audit_failed(&id, &e);
+        let guard = request.guard.clone();
+        if let Some(guard) = &guard {
+            if let Err(e) = guard.execution_started(&id) {
+                return guard_failed(&id, &e.to_string());
+            }
         }
-        let tools = match &request.principal {
-            Some(principal) => request.tools.visible_to(principal),
+        let tools = match &guard {
+            Some(guard) => request.tools.visible_to(guard.as_ref()),
             None => request.tools.clone(),
         };
         let mut result = self
             .drive(&id, request, &tools, guard.clone(), started)
             .await;
         if let Some(guard) = guard {
-            let outcome = match &result.outcome {
-                Ok(_) => AuditOutcome::Ok,
-                Err(error) => AuditOutcome::Error(error.code),
+            let end = ExecutionEnd {
+                execution_id: &id,
+                outcome: result.outcome.as_ref().map(|_| ()).map_err(|e| e.code),
+                message: result.error().map(|e| e.message.as_str()),
+                duration: started.elapsed(),
             };
-            let message = result.error().map(|e| e.message.clone());
-            if let Err(e) = guard.finished(outcome, message.as_deref()) {
-                result = audit_failed(&id, &e);
+            if let Err(e) = guard.execution_finished(end) {
+                result = guard_failed(&id, &e.to_string());
             }
         }
         tracing::debug!(
@@ -218,7 +221,7 @@ impl Connection {
         id: &str,
         request: &ExecuteRequest,
         tools: &ToolSet,
-        guard: Option<Arc<ExecutionGuard>>,
+        guard: Option<Arc<dyn CallGuard>>,
         started: Instant,
     ) -> ExecuteResult {
         // Cancels every tool call of this execution when the execution ends, however.
@@ -281,28 +284,24 @@ impl Connection {
             + Duration::from_millis(options.timeout_ms)
             + self.timings.deadline_grace;
         let tools_token = calls.token().clone();
-        let audit_failed = calls.audit_failed.clone();
-        let audit_error = calls.audit_error.clone();
 
         loop {
             let event = tokio::select! {
                 event = self.rx.recv() => event,
-                Some(result) = calls.next_result() => {
-                    if self.tx.send(Message::ToolResult(result)).is_err() {
-                        tracing::debug!("runner transport closed while answering a tool call");
+                Some(result) = calls.next_result() => match result {
+                    Ok(result) => {
+                        if self.tx.send(Message::ToolResult(result)).is_err() {
+                            tracing::debug!("runner transport closed while answering a tool call");
+                        }
+                        continue;
                     }
-                    continue;
-                }
+                    Err(fatal) => {
+                        let mut result = self.abandon(id, started, &tools_token, false).await;
+                        result.outcome = Err(guard_failure(&fatal));
+                        return result;
+                    }
+                },
                 () = cancel.cancelled() => return self.abandon(id, started, &tools_token, true).await,
-                () = audit_failed.cancelled() => {
-                    let mut result = self.abandon(id, started, &tools_token, false).await;
-                    let why = audit_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-                    result.outcome = Err(ErrorBody::new(
-                        ErrorCode::InternalError,
-                        format!("{}; the execution was stopped rather than run unaudited", why.unwrap_or_default()),
-                    ));
-                    return result;
-                }
                 () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, false).await,
             };
             match event {
@@ -412,15 +411,12 @@ impl Connection {
 struct ToolCalls {
     limit: usize,
     tools: ToolSet,
-    /// The policy of this execution, if any.
-    guard: Option<Arc<ExecutionGuard>>,
-    /// Cancelled when an audit line could not be written: the execution must end.
-    audit_failed: CancellationToken,
-    /// What could not be written.
-    audit_error: Arc<std::sync::Mutex<Option<String>>>,
+    /// The guard of this execution, if any.
+    guard: Option<Arc<dyn CallGuard>>,
     execution_id: String,
     token: CancellationToken,
-    running: JoinSet<ToolResult>,
+    /// Each task's answer, or the message of a guard that failed fatally.
+    running: JoinSet<Result<ToolResult, String>>,
     /// The callId of each running task, to answer for a task that panicked.
     running_ids: HashMap<tokio::task::Id, String>,
     queue: VecDeque<ToolCall>,
@@ -431,7 +427,7 @@ impl ToolCalls {
     fn new(
         limit: usize,
         tools: ToolSet,
-        guard: Option<Arc<ExecutionGuard>>,
+        guard: Option<Arc<dyn CallGuard>>,
         execution_id: &str,
         token: CancellationToken,
     ) -> Self {
@@ -439,8 +435,6 @@ impl ToolCalls {
             limit: limit.max(1),
             tools,
             guard,
-            audit_failed: CancellationToken::new(),
-            audit_error: Arc::new(std::sync::Mutex::new(None)),
             execution_id: execution_id.to_owned(),
             token,
             running: JoinSet::new(),
@@ -493,34 +487,16 @@ impl ToolCalls {
         let tools = self.tools.clone();
         let call_id = call.call_id.clone();
         let guard = self.guard.clone();
-        let audit_failed = self.audit_failed.clone();
-        let audit_error = self.audit_error.clone();
-        let handle = self.running.spawn(async move {
-            match tools.dispatch_guarded(&call, ctx, guard.as_deref()).await {
-                Ok(result) => result,
-                Err(error) => {
-                    tracing::error!("{error}");
-                    *audit_error
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                        Some(error.to_string());
-                    audit_failed.cancel();
-                    ToolResult {
-                        call_id: call.call_id.clone(),
-                        outcome: Err(ErrorBody::new(
-                            ErrorCode::InternalError,
-                            "the host cannot write its audit log",
-                        )),
-                    }
-                }
-            }
-        });
+        let handle = self
+            .running
+            .spawn(async move { tools.dispatch_guarded(&call, ctx, guard.as_deref()).await });
         self.running_ids.insert(handle.id(), call_id);
     }
 
-    /// The next finished call's result, after starting the next waiting call in its slot.
-    /// Pending forever while nothing runs. Cancel-safe.
-    async fn next_result(&mut self) -> Option<ToolResult> {
+    /// The next finished call's result, after starting the next waiting call in its slot;
+    /// `Err` with a guard's message when the execution must end. Pending forever while
+    /// nothing runs. Cancel-safe.
+    async fn next_result(&mut self) -> Option<Result<ToolResult, String>> {
         if self.running.is_empty() {
             return std::future::pending().await;
         }
@@ -533,13 +509,13 @@ impl ToolCalls {
             Err(error) => {
                 let call_id = self.running_ids.remove(&error.id())?;
                 tracing::error!(%call_id, "tool call task failed: {error}");
-                ToolResult {
+                Ok(ToolResult {
                     call_id,
                     outcome: Err(ErrorBody::new(
                         ErrorCode::ToolError,
                         "Tool call failed in the host",
                     )),
-                }
+                })
             }
         };
         while self.running.len() < self.limit {
@@ -611,56 +587,20 @@ impl RunnerEvent {
     }
 }
 
-/// The policy of one execution, when anything calls for one: a principal, an audit log, or a
-/// tool declaring permissions, a rate limit or approval.
-fn execution_guard(id: &str, request: &ExecuteRequest) -> Option<ExecutionGuard> {
-    if request.principal.is_none() && request.audit.is_none() && !request.tools.has_policies() {
-        return None;
-    }
-    let principal = request
-        .principal
-        .clone()
-        .unwrap_or_else(|| unrestricted().clone());
-    let limits = request
-        .rate_limits
-        .clone()
-        .unwrap_or_else(|| process_limits().clone());
-    let mut guard = ExecutionGuard::new(id, principal, limits);
-    if let Some(audit) = &request.audit {
-        guard = guard.with_audit(audit.clone());
-    }
-    if let Some(approver) = &request.approver {
-        guard = guard.with_approver(approver.clone());
-    }
-    Some(guard)
+/// The error of an execution ended by its guard ([`GuardError::Fatal`]).
+fn guard_failure(message: &str) -> ErrorBody {
+    tracing::error!("{message}");
+    ErrorBody::new(
+        ErrorCode::InternalError,
+        format!("{message}; the execution was stopped rather than run unguarded"),
+    )
 }
 
-/// The principal of an execution without a policy: it may call every tool.
-fn unrestricted() -> &'static Principal {
-    static ALL: OnceLock<Principal> = OnceLock::new();
-    ALL.get_or_init(|| {
-        Policy::builder()
-            .default_permissions(["*"])
-            .build()
-            .and_then(|policy| policy.principal(None))
-            .expect("a policy granting everything is valid")
-    })
-}
-
-/// The rate-limit counters of executions given none: one in-memory store per process.
-fn process_limits() -> &'static Arc<RateLimits> {
-    static LIMITS: OnceLock<Arc<RateLimits>> = OnceLock::new();
-    LIMITS.get_or_init(|| Arc::new(RateLimits::in_memory()))
-}
-
-/// An execution that cannot be audited does not run (or no longer counts as run).
-fn audit_failed(id: &str, error: &PolicyError) -> ExecuteResult {
-    tracing::error!("{error}");
+/// An execution that its guard refused to start or to finish (or no longer counts as run).
+fn guard_failed(id: &str, message: &str) -> ExecuteResult {
     ExecuteResult {
         id: id.to_owned(),
-        ..ExecuteResult::failed(
-            ErrorCode::InternalError,
-            format!("{error}; the execution was stopped rather than run unaudited"),
-        )
+        outcome: Err(guard_failure(message)),
+        ..ExecuteResult::failed(ErrorCode::InternalError, "")
     }
 }

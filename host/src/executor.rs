@@ -9,7 +9,7 @@ use std::time::Duration;
 use execbox_protocol::{ErrorBody, ErrorCode, RawValue, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::policy::{Approver, AuditLog, Principal, RateLimits};
+use crate::guard::CallGuard;
 use crate::toolset::ToolSet;
 
 /// A boxed future borrowing from the executor.
@@ -41,10 +41,7 @@ pub struct ExecuteRequest {
     pub(crate) tools: ToolSet,
     pub(crate) options: RuntimeOptions,
     pub(crate) cancel: CancellationToken,
-    pub(crate) principal: Option<Principal>,
-    pub(crate) rate_limits: Option<Arc<RateLimits>>,
-    pub(crate) audit: Option<Arc<AuditLog>>,
-    pub(crate) approver: Option<Arc<dyn Approver>>,
+    pub(crate) guard: Option<Arc<dyn CallGuard>>,
     pub(crate) id: Option<String>,
 }
 
@@ -57,10 +54,7 @@ impl ExecuteRequest {
             tools: ToolSet::empty(),
             options: RuntimeOptions::default(),
             cancel: CancellationToken::new(),
-            principal: None,
-            rate_limits: None,
-            audit: None,
-            approver: None,
+            guard: None,
             id: None,
         }
     }
@@ -96,32 +90,11 @@ impl ExecuteRequest {
         self
     }
 
-    /// Runs as `principal` (from [`Policy::principal`](crate::Policy::principal)): the tools
-    /// it may not call do not exist for this execution. Without one, every tool is visible
-    /// (the tools' own rate limits and approvals still apply).
-    pub fn principal(mut self, principal: Principal) -> Self {
-        self.principal = Some(principal);
-        self
-    }
-
-    /// Counts rate limits in `limits` (shared by the executions that should count together,
-    /// e.g. a SQLite state file); by default, one in-memory store for the whole process.
-    pub fn rate_limits(mut self, limits: Arc<RateLimits>) -> Self {
-        self.rate_limits = Some(limits);
-        self
-    }
-
-    /// Writes the execution's start, end and every tool call to `audit` before the guest sees
-    /// a result; an audit line that cannot be written ends the execution (failed closed).
-    pub fn audit_log(mut self, audit: Arc<AuditLog>) -> Self {
-        self.audit = Some(audit);
-        self
-    }
-
-    /// Asks `approver` before each call of a tool that requires approval (without one, such
-    /// calls are refused: "approval required").
-    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
-        self.approver = Some(approver);
+    /// Runs every tool call through `guard` (a policy: what the execution may see, and
+    /// each call's admission; see [`CallGuard`]). Without one, every tool is visible, and a
+    /// tool that declares a rate limit or an approval is refused rather than run unguarded.
+    pub fn guard(mut self, guard: Arc<dyn CallGuard>) -> Self {
+        self.guard = Some(guard);
         self
     }
 

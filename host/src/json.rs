@@ -6,14 +6,14 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// Parses a result payload into a JSON tree (deep values included).
-pub(crate) fn raw_to_value(raw: &RawValue) -> serde_json::Result<Value> {
+pub fn raw_to_value(raw: &RawValue) -> serde_json::Result<Value> {
     let mut de = serde_json::Deserializer::from_str(raw.get());
     de.disable_recursion_limit();
     Value::deserialize(&mut de)
 }
 
 /// `text` cut to at most `max` characters, with `…` when something was cut.
-pub(crate) fn truncate(text: &str, max: usize) -> String {
+pub fn truncate(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         None => text.to_string(),
         Some((i, _)) => format!("{}…", &text[..i]),
@@ -22,7 +22,7 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 
 /// Why [`parse_json`] refused a text.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ParseJsonError {
+pub enum ParseJsonError {
     /// Arrays/objects nest deeper than [`MAX_NESTING_DEPTH`].
     #[error("value nests deeper than {MAX_NESTING_DEPTH} levels")]
     TooDeep,
@@ -34,7 +34,7 @@ pub(crate) enum ParseJsonError {
 /// The deepest nesting of arrays and objects in a JSON text, counted without parsing it.
 ///
 /// Brackets inside strings are skipped; the text need not be valid JSON.
-pub(crate) fn json_depth(text: &str) -> usize {
+pub fn json_depth(text: &str) -> usize {
     let mut depth = 0usize;
     let mut max = 0usize;
     let mut in_string = false;
@@ -64,7 +64,7 @@ pub(crate) fn json_depth(text: &str) -> usize {
 
 /// Parses one JSON value nesting at most [`MAX_NESTING_DEPTH`] levels (serde_json's own
 /// limit is 128). The depth is checked before parsing, so no text can exhaust the stack.
-pub(crate) fn parse_json(text: &str) -> Result<Value, ParseJsonError> {
+pub fn parse_json(text: &str) -> Result<Value, ParseJsonError> {
     let depth = json_depth(text);
     if depth > MAX_NESTING_DEPTH {
         return Err(ParseJsonError::TooDeep);
@@ -84,7 +84,7 @@ pub(crate) fn parse_json(text: &str) -> Result<Value, ParseJsonError> {
 }
 
 /// The nesting depth of a JSON tree, without recursion.
-pub(crate) fn value_depth(value: &Value) -> usize {
+pub fn value_depth(value: &Value) -> usize {
     let mut max = 0;
     let mut stack = vec![(value, 0usize)];
     while let Some((v, depth)) = stack.pop() {
@@ -102,7 +102,7 @@ pub(crate) fn value_depth(value: &Value) -> usize {
 }
 
 /// Drops a JSON tree without recursion (serde_json's own drop recurses once per level).
-pub(crate) fn drop_value(value: Value) {
+pub fn drop_value(value: Value) {
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
         match v {
@@ -114,7 +114,7 @@ pub(crate) fn drop_value(value: Value) {
 }
 
 /// Values nesting at most this deep are handled on the caller's stack.
-pub(crate) const SHALLOW_DEPTH: usize = 64;
+pub const SHALLOW_DEPTH: usize = 64;
 
 /// Stack size of the helper thread used by [`with_deep_stack`].
 const DEEP_STACK_BYTES: usize = 64 * 1024 * 1024;
@@ -126,7 +126,7 @@ const DEEP_STACK_BYTES: usize = 64 * 1024 * 1024;
 /// schema's: parsing, encoding, validating. Blocks the calling thread; callers in async
 /// code only use it for values nested deeper than [`SHALLOW_DEPTH`], which are rare. If the
 /// thread cannot be spawned, `f` runs on the current thread.
-pub(crate) fn with_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+pub fn with_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     let mut f = Some(f);
     let result = std::thread::scope(|scope| {
         let spawned = std::thread::Builder::new()

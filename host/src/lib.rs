@@ -1,28 +1,27 @@
-//! Trusted host for execbox: tools, schemas, runner sessions, pools and the `execbox` CLI.
+//! The trusted core of execbox: tools, schemas, the tools file, executors and runner sessions.
 //!
 //! The host owns everything the guest must not: tool implementations, their credentials and
 //! side effects. It hands model-written code to a runner and answers the runner's tool calls.
+//! It knows no policy: it calls a [`CallGuard`] that the embedder (or `execbox-policy`) gives
+//! it.
 //!
 //! The core types and how they relate:
-//! - a [`Tool`] (name, JSON Schemas, async implementation) lives in a [`Provider`], a named
-//!   namespace; tools can also come from a YAML [`ToolsFile`] as external [`CommandTool`]s;
+//! - a [`Tool`] (name, JSON Schemas, [`ToolRequirements`], async implementation) lives in a
+//!   [`Provider`], a named namespace; tools can also come from a YAML [`ToolsFile`] as
+//!   external [`CommandTool`]s;
 //! - a [`ToolSet`] resolves providers once: sanitised names, compiled schemas, the provider
 //!   manifests and TypeScript declarations, and [`ToolSet::dispatch`] for tool calls;
 //!   [`model_prompt`] turns it into a prompt-ready description of the sandbox for a model;
-//! - an [`Executor`] runs code against a tool set and returns an [`ExecuteResult`]:
-//!   [`ProcessExecutor`] (a fresh runner process each time), [`PooledExecutor`] (warm runner
-//!   processes), [`WsExecutor`] (a runner behind `execbox-runner --listen`) and
-//!   [`InProcessExecutor`] (engine threads in this process, feature `runner`; trusted code only);
-//! - underneath, a [`Connection`] speaks the protocol's host side over any transport;
-//! - a [`Policy`] says which [`Principal`] holds which permissions; an [`ExecutionGuard`]
-//!   applies it to one execution's calls (permissions, [`RateLimits`], an [`Approver`], the
-//!   [`AuditLog`]), applied to every execution that names a principal or an audit log;
-//! - with the `mcp` feature, `Upstreams` turns MCP servers into providers and
-//!   `CodeModeServer` offers any MCP client `execute_code` and `search_tools` over them
-//!   (`execbox mcp`);
-//! - a [`CapabilityManager`] runs saved programs (capabilities, found by a [`Registry`]) with
-//!   their executors, tracks each execution in an [`ExecutionStore`] (SQLite), and can wait
-//!   for, list and stop them; [`capabilities_router`] (feature `serve`) is its HTTP API.
+//! - an [`Executor`] runs an [`ExecuteRequest`] against a tool set and returns an
+//!   [`ExecuteResult`]: [`ProcessExecutor`] (a fresh runner process each time),
+//!   [`PooledExecutor`] (warm runner processes), [`WsExecutor`] (a runner behind
+//!   `execbox-runner --listen`) and `InProcessExecutor` (engine threads in this process,
+//!   feature `inprocess`; trusted code only);
+//! - underneath, a [`Connection`] speaks the protocol's host side over any transport, and asks
+//!   the request's [`CallGuard`] (if any) what the execution may see and whether each call
+//!   may run;
+//! - the [`supervisor`] starts and stops every process a tool, an executor or an upstream
+//!   server runs, descendants that left their group included.
 //!
 //! ```no_run
 //! use execbox_host::{ExecuteRequest, Executor, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
@@ -42,65 +41,53 @@
 //! # }
 //! ```
 
-mod capabilities;
+mod command_tool;
 mod connection;
+pub mod declarations;
 mod executor;
-mod external;
+mod guard;
 #[cfg(feature = "inprocess")]
 mod inprocess;
-mod json;
-#[cfg(feature = "mcp")]
-mod mcp;
+pub mod json;
 mod names;
-mod policy;
 mod pool;
-mod process;
+pub mod process_output;
 mod prompt;
+mod requirements;
+mod runner_process;
 mod schema;
+pub mod supervisor;
 mod tool;
 mod tools_file;
 mod toolset;
 #[cfg(feature = "typed")]
 mod typed;
-mod types;
 mod ws;
-mod yaml;
+pub mod yaml;
 
-#[cfg(feature = "serve")]
-pub use capabilities::{capabilities_router, ServeAuth, ADMIN_PERMISSION, MAX_REQUEST_BODY_BYTES};
-pub use capabilities::{
-    CapabilityError, CapabilityErrorCode, CapabilityInfo, CapabilityManager, ConfigIssue,
-    ExecutionEvent, ExecutionEventKind, ExecutionFilter, ExecutionOutcome, ExecutionRecord,
-    ExecutionStatus, ExecutionStore, ExecutorInfo, ManagerOptions, Registry, RegistryRoots, Source,
-    StartRequest, StatusChange, DEFAULT_CAPABILITY_TIMEOUT_MS, DEFAULT_MAX_DEPTH, EVENT_CAPACITY,
-    INTERRUPTED_MESSAGE, MAX_CAPABILITY_TIMEOUT_MS, MAX_EXECUTOR_STDERR_BYTES,
-    MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE,
-};
+pub use command_tool::CommandTool;
 pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
     MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
 };
 pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
-pub use external::CommandTool;
+pub use guard::{
+    Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall,
+};
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
-#[cfg(feature = "mcp")]
-pub use mcp::{
-    check_exposure, kill_all_upstreams, serve_http, serve_stdio, CodeModeOptions, CodeModeServer,
-    HttpError, HttpOptions, McpAccess, McpConfig, McpConfigError, NamespaceStatus, UpstreamConfig,
-    UpstreamOptions, UpstreamPolicy, UpstreamStatus, UpstreamTransport, Upstreams, UpstreamsError,
-    EXECUTE_CODE, MAX_INLINE_RESOURCE_CHARS, MCP_PATH, SEARCH_TOOLS,
-};
-pub use policy::{
-    Admitted, Approval, ApprovalRequest, ApproveAll, Approver, AuditEvent, AuditLog, AuditOutcome,
-    DenyAll, ExecutionGuard, GuardError, Policy, PolicyBuilder, PolicyError, Principal, RateLimit,
-    RateLimits, TerminalApprover, ToolPolicy,
-};
+pub use names::{check_provider_name, sanitize_tool_name};
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
-pub use process::{ProcessExecutor, RunnerCommand, RunnerNotFound};
 pub use prompt::model_prompt;
+pub use requirements::{
+    check_permission, parse_window, RateLimit, RateLimitError, ToolRequirements, MAX_WINDOW,
+};
+pub use runner_process::{ProcessExecutor, RunnerCommand, RunnerNotFound};
+pub use schema::Schema;
 pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
-pub use tools_file::{ToolsFile, ToolsFileError, TOOLS_FILE_VERSION};
+pub use tools_file::{
+    check_command, resolve_command, ToolsFile, ToolsFileError, TOOLS_FILE_VERSION,
+};
 pub use toolset::{ToolSet, ToolSetError};
 pub use ws::{RetryPolicy, WsExecutor};
 

@@ -7,7 +7,7 @@ use tokio::sync::{Mutex, Semaphore};
 
 use crate::connection::{Connection, SessionTimings};
 use crate::executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
-use crate::process::{spawn_failure, RunnerCommand, RunnerNotFound};
+use crate::runner_process::{spawn_failure, RunnerCommand, RunnerNotFound};
 
 /// Pool sizing and recycling policy.
 #[derive(Debug, Clone)]

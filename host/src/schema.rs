@@ -258,7 +258,7 @@ impl Schema {
     fn expected_type(&self, keyword_path: &str) -> Option<String> {
         let parent = keyword_path.rsplit_once('/')?.0;
         let schema = self.source.pointer(parent)?;
-        let ty = crate::types::schema_to_type(schema, 0);
+        let ty = crate::declarations::schema_to_type(schema, 0);
         let one_line = ty.split_whitespace().collect::<Vec<_>>().join(" ");
         if one_line == "unknown" || one_line.chars().count() > 200 {
             return None;

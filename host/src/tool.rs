@@ -34,7 +34,7 @@ use execbox_protocol::{ErrorBody, ErrorCode};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::policy::{RateLimit, ToolPolicy};
+use crate::requirements::{RateLimit, ToolRequirements};
 
 /// A boxed, sendable future: what a [`ToolHandler`] returns.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -159,7 +159,7 @@ pub struct Tool {
     description: Option<String>,
     input_schema: Option<Value>,
     output_schema: Option<Value>,
-    policy: ToolPolicy,
+    requirements: ToolRequirements,
     handler: Arc<dyn ToolHandler>,
 }
 
@@ -186,7 +186,7 @@ impl Tool {
             description: None,
             input_schema: None,
             output_schema: None,
-            policy: ToolPolicy::default(),
+            requirements: ToolRequirements::default(),
             handler,
         }
     }
@@ -212,25 +212,26 @@ impl Tool {
     /// Sets the permissions a caller must hold, every one (`weather:read`); a principal
     /// lacking one does not see the tool at all.
     pub fn permissions(mut self, permissions: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.policy.permissions = permissions.into_iter().map(Into::into).collect();
+        self.requirements.permissions = permissions.into_iter().map(Into::into).collect();
         self
     }
 
     /// Sets the rate limit, counted per principal and tool.
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
-        self.policy.rate_limit = Some(limit);
+        self.requirements.rate_limit = Some(limit);
         self
     }
 
-    /// Sets whether each call waits for an [`Approver`](crate::Approver)'s decision.
+    /// Sets whether each call waits for an approver's decision (the execution's
+    /// [`CallGuard`](crate::CallGuard) decides how one is asked).
     pub fn requires_approval(mut self, required: bool) -> Self {
-        self.policy.requires_approval = required;
+        self.requirements.requires_approval = required;
         self
     }
 
     /// What the tool declares it needs: permissions, rate limit, approval.
-    pub fn policy(&self) -> &ToolPolicy {
-        &self.policy
+    pub fn requirements(&self) -> &ToolRequirements {
+        &self.requirements
     }
 
     /// The name as given (before sanitising).
@@ -266,7 +267,7 @@ impl fmt::Debug for Tool {
             .field("description", &self.description)
             .field("input_schema", &self.input_schema)
             .field("output_schema", &self.output_schema)
-            .field("policy", &self.policy)
+            .field("requirements", &self.requirements)
             .finish_non_exhaustive()
     }
 }

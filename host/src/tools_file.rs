@@ -54,9 +54,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_saphyr::Spanned;
 
-use crate::external::{CommandTool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+use crate::command_tool::{CommandTool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use crate::names::check_provider_name;
-use crate::policy::{check_permission, parse_window, RateLimit};
+use crate::requirements::{check_permission, parse_window, RateLimit};
 use crate::tool::{Provider, Tool};
 use crate::yaml::{self, Position, YamlError};
 
@@ -189,7 +189,7 @@ impl ToolsFile {
 
     fn read(path: &Path) -> Result<(Vec<Provider>, Vec<DeclaredCommand>), ToolsFileError> {
         let text = read_text(path)?;
-        let dir = crate::policy::base_dir(path);
+        let dir = yaml::base_dir(path);
         Self::parse_all(&text, path, &dir)
     }
 
@@ -347,7 +347,7 @@ fn read_text(path: &Path) -> Result<String, ToolsFileError> {
 }
 
 /// `command` as given, or joined to `base_dir` when it is a relative path with a `/`.
-pub(crate) fn resolve_command(command: &str, base_dir: &Path) -> PathBuf {
+pub fn resolve_command(command: &str, base_dir: &Path) -> PathBuf {
     let p = Path::new(command);
     if p.is_relative() && command.contains('/') {
         let rest: PathBuf = p
@@ -363,7 +363,7 @@ pub(crate) fn resolve_command(command: &str, base_dir: &Path) -> PathBuf {
 /// Whether `command` (resolved by [`resolve_command`]) can be run: a path must be an
 /// executable file; a bare name must be one in a directory of `PATH` (`path_env`, else this
 /// process's), as `execvp` finds it.
-pub(crate) fn check_command(command: &Path, path_env: Option<&str>) -> Result<(), String> {
+pub fn check_command(command: &Path, path_env: Option<&str>) -> Result<(), String> {
     if command.components().count() > 1 || command.is_absolute() {
         return check_executable(command).map_err(|why| format!("command {}", why));
     }
@@ -596,9 +596,9 @@ providers:
             tools[0].get_input_schema().unwrap()["required"],
             serde_json::json!(["text"])
         );
-        assert!(tools[0].policy().is_empty());
+        assert!(tools[0].requirements().is_empty());
         assert_eq!(tools[1].name(), "upper");
-        let policy = tools[1].policy();
+        let policy = tools[1].requirements();
         assert_eq!(policy.permissions, ["text:write"]);
         assert_eq!(policy.rate_limit.unwrap().to_string(), "100 per 1h");
         assert!(policy.requires_approval);

@@ -45,14 +45,14 @@ use execbox_protocol::{
 use futures_util::FutureExt as _;
 use serde_json::{Map, Value};
 
+use crate::declarations::{provider_declaration, ToolDeclaration};
+use crate::guard::{unguarded, CallGuard, GuardError, GuardedCall};
 use crate::json::{
     drop_value, parse_json, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
 };
 use crate::names::{assign_safe_names, check_provider_name};
-use crate::policy::{ExecutionGuard, GuardError, PolicyError, Principal};
 use crate::schema::Schema;
 use crate::tool::{Provider, Tool, ToolContext, ToolError};
-use crate::types::{provider_declaration, ToolDeclaration};
 
 /// Why a set of providers cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -101,13 +101,11 @@ pub struct ToolSet(Arc<Inner>);
 struct Inner {
     /// The providers as given, to build what a principal may see.
     providers: Vec<Provider>,
-    /// A view for a principal that may not call every tool: a call of any tool it does not
-    /// have (hidden or missing alike) is refused as "permission denied".
+    /// A view that does not keep every tool: a call of any tool it does not have (hidden or
+    /// missing alike) is refused as "permission denied".
     restricted: bool,
     /// Views already built, by which tools they keep (in provider, then tool order).
     views: std::sync::Mutex<HashMap<Vec<bool>, ToolSet>>,
-    /// Some tool declares permissions, a rate limit or approval.
-    has_policies: bool,
     manifests: Vec<ProviderManifest>,
     declarations: String,
     /// The declarations with each tool's error codes, for prompts.
@@ -156,10 +154,6 @@ impl ToolSet {
         pinned: Option<&HashMap<String, Vec<(String, String)>>>,
     ) -> Result<ToolSet, ToolSetError> {
         let given = providers.clone();
-        let has_policies = providers
-            .iter()
-            .flat_map(|p| p.tools())
-            .any(|t| !t.policy().is_empty());
         let mut manifests = Vec::with_capacity(providers.len());
         let mut declarations = Vec::with_capacity(providers.len());
         let mut prompt_declarations = Vec::with_capacity(providers.len());
@@ -269,7 +263,6 @@ impl ToolSet {
             providers: given,
             restricted,
             views: std::sync::Mutex::new(HashMap::new()),
-            has_policies,
             manifests,
             declarations: declarations.join("\n\n"),
             prompt_declarations: prompt_declarations.join("\n\n"),
@@ -278,17 +271,23 @@ impl ToolSet {
         })))
     }
 
-    /// The tools `principal` may call: the others are left out of the manifests, the
-    /// declarations and every listing, and a call of one is refused as "permission denied",
-    /// as a call of a tool that does not exist is. The same set when nothing is hidden;
-    /// views are built once and kept.
-    pub fn visible_to(&self, principal: &Principal) -> ToolSet {
+    /// The tools `guard` lets an execution see ([`CallGuard::may_call`]); see
+    /// [`ToolSet::view`].
+    pub fn visible_to(&self, guard: &dyn CallGuard) -> ToolSet {
+        self.view(|tool| guard.may_call(tool.requirements()))
+    }
+
+    /// The tools `keep` accepts: the others are left out of the manifests, the declarations
+    /// and every listing, and a call of one is refused as "permission denied", as a call of a
+    /// tool that does not exist is. Every tool keeps its sandbox name, so hiding one never
+    /// renames another. The same set when nothing is hidden; views are built once and kept.
+    pub fn view(&self, keep: impl Fn(&Tool) -> bool) -> ToolSet {
         let keep: Vec<bool> = self
             .0
             .providers
             .iter()
             .flat_map(|p| p.tools())
-            .map(|t| principal.may_call(t.policy()))
+            .map(keep)
             .collect();
         if keep.iter().all(|&k| k) {
             return self.clone();
@@ -326,11 +325,6 @@ impl ToolSet {
         view
     }
 
-    /// Whether some tool declares permissions, a rate limit or approval.
-    pub(crate) fn has_policies(&self) -> bool {
-        self.0.has_policies
-    }
-
     /// A set without providers.
     pub fn empty() -> ToolSet {
         ToolSet::new(Vec::new()).expect("no providers, nothing to refuse")
@@ -366,39 +360,36 @@ impl ToolSet {
         self.0.manifests.is_empty()
     }
 
-    /// Handles one `tool_call`: lookup, input validation, the call with `ctx`, output
-    /// checks (see the module docs for the order and the error of each step).
+    /// Handles one `tool_call` without a guard: lookup, input validation, the call with
+    /// `ctx`, output checks (see the module docs for the order and the error of each step). A
+    /// tool that declares a rate limit or an approval is refused: nothing here enforces them.
     ///
     /// Never panics (a panicking handler becomes `tool_error`) and always returns exactly
     /// one [`ToolResult`] for `call.call_id`, promptly once `ctx.cancel` fires.
     pub async fn dispatch(&self, call: &ToolCall, ctx: ToolContext) -> ToolResult {
         match self.dispatch_guarded(call, ctx, None).await {
             Ok(result) => result,
-            Err(_) => unreachable!("no guard, no audit"),
+            Err(_) => unreachable!("only a guard fails fatally"),
         }
     }
 
-    /// [`ToolSet::dispatch`] under `guard`: its checks (permission, rate limit, approval) run
-    /// after the lookup and before input validation, and the call is audited before the
-    /// result is returned. `Err` when the audit log cannot be written: the execution must
-    /// end, failed closed.
-    pub(crate) async fn dispatch_guarded(
+    /// [`ToolSet::dispatch`] under `guard`: [`CallGuard::admit`] runs after the lookup and
+    /// before input validation, and the admission is finished before the result is returned.
+    /// `Err` (a [`GuardError::Fatal`]'s message) when the guard cannot do its duty: the
+    /// result must not be sent, and the execution must end.
+    pub async fn dispatch_guarded(
         &self,
         call: &ToolCall,
         ctx: ToolContext,
-        guard: Option<&ExecutionGuard>,
-    ) -> Result<ToolResult, PolicyError> {
+        guard: Option<&dyn CallGuard>,
+    ) -> Result<ToolResult, String> {
         let started = Instant::now();
-        let mut audit_failure = None;
-        let outcome = self
-            .run(call, ctx, guard, &mut audit_failure)
-            .await
-            .map_err(|e| {
-                named(
-                    &format!("{}.{}", call.provider_name, call.safe_tool_name),
-                    e,
-                )
-            });
+        let outcome = self.run(call, ctx, guard).await?.map_err(|e| {
+            named(
+                &format!("{}.{}", call.provider_name, call.safe_tool_name),
+                e,
+            )
+        });
         match &outcome {
             Ok(_) => tracing::debug!(
                 call_id = %call.call_id,
@@ -415,66 +406,82 @@ impl ToolSet {
                 "tool call failed"
             ),
         }
-        if let Some(error) = audit_failure {
-            return Err(error);
-        }
         Ok(ToolResult {
             call_id: call.call_id.clone(),
             outcome: outcome.map(Some).map_err(ErrorBody::from),
         })
     }
 
+    /// One call: `Err` when the guard failed fatally, else the call's own outcome.
     async fn run(
         &self,
         call: &ToolCall,
         ctx: ToolContext,
-        guard: Option<&ExecutionGuard>,
-        audit_failure: &mut Option<PolicyError>,
-    ) -> Result<Box<RawValue>, ToolError> {
-        let tool = self
+        guard: Option<&dyn CallGuard>,
+    ) -> Result<Result<Box<RawValue>, ToolError>, String> {
+        let tool = match self
             .0
             .lookup
             .get(&call.provider_name)
             .and_then(|tools| tools.get(&call.safe_tool_name))
-            .ok_or_else(|| self.unknown_tool(&call.provider_name))?
-            .clone();
+        {
+            Some(tool) => tool.clone(),
+            None => return Ok(Err(self.unknown_tool(&call.provider_name))),
+        };
         if ctx.cancel.is_cancelled() {
-            return Err(ToolError::cancelled());
+            return Ok(Err(ToolError::cancelled()));
         }
         let input = match &call.input {
             None => Value::Null,
-            Some(raw) => parse_json(raw.get()).map_err(|e| match e {
-                ParseJsonError::TooDeep => ToolError::serialization(format!("tool input {e}")),
-                ParseJsonError::Syntax(e) => {
-                    ToolError::validation(format!("the input is not valid JSON: {e}"))
+            Some(raw) => match parse_json(raw.get()) {
+                Ok(input) => input,
+                Err(ParseJsonError::TooDeep) => {
+                    return Ok(Err(ToolError::serialization(format!(
+                        "tool input {}",
+                        ParseJsonError::TooDeep
+                    ))))
                 }
-            })?,
+                Err(ParseJsonError::Syntax(e)) => {
+                    return Ok(Err(ToolError::validation(format!(
+                        "the input is not valid JSON: {e}"
+                    ))))
+                }
+            },
         };
-        let Some(guard) = guard else {
-            return self.run_admitted(call, ctx, &tool, input).await;
-        };
+        let requirements = tool.tool.requirements();
         let label = tool.label();
+        let Some(guard) = guard else {
+            if requirements.needs_guard() {
+                return Ok(Err(unguarded(&label, requirements)));
+            }
+            return Ok(self.run_admitted(call, ctx, &tool, input).await);
+        };
         // Nobody is asked to approve a call its schema refuses anyway.
-        if tool.tool.policy().requires_approval {
+        if requirements.requires_approval {
             if let Some(schema) = &tool.input {
                 if let Err(message) = validate(schema, &input, "input") {
-                    return Err(ToolError::validation(message));
+                    return Ok(Err(ToolError::validation(message)));
                 }
             }
         }
-        let admitted = match guard.admit(&label, tool.tool.policy(), &input).await {
-            Ok(admitted) => admitted,
-            Err(GuardError::Refused(error)) => return Err(error),
-            Err(GuardError::Audit(error)) => {
-                *audit_failure = Some(error);
-                return Err(ToolError::tool("the audit log cannot be written"));
-            }
+        let guarded = GuardedCall {
+            execution_id: &ctx.execution_id,
+            tool: &label,
+            original_name: tool.tool.name(),
+            requirements,
+            input: &input,
+        };
+        let admission = match guard.admit(guarded).await {
+            Ok(admission) => admission,
+            Err(GuardError::Refused(error)) => return Ok(Err(error)),
+            Err(GuardError::Fatal(message)) => return Err(message),
         };
         let result = self.run_admitted(call, ctx, &tool, input).await;
-        if let Err(error) = admitted.finish(result.as_ref().map(|_| ())) {
-            *audit_failure = Some(error);
+        match admission.finish(result.as_ref().map(|_| ())) {
+            Ok(()) => Ok(result),
+            Err(GuardError::Fatal(message)) => Err(message),
+            Err(GuardError::Refused(error)) => Ok(Err(error)),
         }
-        result
     }
 
     /// A call past the policy's checks: input validation, the handler, output checks.

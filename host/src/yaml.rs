@@ -69,7 +69,7 @@ impl YamlError {
 }
 
 /// `:line:column`, `:line`, or nothing.
-pub(crate) struct Position<N>(pub Option<N>, pub Option<N>);
+pub struct Position<N>(pub Option<N>, pub Option<N>);
 
 impl<N: fmt::Display + Copy> fmt::Display for Position<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -240,7 +240,7 @@ fn strip_location(message: &str) -> String {
 }
 
 /// ``unknown field `x`; did you mean `y`? (expected one of `a`, `b`)``.
-pub(crate) fn unknown_field_message(field: &str, expected: &[&str]) -> String {
+pub fn unknown_field_message(field: &str, expected: &[&str]) -> String {
     let mut message = format!("unknown field `{field}`");
     if let Some(suggestion) = did_you_mean(field, expected.iter().copied()) {
         message.push_str(&format!("; did you mean `{suggestion}`?"));
@@ -258,7 +258,7 @@ pub(crate) fn unknown_field_message(field: &str, expected: &[&str]) -> String {
 
 /// The candidate closest to `given`, if it is close enough to be what was meant: a
 /// different spelling (`inputSchema`, `input-schema` for `input_schema`) or a small typo.
-pub(crate) fn did_you_mean<'a>(
+pub fn did_you_mean<'a>(
     given: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
@@ -283,6 +283,16 @@ pub(crate) fn did_you_mean<'a>(
         }
     }
     best.map(|(_, c)| c)
+}
+
+/// The folder relative paths in a configuration file resolve against: the file's own
+/// folder, made absolute (`.` for a bare file name).
+pub fn base_dir(path: &Path) -> std::path::PathBuf {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 #[cfg(test)]

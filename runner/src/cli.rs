@@ -41,8 +41,9 @@ pub struct RunnerArgs {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 
-    /// With --listen: accept upgrade requests carrying this `Origin` (exact match; repeatable).
-    /// Requests with any other Origin header are refused with 403.
+    /// With --listen: accept upgrade requests carrying this browser `Origin`
+    /// (scheme://host[:port], matched on scheme, host and port; `:*` for any port;
+    /// repeatable). Requests with any other Origin header are refused with 403.
     #[arg(long, value_name = "ORIGIN")]
     pub allow_origin: Vec<String>,
 
@@ -161,7 +162,8 @@ pub fn run(
                 idle_timeout: Duration::from_millis(args.idle_timeout_ms),
                 auth: crate::listen::Auth {
                     token: crate::listen::load_token(args.token_file.as_deref())?,
-                    allowed_origins: args.allow_origin.clone(),
+                    allowed_origins: execbox_http::Origins::parse(&args.allow_origin)
+                        .map_err(|e| anyhow::anyhow!("--allow-origin {e}"))?,
                 },
                 insecure_no_auth: args.insecure_no_auth,
                 insecure_no_sandbox: args.insecure_no_sandbox,
@@ -195,7 +197,7 @@ pub fn init_tracing(format: LogFormat) {
 }
 
 /// A duration flag: `500ms`, `30s`, `2m`, or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(at) => text.split_at(at),
@@ -217,13 +219,18 @@ fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 
 /// Why a duration flag does not parse.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-enum DurationError {
+pub enum DurationError {
     /// No leading number.
     #[error("expected a duration like 30s, 500ms or 2m, got {0:?}")]
     NotADuration(String),
     /// A number with a unit other than `ms`, `s` or `m`.
     #[error("unknown unit {unit:?} in {text:?}: use ms, s or m (e.g. 30s, 500ms, 2m)")]
-    UnknownUnit { unit: String, text: String },
+    UnknownUnit {
+        /// The unit given.
+        unit: String,
+        /// The whole flag value.
+        text: String,
+    },
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use execbox_protocol::{Done, ErrorBody, ErrorCode, Message, RuntimeOptions};
 
-use crate::session::{Inbound, Outbound};
+use crate::transport::{Inbound, Outbound};
 
 /// State shared by a transport's reader and the session, guarding cancellation races.
 pub(crate) struct Control {

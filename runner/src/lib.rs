@@ -60,10 +60,11 @@ mod logs;
 mod normalize;
 mod session;
 mod stdio;
+mod transport;
 mod typescript;
 
 #[cfg(feature = "cli")]
-pub use cli::{init_tracing, run, LogFormat, RunnerArgs};
+pub use cli::{init_tracing, parse_duration, run, DurationError, LogFormat, RunnerArgs};
 #[cfg(feature = "cli")]
 pub use listen::child::ChildCommand;
 pub use lockdown::{LockdownError, Sandbox};

@@ -1,6 +1,6 @@
 //! Error locations in the code as the user wrote it: `(line L, column C)` and the line itself.
 //!
-//! The format, documented in the README, is the same for syntax errors and uncaught errors:
+//! The format, documented in docs/errors.md, is the same for syntax errors and uncaught errors:
 //!
 //! ```text
 //! SyntaxError: unexpected token in expression: ';' (line 2, column 11)

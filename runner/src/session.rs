@@ -24,20 +24,14 @@ use std::time::Instant;
 
 use execbox_protocol::names::check_provider_name;
 use execbox_protocol::{
-    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Frame, Message, Started,
-    ToolResult,
+    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Message, Started, ToolResult,
 };
 
 use crate::control::{busy_done, Control};
-use crate::engine::{oversized, Engine, Event, RunLimits, ENGINE_STACK_BYTES};
-
-/// Where a session sends what the runner emits (`started`, `tool_call`, `done`). Implemented
-/// by transports: stdout, a channel, a recorder.
-pub trait Outbound: Send + Sync {
-    /// Sends one message. Failures are the transport's business: it reports the close to the
-    /// session as [`Inbound::Closed`].
-    fn send(&self, message: &Message);
-}
+use crate::engine::{Engine, Event, RunLimits, ENGINE_STACK_BYTES};
+use crate::transport::oversized;
+// The transport's side of a session, named with it (the crate root re-exports them from here).
+pub use crate::transport::{Inbound, Outbound};
 
 /// How to start a [`Session`]: its limits, its watchdog, and what runs when it ends.
 #[must_use = "a session starts only with `start`"]
@@ -343,48 +337,6 @@ impl SessionInput {
 impl std::fmt::Debug for SessionInput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionInput").finish_non_exhaustive()
-    }
-}
-
-/// One item from the transport, in arrival order.
-#[derive(Debug)]
-pub enum Inbound {
-    /// A well-formed message.
-    Message(Message),
-    /// A line or frame that is not a valid message.
-    Invalid(DecodeError),
-    /// A line or frame refused before parsing: over the size limit.
-    Oversized {
-        /// Its size in bytes.
-        len: usize,
-        /// Its first bytes, to tell which message it was.
-        prefix: Vec<u8>,
-    },
-    /// Bytes that are not UTF-8.
-    NotUtf8 {
-        /// Its size in bytes.
-        len: usize,
-    },
-    /// The transport closed or failed; nothing follows.
-    Closed,
-}
-
-impl Inbound {
-    /// Classifies one framed line.
-    pub fn from_frame(frame: Frame) -> Inbound {
-        match frame {
-            Frame::Line(line) => Inbound::from_text(&line),
-            Frame::InvalidUtf8 { len } => Inbound::NotUtf8 { len },
-            Frame::Oversized { len, prefix } => Inbound::Oversized { len, prefix },
-        }
-    }
-
-    /// Decodes one message text.
-    pub fn from_text(text: &str) -> Inbound {
-        match Message::decode(text) {
-            Ok(message) => Inbound::Message(message),
-            Err(error) => Inbound::Invalid(error),
-        }
     }
 }
 

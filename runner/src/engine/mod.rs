@@ -27,7 +27,7 @@ use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value
 use crate::location::{Locator, GUEST_FILENAME};
 use crate::logs::LogBuffer;
 use crate::normalize::{fenced_program, normalize, Compiled};
-use crate::session::Outbound;
+use crate::transport::{oversized, Outbound};
 use crate::typescript::{self, StripError};
 use alloc::{Budget, BudgetAllocator};
 
@@ -720,16 +720,6 @@ enum CompileFailure {
     Syntax { text: String, stack: String },
     /// Anything else, already a wire error.
     Other(ErrorBody),
-}
-
-/// The size of `message` encoded, when it exceeds `limit`. Cheap for small messages: only
-/// one that could be over the limit is encoded to measure it.
-pub(crate) fn oversized(message: &Message, limit: usize) -> Option<usize> {
-    if message.size_hint() <= limit {
-        return None;
-    }
-    let size = message.encode().len();
-    (size > limit).then_some(size)
 }
 
 /// Evaluates the compiled text, which must yield the guest's function; no guest code runs

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use subtle::ConstantTimeEq;
+use execbox_http::{bearer, same_secret as same, Origins, Refusal};
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{header, HeaderValue, StatusCode};
 
@@ -67,8 +67,9 @@ pub enum TokenError {
 pub(crate) struct Auth {
     /// The bearer token every upgrade request must carry; `None`: no token required.
     pub(crate) token: Option<String>,
-    /// Origins allowed to connect (exact match); a request with any other `Origin` is refused.
-    pub(crate) allowed_origins: Vec<String>,
+    /// Origins allowed to connect (scheme, host and port); a request with any other `Origin`
+    /// is refused.
+    pub(crate) allowed_origins: Origins,
 }
 
 impl std::fmt::Debug for Auth {
@@ -124,10 +125,13 @@ impl Auth {
         if let Some(origin) = headers.get(header::ORIGIN) {
             let allowed = origin
                 .to_str()
-                .is_ok_and(|o| self.allowed_origins.iter().any(|a| a == o));
+                .is_ok_and(|o| self.allowed_origins.allows(o));
             if !allowed {
                 tracing::debug!(?origin, "refusing an upgrade from an origin not allowed");
-                return Err(refusal(StatusCode::FORBIDDEN, "origin not allowed\n"));
+                return Err(refusal(&Refusal::forbidden(
+                    "requests from this browser origin are refused; start the runner with \
+                     --allow-origin (scheme://host[:port]) to accept them",
+                )));
             }
         }
         let offered: Vec<&str> = headers
@@ -150,14 +154,9 @@ impl Auth {
                 .any(|t| same(t, token));
             if !(from_header || from_subprotocol) {
                 tracing::debug!("refusing an upgrade without a valid bearer token");
-                let mut refused = refusal(
-                    StatusCode::UNAUTHORIZED,
-                    "missing or invalid bearer token\n",
-                );
-                refused
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return Err(refused);
+                return Err(refusal(&Refusal::unauthorized(
+                    "missing or invalid bearer token: send `Authorization: Bearer TOKEN`",
+                )));
             }
         }
         if offered.contains(&SUBPROTOCOL) {
@@ -170,45 +169,25 @@ impl Auth {
     }
 }
 
-/// The token of an `Authorization: Bearer TOKEN` value (the scheme is case-insensitive).
-fn bearer(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// Whether `offered` is the token, in time that depends on neither the token's bytes nor its
-/// length: both are hashed with a key drawn at start-up (SipHash), the digests are compared in
-/// constant time, and only equal digests (the right token, or a 2^-64 collision) go on to
-/// the byte comparison.
-fn same(offered: &str, token: &str) -> bool {
-    use std::hash::BuildHasher;
-    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-    let key = KEY.get_or_init(std::hash::RandomState::new);
-    let digests: bool = key
-        .hash_one(offered.as_bytes())
-        .ct_eq(&key.hash_one(token.as_bytes()))
-        .into();
-    digests && offered.as_bytes() == token.as_bytes()
-}
-
-fn refusal(status: StatusCode, body: &str) -> ErrorResponse {
-    let mut response = ErrorResponse::new(Some(body.to_owned()));
-    *response.status_mut() = status;
+/// A refusal before the upgrade, in the door's one error shape.
+fn refusal(refusal: &Refusal) -> ErrorResponse {
+    let mut response = ErrorResponse::new(Some(refusal.body()));
+    *response.status_mut() =
+        StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if refusal.challenges() {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
     response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_compare_by_content_whatever_their_length() {
-        assert!(same("s3cret", "s3cret"));
-        assert!(!same("s3creT", "s3cret"));
-        assert!(!same("s3cre", "s3cret"));
-        assert!(!same("s3crets", "s3cret"));
-        assert!(!same("", "s3cret"));
-    }
 
     fn request(headers: &[(&str, &str)]) -> Request {
         let mut builder = Request::builder().uri("/");
@@ -221,7 +200,7 @@ mod tests {
     fn auth(token: Option<&str>) -> Auth {
         Auth {
             token: token.map(str::to_owned),
-            allowed_origins: vec!["https://app.example".into()],
+            allowed_origins: Origins::parse(["https://app.example"]).unwrap(),
         }
     }
 

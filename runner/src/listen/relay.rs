@@ -125,172 +125,24 @@ pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits, contex
         metrics,
         mut phase,
     } = context;
-    let (sink, stream) = ws.split();
     let activity: Shared = Arc::new(Mutex::new(Activity {
         last: Instant::now(),
         in_flight: 0,
         ids: Vec::new(),
         executions: 0,
     }));
-    let (cancel_tx, cancel_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<Out>();
-    let (abort_tx, abort_rx) = oneshot::channel::<CloseFrame>();
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         tracing::error!("a runner process without stdin or stdout");
         return;
     };
-    let mut writer = Some(tokio::spawn(write(sink, out_rx, abort_rx, queued.clone())));
-    let mut inbound = Some(tokio::spawn(read_client(
-        stream,
-        stdin,
-        activity.clone(),
-        limits.max_message_bytes,
-        cancel_rx,
-    )));
     let bound = outbound_bound(limits.max_message_bytes);
-    let mut outbound = Some(tokio::spawn(read_runner(
-        stdout,
-        out_tx.clone(),
-        queued,
-        bound,
-        activity.clone(),
-        metrics,
-    )));
-
-    let idle = limits.idle_timeout;
-    let mut phase_open = true;
-    let mut cancelled_at: Option<Instant> = None;
-    let end = loop {
-        let now_phase = *phase.borrow_and_update();
-        if now_phase != Phase::Serving {
-            let a = lock(&activity);
-            if a.in_flight == 0 {
-                break End::Drained;
-            }
-            if now_phase == Phase::Cancelling {
-                match cancelled_at {
-                    None => {
-                        cancelled_at = Some(Instant::now());
-                        tracing::info!(%peer, executions = ?a.ids, "drain timeout: cancelling the executions in flight");
-                        for id in &a.ids {
-                            let line = serde_json::json!({"type": "cancel", "id": id});
-                            let _ = cancel_tx.send(format!("{line}\n").into_bytes());
-                        }
-                    }
-                    Some(at) if at.elapsed() >= CANCEL_GRACE => break End::Drained,
-                    Some(_) => {}
-                }
-            }
-        }
-        let deadline = {
-            let a = lock(&activity);
-            if a.in_flight > 0 {
-                Instant::now() + idle
-            } else {
-                a.last + idle
-            }
-        };
-        tokio::select! {
-            r = inbound.as_mut().expect("running") => {
-                inbound = None;
-                break End::Client(r.unwrap_or_else(|e| FromClient::Gone(format!("reader failed: {e}"))));
-            }
-            r = outbound.as_mut().expect("running") => {
-                outbound = None;
-                break End::Runner(r.unwrap_or(FromRunner::Eof));
-            }
-            _ = writer.as_mut().expect("running") => {
-                writer = None;
-                break End::WriteFailed;
-            }
-            () = tokio::time::sleep_until(deadline.into()) => {
-                let a = lock(&activity);
-                if a.in_flight == 0 && a.last.elapsed() >= idle {
-                    break End::Idle;
-                }
-            }
-            changed = phase.changed(), if phase_open => {
-                phase_open = changed.is_ok();
-            }
-            () = tokio::time::sleep(DRAIN_TICK), if now_phase != Phase::Serving => {}
-        }
-    };
-
+    let mut pumps = Pumps::start(ws, stdin, stdout, &activity, limits, metrics);
+    let (end, cancelled) = pumps
+        .wait_for_end(&activity, &mut phase, limits.idle_timeout, peer)
+        .await;
+    let ended = end.summary(cancelled);
     let pid = child.pid();
-    let close = |code: CloseCode, reason: String| {
-        let _ = out_tx.send(Out::Close(Some(CloseFrame {
-            code,
-            reason: reason.into(),
-        })));
-    };
-    let ended = match &end {
-        End::Client(FromClient::Gone(_)) => "client closed",
-        End::Client(FromClient::TooBig(_)) => "frame too large",
-        End::Client(FromClient::StdinClosed) | End::Runner(FromRunner::Eof) => "runner exited",
-        End::Runner(FromRunner::Overflow(_)) => "client too slow",
-        End::WriteFailed => "write failed",
-        End::Idle => "idle",
-        End::Drained if cancelled_at.is_some() => "drained, executions cancelled",
-        End::Drained => "drained",
-    };
-    let status = match end {
-        End::Client(FromClient::Gone(why)) => {
-            tracing::debug!(?pid, "session ended by the client: {why}");
-            let _ = out_tx.send(Out::Close(None));
-            child.finish(EXIT_GRACE).await
-        }
-        End::Client(FromClient::TooBig(why)) => {
-            tracing::debug!(?pid, "closing the session: {why}");
-            let limit = limits.max_message_bytes;
-            close(
-                CloseCode::Size,
-                format!("frame over the message limit ({limit} bytes + 4 KiB)"),
-            );
-            child.finish(EXIT_GRACE).await
-        }
-        End::Client(FromClient::StdinClosed) | End::Runner(FromRunner::Eof) => {
-            // Flush its last lines (the watchdog's `done`), then say why the session ended.
-            if let Some(reader) = outbound.take() {
-                let _ = tokio::time::timeout(EXIT_GRACE, reader).await;
-            }
-            let status = child.finish(EXIT_GRACE).await;
-            let (code, reason) = ended_by_runner(&status);
-            close(code, reason);
-            status
-        }
-        End::Runner(FromRunner::Overflow(bytes)) => {
-            tracing::warn!(?pid, "closing a session whose client does not read: {bytes} bytes of output waiting (bound {bound})");
-            let _ = abort_tx.send(CloseFrame {
-                code: CloseCode::Policy,
-                reason: format!("client too slow: over {bound} bytes of output waiting").into(),
-            });
-            child.kill().await
-        }
-        End::Idle => {
-            tracing::debug!(?pid, "closing an idle session");
-            close(
-                CloseCode::Away,
-                format!(
-                    "idle: no execution and no message for {} ms",
-                    idle.as_millis()
-                ),
-            );
-            stop(&mut inbound).await;
-            child.finish(EXIT_GRACE).await
-        }
-        End::WriteFailed => {
-            tracing::debug!(?pid, "session ended: cannot write to the client");
-            stop(&mut inbound).await;
-            child.finish(EXIT_GRACE).await
-        }
-        End::Drained => {
-            tracing::debug!(?pid, "closing a session: the runner is shutting down");
-            close(CloseCode::Away, "runner shutting down".into());
-            stop(&mut inbound).await;
-            child.finish(EXIT_GRACE).await
-        }
-    };
+    let status = pumps.end(end, child, limits, bound).await;
     tracing::debug!(?pid, ?status, "runner process reaped");
     let executions = lock(&activity).executions;
     tracing::info!(
@@ -300,13 +152,269 @@ pub(crate) async fn serve(ws: Ws, mut child: RunnerChild, limits: Limits, contex
         ended,
         "session ended"
     );
-    drop(out_tx);
-    stop(&mut inbound).await;
-    stop(&mut outbound).await;
-    if let Some(mut w) = writer.take() {
-        if tokio::time::timeout(CLOSE_GRACE * 2, &mut w).await.is_err() {
-            w.abort();
-            let _ = w.await;
+    pumps.shut_down().await;
+}
+
+/// A session's three tasks and the channels that steer them.
+struct Pumps {
+    /// Client frames to the runner's stdin ([`read_client`]).
+    inbound: Option<JoinHandle<FromClient>>,
+    /// The runner's stdout lines to the writer ([`read_runner`]).
+    outbound: Option<JoinHandle<FromRunner>>,
+    /// Lines and the close frame to the client ([`write`]).
+    writer: Option<JoinHandle<()>>,
+    /// What the writer sends, in order.
+    out: mpsc::UnboundedSender<Out>,
+    /// A close frame that goes before everything queued for the writer.
+    abort: Option<oneshot::Sender<CloseFrame>>,
+    /// `cancel` lines for the runner's stdin, written between client frames.
+    cancels: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl Pumps {
+    /// Starts the tasks that move frames and lines between the client and the runner.
+    fn start(
+        ws: Ws,
+        stdin: ChildStdin,
+        stdout: ChildStdout,
+        activity: &Shared,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+    ) -> Pumps {
+        let (sink, stream) = ws.split();
+        let (cancel_tx, cancel_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<Out>();
+        let (abort_tx, abort_rx) = oneshot::channel::<CloseFrame>();
+        let writer = tokio::spawn(write(sink, out_rx, abort_rx, queued.clone()));
+        let inbound = tokio::spawn(read_client(
+            stream,
+            stdin,
+            activity.clone(),
+            limits.max_message_bytes,
+            cancel_rx,
+        ));
+        let bound = outbound_bound(limits.max_message_bytes);
+        let outbound = tokio::spawn(read_runner(
+            stdout,
+            out_tx.clone(),
+            queued,
+            bound,
+            activity.clone(),
+            metrics,
+        ));
+        Pumps {
+            inbound: Some(inbound),
+            outbound: Some(outbound),
+            writer: Some(writer),
+            out: out_tx,
+            abort: Some(abort_tx),
+            cancels: cancel_tx,
+        }
+    }
+
+    /// Waits for what ends the session: a task that ends, the idle timeout, or the
+    /// supervisor's drain. Also says whether the drain cancelled executions in flight.
+    async fn wait_for_end(
+        &mut self,
+        activity: &Shared,
+        phase: &mut watch::Receiver<Phase>,
+        idle: Duration,
+        peer: SocketAddr,
+    ) -> (End, bool) {
+        let mut phase_open = true;
+        let mut cancelled_at: Option<Instant> = None;
+        let end = loop {
+            let now_phase = *phase.borrow_and_update();
+            if let Some(end) = self.drain(now_phase, activity, &mut cancelled_at, peer) {
+                break end;
+            }
+            let deadline = {
+                let a = lock(activity);
+                if a.in_flight > 0 {
+                    Instant::now() + idle
+                } else {
+                    a.last + idle
+                }
+            };
+            tokio::select! {
+                r = self.inbound.as_mut().expect("running") => {
+                    self.inbound = None;
+                    break End::Client(r.unwrap_or_else(|e| FromClient::Gone(format!("reader failed: {e}"))));
+                }
+                r = self.outbound.as_mut().expect("running") => {
+                    self.outbound = None;
+                    break End::Runner(r.unwrap_or(FromRunner::Eof));
+                }
+                _ = self.writer.as_mut().expect("running") => {
+                    self.writer = None;
+                    break End::WriteFailed;
+                }
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    let a = lock(activity);
+                    if a.in_flight == 0 && a.last.elapsed() >= idle {
+                        break End::Idle;
+                    }
+                }
+                changed = phase.changed(), if phase_open => {
+                    phase_open = changed.is_ok();
+                }
+                () = tokio::time::sleep(DRAIN_TICK), if now_phase != Phase::Serving => {}
+            }
+        };
+        (end, cancelled_at.is_some())
+    }
+
+    /// One look at the supervisor's drain: the session ends once nothing is in flight; past
+    /// the drain timeout ([`Phase::Cancelling`]) the executions in flight are cancelled once
+    /// (`cancelled_at` records when), and the session ends [`CANCEL_GRACE`] later regardless.
+    fn drain(
+        &self,
+        phase: Phase,
+        activity: &Shared,
+        cancelled_at: &mut Option<Instant>,
+        peer: SocketAddr,
+    ) -> Option<End> {
+        if phase == Phase::Serving {
+            return None;
+        }
+        let a = lock(activity);
+        if a.in_flight == 0 {
+            return Some(End::Drained);
+        }
+        if phase == Phase::Cancelling {
+            match *cancelled_at {
+                None => {
+                    *cancelled_at = Some(Instant::now());
+                    tracing::info!(%peer, executions = ?a.ids, "drain timeout: cancelling the executions in flight");
+                    for id in &a.ids {
+                        let line = serde_json::json!({"type": "cancel", "id": id});
+                        let _ = self.cancels.send(format!("{line}\n").into_bytes());
+                    }
+                }
+                Some(at) if at.elapsed() >= CANCEL_GRACE => return Some(End::Drained),
+                Some(_) => {}
+            }
+        }
+        None
+    }
+
+    /// Queues the close frame that says why the session ended.
+    fn send_close(&self, code: CloseCode, reason: String) {
+        let _ = self.out.send(Out::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })));
+    }
+
+    /// Ends the session the way `end` calls for: tells the client why (a close frame, or
+    /// none when it left), and lets the runner exit (or kills it); returns its exit status.
+    async fn end(
+        &mut self,
+        end: End,
+        child: RunnerChild,
+        limits: Limits,
+        bound: usize,
+    ) -> io::Result<ExitStatus> {
+        let pid = child.pid();
+        match end {
+            End::Client(FromClient::Gone(why)) => {
+                tracing::debug!(?pid, "session ended by the client: {why}");
+                let _ = self.out.send(Out::Close(None));
+                child.finish(EXIT_GRACE).await
+            }
+            End::Client(FromClient::TooBig(why)) => {
+                tracing::debug!(?pid, "closing the session: {why}");
+                let limit = limits.max_message_bytes;
+                self.send_close(
+                    CloseCode::Size,
+                    format!("frame over the message limit ({limit} bytes + 4 KiB)"),
+                );
+                child.finish(EXIT_GRACE).await
+            }
+            End::Client(FromClient::StdinClosed) | End::Runner(FromRunner::Eof) => {
+                // Flush its last lines (the watchdog's `done`), then say why the session ended.
+                if let Some(reader) = self.outbound.take() {
+                    let _ = tokio::time::timeout(EXIT_GRACE, reader).await;
+                }
+                let status = child.finish(EXIT_GRACE).await;
+                let (code, reason) = ended_by_runner(&status);
+                self.send_close(code, reason);
+                status
+            }
+            End::Runner(FromRunner::Overflow(bytes)) => {
+                tracing::warn!(?pid, "closing a session whose client does not read: {bytes} bytes of output waiting (bound {bound})");
+                if let Some(abort) = self.abort.take() {
+                    let _ = abort.send(CloseFrame {
+                        code: CloseCode::Policy,
+                        reason: format!("client too slow: over {bound} bytes of output waiting")
+                            .into(),
+                    });
+                }
+                child.kill().await
+            }
+            End::Idle => {
+                tracing::debug!(?pid, "closing an idle session");
+                self.send_close(
+                    CloseCode::Away,
+                    format!(
+                        "idle: no execution and no message for {} ms",
+                        limits.idle_timeout.as_millis()
+                    ),
+                );
+                stop(&mut self.inbound).await;
+                child.finish(EXIT_GRACE).await
+            }
+            End::WriteFailed => {
+                tracing::debug!(?pid, "session ended: cannot write to the client");
+                stop(&mut self.inbound).await;
+                child.finish(EXIT_GRACE).await
+            }
+            End::Drained => {
+                tracing::debug!(?pid, "closing a session: the runner is shutting down");
+                self.send_close(CloseCode::Away, "runner shutting down".into());
+                stop(&mut self.inbound).await;
+                child.finish(EXIT_GRACE).await
+            }
+        }
+    }
+
+    /// Stops the readers and lets the writer send what is queued and the close frame, for
+    /// at most twice [`CLOSE_GRACE`].
+    async fn shut_down(self) {
+        let Pumps {
+            mut inbound,
+            mut outbound,
+            writer,
+            out,
+            abort,
+            cancels,
+        } = self;
+        drop(out);
+        stop(&mut inbound).await;
+        stop(&mut outbound).await;
+        if let Some(mut w) = writer {
+            if tokio::time::timeout(CLOSE_GRACE * 2, &mut w).await.is_err() {
+                w.abort();
+                let _ = w.await;
+            }
+        }
+        drop((abort, cancels));
+    }
+}
+
+impl End {
+    /// How the session ended, for its log line; `cancelled`: the drain cancelled executions.
+    fn summary(&self, cancelled: bool) -> &'static str {
+        match self {
+            End::Client(FromClient::Gone(_)) => "client closed",
+            End::Client(FromClient::TooBig(_)) => "frame too large",
+            End::Client(FromClient::StdinClosed) | End::Runner(FromRunner::Eof) => "runner exited",
+            End::Runner(FromRunner::Overflow(_)) => "client too slow",
+            End::WriteFailed => "write failed",
+            End::Idle => "idle",
+            End::Drained if cancelled => "drained, executions cancelled",
+            End::Drained => "drained",
         }
     }
 }

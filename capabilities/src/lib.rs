@@ -1,0 +1,41 @@
+//! Capabilities for execbox: saved programs and the executors that run them, with tracked, stoppable,
+//! persistent executions.
+//!
+//! - [`Registry`] discovers capabilities (`capabilities/<name>/capability.yaml`) and executors
+//!   (`executors/<name>/executor.yaml`) from three roots ([`RegistryRoots`]): the project's
+//!   `.execbox/`, the global root, and the built-in root shipped in the binary (the `script`
+//!   executor). A higher root overrides a lower one by name, and its executors win a type.
+//!   Invalid configurations are skipped with a warning and listed by [`Registry::issues`].
+//! - [`ExecutionStore`] records every execution and its status history in SQLite.
+//! - [`CapabilityManager`] starts executions ([`StartRequest`]), tracks them
+//!   ([`ExecutionRecord`], [`ExecutionStatus`]), waits for them ([`ExecutionOutcome`]), stops
+//!   them (a whole tree with [`CapabilityManager::stop_all_for_parent`]) and publishes
+//!   [`ExecutionEvent`]s.
+//! - with the `serve` feature, [`capabilities_router`] is the HTTP API over a manager.
+//!
+//! Module graph: `records` and `outcome` are leaves; `config` ← `registry`; `store`;
+//! `external_executor` and `script_executor` (one executor each); `manager` uses them all;
+//! `serve` uses `manager`.
+
+mod config;
+mod external_executor;
+mod manager;
+mod outcome;
+mod records;
+mod registry;
+mod script_executor;
+#[cfg(feature = "serve")]
+mod serve;
+mod store;
+
+pub use config::{DEFAULT_CAPABILITY_TIMEOUT_MS, MAX_CAPABILITY_TIMEOUT_MS};
+pub use external_executor::{MAX_EXECUTOR_STDERR_BYTES, MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE};
+pub use manager::{CapabilityManager, ManagerOptions, DEFAULT_MAX_DEPTH, EVENT_CAPACITY};
+pub use records::{
+    CapabilityError, CapabilityErrorCode, ExecutionEvent, ExecutionEventKind, ExecutionFilter,
+    ExecutionOutcome, ExecutionRecord, ExecutionStatus, StartRequest, StatusChange,
+};
+pub use registry::{CapabilityInfo, ConfigIssue, ExecutorInfo, Registry, RegistryRoots, Source};
+#[cfg(feature = "serve")]
+pub use serve::{capabilities_router, serve_door, ADMIN_PERMISSION, MAX_REQUEST_BODY_BYTES};
+pub use store::{ExecutionStore, INTERRUPTED_MESSAGE};

@@ -1,0 +1,978 @@
+//! The capability manager: starts executions, tracks them live and in the store, waits for
+//! them, stops them (a whole tree at once), publishes their events and audits them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::config::{
+    CapabilityConfig, CapabilityDef, ExecutorConfig, ExecutorKind, MAX_CAPABILITY_TIMEOUT_MS,
+};
+use super::external_executor::{self as external, ExternalRun};
+use super::outcome::RunOutcome;
+use super::records::{
+    now_ms, CapabilityError, CapabilityErrorCode, ExecutionEvent, ExecutionEventKind,
+    ExecutionFilter, ExecutionOutcome, ExecutionRecord, ExecutionStatus, StartRequest,
+    StatusChange,
+};
+use super::registry::{Capability, ExecutorEntry, Registry, RegistryRoots};
+use super::script_executor::{self as script, ScriptRun};
+use super::store::ExecutionStore;
+use execbox_host::Executor;
+use execbox_host::Schema;
+use execbox_host::{Provider, Tool, ToolContext, ToolError};
+use execbox_policy::{AuditEvent, AuditOutcome, Enforcement, Policy, Principal};
+
+/// The default bound on nested capabilities (a top-level execution is depth 1).
+pub const DEFAULT_MAX_DEPTH: u32 = 4;
+
+/// The default bound on executions running at once in one manager.
+pub const DEFAULT_MAX_LIVE: usize = 1024;
+
+/// How many events a slow subscriber may fall behind before it misses some.
+pub const EVENT_CAPACITY: usize = 4096;
+
+/// How the manager runs executions.
+#[derive(Clone)]
+pub struct ManagerOptions {
+    /// The deepest nesting allowed: a capability started by a capability started by ... is
+    /// refused (`INVALID_REQUEST`) past this depth. Default [`DEFAULT_MAX_DEPTH`].
+    pub max_depth: u32,
+    /// The most executions running at once (nested ones included); a start past it is
+    /// refused (`INVALID_REQUEST`), so a program fanning out `capabilities.run` cannot grow
+    /// without bound. Default [`DEFAULT_MAX_LIVE`].
+    pub max_live: usize,
+    /// The policy: who holds which permissions (starting a capability needs every
+    /// permission it lists; without a policy file, any caller may start any capability), the
+    /// rate-limit counters and approver of scripts' tool calls, and the audit log where
+    /// starts, stop requests, ends and the tool calls of scripts are recorded.
+    pub enforcement: Enforcement,
+    /// Runs nested script capabilities (those with an execution as parent); the manager's
+    /// executor when `None`. A parent holds its runner while it waits for its child, so
+    /// with a bounded executor (a [`PooledExecutor`](crate::PooledExecutor) of N runners)
+    /// N waiting parents would leave no runner for their children: give nested runs an
+    /// unbounded one, such as a [`ProcessExecutor`](crate::ProcessExecutor), as the CLI does.
+    pub nested_executor: Option<Arc<dyn Executor>>,
+}
+
+impl std::fmt::Debug for ManagerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagerOptions")
+            .field("max_depth", &self.max_depth)
+            .field("enforcement", &self.enforcement)
+            .field("nested_executor", &self.nested_executor.is_some())
+            .finish()
+    }
+}
+
+impl Default for ManagerOptions {
+    fn default() -> Self {
+        ManagerOptions {
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_live: DEFAULT_MAX_LIVE,
+            enforcement: Enforcement::unrestricted(),
+            nested_executor: None,
+        }
+    }
+}
+
+/// Runs capabilities and tracks their executions. Cheap to clone (one shared state); every
+/// method takes `&self`, so an HTTP layer can hold one in its state.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use execbox_host::{CapabilityManager, ExecutionStore, ManagerOptions, PooledExecutor,
+///     Registry, RegistryRoots, RunnerCommand, StartRequest};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let roots = RegistryRoots::discover(&std::env::current_dir()?, None);
+/// let store = ExecutionStore::open(".execbox/state.db")?;
+/// let executor = Arc::new(PooledExecutor::new(RunnerCommand::find()?, Default::default())?);
+/// let manager = CapabilityManager::new(Registry::load(roots), store, executor, ManagerOptions::default());
+/// let id = manager.start(StartRequest::new("triage-issues", serde_json::json!({"repo": "a/b"})), None).await?;
+/// let outcome = manager.wait(&id, None).await?.expect("no wait timeout");
+/// println!("{}", outcome.success);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct CapabilityManager(Arc<Inner>);
+
+impl std::fmt::Debug for CapabilityManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapabilityManager").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    registry: RwLock<Arc<Registry>>,
+    store: Arc<ExecutionStore>,
+    executor: Arc<dyn Executor>,
+    options: ManagerOptions,
+    live: Mutex<HashMap<String, Live>>,
+    events: broadcast::Sender<ExecutionEvent>,
+}
+
+/// An execution running in this process.
+struct Live {
+    capability: String,
+    parent: Option<String>,
+    depth: u32,
+    principal: Option<Principal>,
+    cancel: CancellationToken,
+    done: watch::Receiver<Option<ExecutionOutcome>>,
+    stop_requested: bool,
+}
+
+/// A fresh execution id: `cap_<unix-ms>_<8 hex>`.
+fn new_id() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 4];
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        // Never expected; a counter keeps ids unique within the process anyway.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        bytes = N
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_be_bytes();
+    }
+    format!(
+        "cap_{}_{:02x}{:02x}{:02x}{:02x}",
+        now_ms(),
+        bytes[0],
+        bytes[1],
+        bytes[2],
+        bytes[3]
+    )
+}
+
+fn err(code: CapabilityErrorCode, message: impl Into<String>) -> CapabilityError {
+    CapabilityError::new(code, message)
+}
+
+impl CapabilityManager {
+    /// A manager over `registry`, recording in `store`, running scripts through `executor`.
+    pub fn new(
+        registry: Registry,
+        store: ExecutionStore,
+        executor: Arc<dyn Executor>,
+        options: ManagerOptions,
+    ) -> CapabilityManager {
+        let (events, _) = broadcast::channel(EVENT_CAPACITY);
+        CapabilityManager(Arc::new(Inner {
+            registry: RwLock::new(Arc::new(registry)),
+            store: Arc::new(store),
+            executor,
+            options,
+            live: Mutex::new(HashMap::new()),
+            events,
+        }))
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
+        self.0
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The registry in use.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.0
+            .registry
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Discovers the registry's roots again; running executions keep what they started with.
+    pub fn reload(&self, roots: RegistryRoots) {
+        let registry = Arc::new(Registry::load(roots));
+        *self
+            .0
+            .registry
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = registry;
+    }
+
+    /// The store.
+    pub fn store(&self) -> &ExecutionStore {
+        &self.0.store
+    }
+
+    /// The policy, if any.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.0.options.enforcement.policy()
+    }
+
+    /// Every event from now on: `started`, `completed`, `failed`, `timeout`, `stopped`, each
+    /// sent after the database has it.
+    pub fn subscribe(&self) -> broadcast::Receiver<ExecutionEvent> {
+        self.0.events.subscribe()
+    }
+
+    fn audit(&self, event: AuditEvent<'_>) -> Result<(), CapabilityError> {
+        match self.0.options.enforcement.audit() {
+            None => Ok(()),
+            Some(log) => log
+                .record(&event)
+                .map_err(|e| err(CapabilityErrorCode::ExecutionFailed, format!("{e}"))),
+        }
+    }
+
+    /// Starts a capability and returns its execution id at once, after the execution is
+    /// recorded as `starting`. `principal` is the caller (from [`Policy::principal`] or
+    /// [`Policy::principal_for_token`]); without one, the policy's default permissions apply.
+    ///
+    /// Fails before anything runs with `CAPABILITY_NOT_FOUND`, `EXECUTOR_NOT_FOUND`,
+    /// `PERMISSION_DENIED`, or `INVALID_REQUEST` (params failing `input_schema`, a bad time
+    /// limit, nesting deeper than [`ManagerOptions::max_depth`]).
+    pub async fn start(
+        &self,
+        request: StartRequest,
+        principal: Option<Principal>,
+    ) -> Result<String, CapabilityError> {
+        let registry = self.registry();
+        let (capability, executor) =
+            registry.resolve(&request.capability, request.capability_type.as_deref())?;
+        let capability = capability.clone();
+        let executor = executor.clone();
+        drop(registry);
+        let def = &capability.config.def;
+
+        // Who is asking, and may they?
+        let principal = self.principal_or_default(principal)?;
+        if let Some(p) = &principal {
+            self.check_permissions(p, def)?;
+        }
+        let depth = self.depth_of(def, request.parent_id.as_deref())?;
+        let params = checked_params(def, request.params)?;
+        let timeout_ms = time_limit(request.timeout_ms, &capability.config, &executor.config)?;
+
+        let id = new_id();
+        let record = starting_record(
+            &id,
+            &capability.config,
+            &executor.config,
+            request.parent_id.clone(),
+            principal.as_ref(),
+            params,
+        );
+        self.audit(AuditEvent::capability_started(
+            &id,
+            record.principal.as_deref(),
+            &def.name,
+        ))?;
+        let cancel = CancellationToken::new();
+        let (done_tx, done_rx) = watch::channel(None);
+        self.register(
+            &record,
+            Live {
+                capability: def.name.clone(),
+                parent: request.parent_id.clone(),
+                depth,
+                principal: principal.clone(),
+                cancel: cancel.clone(),
+                done: done_rx,
+                stop_requested: false,
+            },
+        )?;
+        self.emit(
+            ExecutionEventKind::Started,
+            &record,
+            ExecutionStatus::Starting,
+            None,
+        );
+        let manager = self.clone();
+        tokio::spawn(async move {
+            manager
+                .drive(
+                    record, capability, executor, principal, timeout_ms, cancel, done_tx,
+                )
+                .await;
+        });
+        Ok(id)
+    }
+
+    /// The caller: the one given, else the policy's default principal (none without a policy).
+    fn principal_or_default(
+        &self,
+        principal: Option<Principal>,
+    ) -> Result<Option<Principal>, CapabilityError> {
+        Ok(match (principal, self.0.options.enforcement.policy()) {
+            (Some(p), _) => Some(p),
+            (None, Some(policy)) => Some(
+                policy
+                    .principal(None)
+                    .map_err(|e| err(CapabilityErrorCode::PermissionDenied, e.to_string()))?,
+            ),
+            (None, None) => None,
+        })
+    }
+
+    /// Refuses (and audits the refusal) when `principal` lacks a permission the capability
+    /// lists.
+    fn check_permissions(
+        &self,
+        principal: &Principal,
+        def: &CapabilityDef,
+    ) -> Result<(), CapabilityError> {
+        let missing: Vec<&str> = def
+            .permissions
+            .iter()
+            .filter(|perm| !principal.holds(perm))
+            .map(String::as_str)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let message = format!(
+            "starting capability `{}` needs the permission{} {}, which {} does not hold; grant {} in the policy",
+            def.name,
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", "),
+            principal.name().map(|n| format!("principal `{n}`")).unwrap_or_else(|| "a caller without a principal".into()),
+            if missing.len() == 1 { "it" } else { "them" },
+        );
+        self.audit(
+            AuditEvent::capability_started("-", principal.name(), &def.name)
+                .refused(AuditOutcome::Denied)
+                .error(&message),
+        )?;
+        Err(err(CapabilityErrorCode::PermissionDenied, message))
+    }
+
+    /// How deep a new execution would run under `parent` (1 at the top, and for a parent
+    /// this process does not run), refused past [`ManagerOptions::max_depth`].
+    fn depth_of(&self, def: &CapabilityDef, parent: Option<&str>) -> Result<u32, CapabilityError> {
+        let depth = match parent {
+            None => 1,
+            Some(parent) => self.live().get(parent).map(|l| l.depth + 1).unwrap_or(1),
+        };
+        if depth > self.0.options.max_depth {
+            return Err(err(
+                CapabilityErrorCode::InvalidRequest,
+                format!(
+                    "capability `{}` would run {depth} levels deep (started by {}); nested capabilities may go at most {} levels deep",
+                    def.name,
+                    parent.unwrap_or("-"),
+                    self.0.options.max_depth
+                ),
+            ));
+        }
+        Ok(depth)
+    }
+
+    /// Makes a recorded execution live: written to the store, then visible. Refused when this
+    /// process runs [`ManagerOptions::max_live`] executions, or when its parent is being
+    /// stopped; both are checked and the execution taken under one lock, so a child cannot
+    /// slip in under a parent being stopped (the tree stop would miss it), nor past the bound.
+    fn register(&self, record: &ExecutionRecord, entry: Live) -> Result<(), CapabilityError> {
+        let mut live = self.live();
+        if live.len() >= self.0.options.max_live {
+            return Err(err(
+                CapabilityErrorCode::InvalidRequest,
+                format!(
+                    "{} executions are running, the most this server runs at once; wait for some to end (or stop them) and start `{}` again",
+                    live.len(),
+                    record.capability
+                ),
+            ));
+        }
+        if let Some(parent) = record.parent_id.as_deref().and_then(|p| live.get(p)) {
+            if parent.stop_requested {
+                return Err(err(
+                    CapabilityErrorCode::ExecutionStopped,
+                    format!(
+                        "capability `{}` was not started: its parent {} is being stopped",
+                        record.capability,
+                        record.parent_id.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        // Recorded before it is visible: every status is written before it is reported.
+        self.0.store.insert(record)?;
+        live.insert(record.execution_id.clone(), entry);
+        Ok(())
+    }
+
+    fn emit(
+        &self,
+        kind: ExecutionEventKind,
+        record: &ExecutionRecord,
+        status: ExecutionStatus,
+        error: Option<CapabilityError>,
+    ) {
+        let _ = self.0.events.send(ExecutionEvent {
+            event: kind,
+            execution_id: record.execution_id.clone(),
+            capability: record.capability.clone(),
+            parent_id: record.parent_id.clone(),
+            principal: record.principal.clone(),
+            status,
+            error,
+            at_ms: now_ms(),
+        });
+    }
+
+    /// Runs a started execution to its end, then records the end and reports it.
+    #[allow(clippy::too_many_arguments)]
+    async fn drive(
+        &self,
+        record: ExecutionRecord,
+        capability: Capability,
+        executor: ExecutorEntry,
+        principal: Option<Principal>,
+        timeout_ms: u64,
+        cancel: CancellationToken,
+        done: watch::Sender<Option<ExecutionOutcome>>,
+    ) {
+        let started = Instant::now();
+        let id_owned = record.execution_id.clone();
+        let id = id_owned.as_str();
+        let outcome = match self.0.store.set_status(id, ExecutionStatus::Running, None) {
+            Err(e) => RunOutcome::Failed(e.message),
+            Ok(()) if cancel.is_cancelled() => RunOutcome::Stopped,
+            Ok(()) => {
+                let timeout = Duration::from_millis(timeout_ms);
+                self.run(
+                    &record,
+                    &capability,
+                    &executor,
+                    &principal,
+                    timeout,
+                    &cancel,
+                )
+                .await
+            }
+        };
+        // A stop was asked for: whatever failure followed (a child stopped first, the run
+        // cancelled) is the stop. A run that completed meanwhile keeps its result.
+        let stop_requested = self.live().get(id).is_some_and(|l| l.stop_requested);
+        let outcome = match outcome {
+            RunOutcome::Failed(_) | RunOutcome::TimedOut(_) if stop_requested => {
+                RunOutcome::Stopped
+            }
+            other => other,
+        };
+        let ending = Ending::of(outcome, &capability.config.def);
+        // No child outlives its parent's end: children it did not wait for are stopped (and
+        // have ended) before the parent's terminal status is written.
+        if let Err(e) = self.stop_all_for_parent(id).await {
+            tracing::error!(execution = %id, "cannot stop the children of the execution: {e}");
+        }
+        self.record_end(record, ending, started, &done);
+    }
+
+    /// Runs the execution on its executor: a script in a runner (nested capabilities
+    /// available, tool calls under the caller's policy), or an external command.
+    async fn run(
+        &self,
+        record: &ExecutionRecord,
+        capability: &Capability,
+        executor: &ExecutorEntry,
+        principal: &Option<Principal>,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> RunOutcome {
+        let id = record.execution_id.as_str();
+        match &executor.config.kind {
+            ExecutorKind::Script => {
+                // Always there: a run past the depth bound is refused with a clear error.
+                let nested = Some(self.nested_provider(principal.clone()));
+                let executor = match (&record.parent_id, &self.0.options.nested_executor) {
+                    (Some(parent), Some(nested)) if self.live().contains_key(parent) => nested,
+                    _ => &self.0.executor,
+                };
+                script::run(ScriptRun {
+                    executor,
+                    capability: &capability.config,
+                    params: &record.params,
+                    execution_id: id,
+                    timeout,
+                    cancel: cancel.clone(),
+                    nested,
+                    guard: Arc::new(match principal {
+                        Some(p) => self.0.options.enforcement.for_principal(p.clone()),
+                        None => self.0.options.enforcement.clone(),
+                    }),
+                })
+                .await
+            }
+            ExecutorKind::External { .. } => {
+                let store = self.0.store.clone();
+                external::run(
+                    ExternalRun {
+                        executor: &executor.config,
+                        capability: &capability.config,
+                        params: &record.params,
+                        execution_id: id,
+                        parent_id: record.parent_id.as_deref(),
+                        timeout,
+                        cancel: cancel.clone(),
+                    },
+                    |pgid| {
+                        if let Err(e) = store.set_pgid(id, Some(pgid)) {
+                            tracing::warn!(execution = %id, "cannot record the executor's process group: {e}");
+                        }
+                    },
+                )
+                .await
+            }
+        }
+    }
+
+    /// Writes the end of an execution, audits it, and tells its waiters and the subscribers.
+    /// When another process ended it first (recovered it as interrupted), that end stands
+    /// and is what they are told.
+    fn record_end(
+        &self,
+        record: ExecutionRecord,
+        ending: Ending,
+        started: Instant,
+        done: &watch::Sender<Option<ExecutionOutcome>>,
+    ) {
+        let id_owned = record.execution_id.clone();
+        let id = id_owned.as_str();
+        let Ending {
+            status,
+            result,
+            additional_context: context,
+            error,
+        } = ending;
+        let ended = match self.0.store.finish(
+            id,
+            status,
+            result.as_ref(),
+            context.as_ref(),
+            error.as_ref(),
+        ) {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                let stored = self.0.store.get(id).ok().flatten();
+                self.live().remove(id);
+                if let Some(stored) = stored {
+                    let _ = done.send(Some(stored.outcome()));
+                    let status = stored.status;
+                    let error = stored.error.clone();
+                    self.emit(ExecutionEventKind::Failed, &stored, status, error);
+                }
+                return;
+            }
+            Err(e) => {
+                // The end cannot be written: it is still reported (waiters must not hang),
+                // and the next open of the store marks the row interrupted.
+                tracing::error!(execution = %id, "cannot record the end of the execution: {e}");
+                now_ms()
+            }
+        };
+        if let Err(e) = self.audit(AuditEvent::capability_finished(
+            id,
+            record.principal.as_deref(),
+            &record.capability,
+            status.as_str(),
+            started.elapsed(),
+        )) {
+            tracing::error!(execution = %id, "{e}");
+        }
+        let finished = ExecutionRecord {
+            status,
+            result,
+            additional_context: context,
+            error: error.clone(),
+            updated_ms: ended,
+            ended_ms: Some(ended),
+            ..record
+        };
+        self.live().remove(id);
+        let _ = done.send(Some(finished.outcome()));
+        let kind = match status {
+            ExecutionStatus::Completed => ExecutionEventKind::Completed,
+            ExecutionStatus::Timeout => ExecutionEventKind::Timeout,
+            ExecutionStatus::Stopped => ExecutionEventKind::Stopped,
+            _ => ExecutionEventKind::Failed,
+        };
+        self.emit(kind, &finished, status, error);
+    }
+
+    /// The `capabilities` namespace of a script: `run({name, type, params, timeoutMs})`.
+    fn nested_provider(&self, principal: Option<Principal>) -> Provider {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct RunInput {
+            name: String,
+            #[serde(default, rename = "type")]
+            capability_type: Option<String>,
+            #[serde(default)]
+            params: Value,
+            #[serde(default)]
+            timeout_ms: Option<u64>,
+        }
+        let manager = self.clone();
+        let run = Tool::new("run", move |input: Value, ctx: ToolContext| {
+            let manager = manager.clone();
+            let principal = principal.clone();
+            async move {
+                let input: RunInput = serde_json::from_value(input)
+                    .map_err(|e| ToolError::validation(format!("input: {e}")))?;
+                let request = StartRequest {
+                    capability: input.name.clone(),
+                    capability_type: input.capability_type,
+                    params: input.params,
+                    timeout_ms: input.timeout_ms,
+                    parent_id: Some(ctx.execution_id.clone()),
+                };
+                let id = manager
+                    .start(request, principal)
+                    .await
+                    .map_err(|e| ToolError::tool(format!("{}: {}", e.code, e.message)))?;
+                // Stops the child if this call is cancelled or dropped (the parent ended).
+                let mut guard = StopOnDrop(Some((manager.clone(), id.clone())));
+                let outcome = tokio::select! {
+                    outcome = manager.wait(&id, None) => outcome,
+                    _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled()),
+                };
+                guard.0 = None;
+                let outcome = outcome
+                    .map_err(|e| ToolError::tool(format!("{}: {}", e.code, e.message)))?
+                    .ok_or_else(|| ToolError::tool("the nested capability did not end"))?;
+                if outcome.success {
+                    Ok(outcome.result.unwrap_or(Value::Null))
+                } else {
+                    let e = outcome
+                        .error
+                        .unwrap_or_else(|| err(CapabilityErrorCode::ExecutionFailed, "failed"));
+                    Err(ToolError::tool(format!(
+                        "capability `{}` ({id}) ended {}: {}: {}",
+                        input.name, outcome.status, e.code, e.message
+                    )))
+                }
+            }
+        })
+        .description(
+            "Run another capability and wait for its result; this execution is its parent.",
+        )
+        .input_schema(json!({
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "description": "The capability's name"},
+                "type": {"type": "string", "description": "Its type, if it must be this one"},
+                "params": {"description": "Its params, checked against its input_schema"},
+                "timeoutMs": {"type": "integer", "minimum": 1, "description": "Its time limit"}
+            },
+            "additionalProperties": false
+        }));
+        Provider::new("capabilities")
+            .description("Other capabilities of the registry, run as children of this one")
+            .tool(run)
+    }
+
+    /// Waits for an execution to end: `Ok(Some(outcome))` once it has, `Ok(None)` when
+    /// `timeout` passed first. Works for executions of other processes too (by polling the
+    /// store) and for executions that ended long ago.
+    pub async fn wait(
+        &self,
+        id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Option<ExecutionOutcome>, CapabilityError> {
+        let live = self.live().get(id).map(|l| l.done.clone());
+        let waiting = async {
+            if let Some(mut done) = live {
+                if let Ok(outcome) = done.wait_for(Option::is_some).await {
+                    return Ok(outcome.clone());
+                }
+            }
+            loop {
+                match self.0.store.get(id)? {
+                    None => return Err(not_found(id)),
+                    Some(r) if r.status.is_terminal() => return Ok(Some(r.outcome())),
+                    Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        };
+        match timeout {
+            None => waiting.await,
+            Some(t) => match tokio::time::timeout(t, waiting).await {
+                Ok(r) => r,
+                Err(_) => {
+                    if self.0.store.get(id)?.is_none() {
+                        return Err(not_found(id));
+                    }
+                    Ok(None)
+                }
+            },
+        }
+    }
+
+    /// One execution, as recorded.
+    pub async fn get(&self, id: &str) -> Result<ExecutionRecord, CapabilityError> {
+        self.0.store.get(id)?.ok_or_else(|| not_found(id))
+    }
+
+    /// An execution's status changes, oldest first.
+    pub async fn history(&self, id: &str) -> Result<Vec<StatusChange>, CapabilityError> {
+        self.0.store.history(id)
+    }
+
+    /// Executions matching `filter`, newest first.
+    pub async fn list(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, CapabilityError> {
+        self.0.store.list(filter)
+    }
+
+    /// Stops an execution of this process and its children, and returns it once it ended
+    /// (`stopped`, or whatever it ended with first). An execution that already ended is
+    /// returned as it is.
+    pub async fn stop(&self, id: &str) -> Result<ExecutionRecord, CapabilityError> {
+        self.stop_inner(id.to_string()).await
+    }
+
+    fn stop_inner(
+        &self,
+        id: String,
+    ) -> futures_util::future::BoxFuture<'_, Result<ExecutionRecord, CapabilityError>> {
+        Box::pin(async move {
+            let found = {
+                let mut live = self.live();
+                live.get_mut(&id).map(|l| {
+                    let first = !l.stop_requested;
+                    l.stop_requested = true;
+                    (
+                        first,
+                        l.cancel.clone(),
+                        l.done.clone(),
+                        l.capability.clone(),
+                        l.principal.clone(),
+                    )
+                })
+            };
+            let Some((first, cancel, mut done, capability, principal)) = found else {
+                return self.get(&id).await;
+            };
+            if first {
+                // Stopping matters more than recording it: a failed write does not keep the
+                // execution running (and later stops waiting on it forever).
+                if let Err(e) =
+                    self.0
+                        .store
+                        .set_status(&id, ExecutionStatus::Stopping, Some("stop requested"))
+                {
+                    tracing::error!(execution = %id, "cannot record the stop request: {e}");
+                }
+                if let Err(e) = self.audit(AuditEvent::capability_stop_requested(
+                    &id,
+                    principal.as_ref().and_then(Principal::name),
+                    &capability,
+                )) {
+                    tracing::error!(execution = %id, "{e}");
+                }
+                // The parent first, so it ends `stopped` rather than failing on a child's
+                // stop; its children are stopped too, and have ended before the parent's own
+                // end is written (`drive`), so none is left running under it.
+                cancel.cancel();
+                self.stop_all_for_parent(&id).await?;
+            }
+            let _ = done.wait_for(Option::is_some).await;
+            self.get(&id).await
+        })
+    }
+
+    /// Stops every execution of this process whose parent is `parent_id`, and their
+    /// children, down the whole tree; returns the executions stopped (direct children).
+    pub async fn stop_all_for_parent(
+        &self,
+        parent_id: &str,
+    ) -> Result<Vec<ExecutionRecord>, CapabilityError> {
+        let children: Vec<String> = self
+            .live()
+            .iter()
+            .filter(|(_, l)| l.parent.as_deref() == Some(parent_id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let stopped = join_all(children.into_iter().map(|id| self.stop_inner(id))).await;
+        stopped.into_iter().collect()
+    }
+
+    /// Stops every execution of this process (before a server exits).
+    pub async fn stop_all(&self) {
+        let roots: Vec<String> = self.live().keys().cloned().collect();
+        let _ = join_all(roots.into_iter().map(|id| self.stop_inner(id))).await;
+    }
+
+    /// How many executions run in this process now.
+    pub fn running(&self) -> usize {
+        self.live().len()
+    }
+}
+
+/// The params of a start (`{}` for none), checked against the capability's `input_schema`.
+fn checked_params(def: &CapabilityDef, params: Value) -> Result<Value, CapabilityError> {
+    let params = if params.is_null() { json!({}) } else { params };
+    if let Some(schema) = &def.input_schema {
+        let schema = Schema::compile(schema).map_err(|e| {
+            err(
+                CapabilityErrorCode::InvalidRequest,
+                format!(
+                    "capability `{}`: its input_schema is unusable: {e}",
+                    def.name
+                ),
+            )
+        })?;
+        schema.validate(&params, "params").map_err(|e| {
+            err(
+                CapabilityErrorCode::InvalidRequest,
+                format!(
+                    "capability `{}`: {e}; see its input_schema (`execbox capabilities show {}`)",
+                    def.name, def.name
+                ),
+            )
+        })?;
+    }
+    Ok(params)
+}
+
+/// The time limit in ms: the request's, else the capability's, never above the executor's.
+fn time_limit(
+    requested: Option<u64>,
+    capability: &CapabilityConfig,
+    executor: &ExecutorConfig,
+) -> Result<u64, CapabilityError> {
+    let mut timeout_ms = requested.unwrap_or(capability.timeout_ms);
+    if timeout_ms == 0 || timeout_ms > MAX_CAPABILITY_TIMEOUT_MS {
+        return Err(err(
+            CapabilityErrorCode::InvalidRequest,
+            format!("timeoutMs must be above 0 and at most {MAX_CAPABILITY_TIMEOUT_MS}, got {timeout_ms}"),
+        ));
+    }
+    if let Some(secs) = executor.def.timeout_seconds {
+        timeout_ms = timeout_ms.min(secs.saturating_mul(1000));
+    }
+    Ok(timeout_ms)
+}
+
+/// The record of an execution about to start: `starting`, with nothing ended yet.
+fn starting_record(
+    id: &str,
+    capability: &CapabilityConfig,
+    executor: &ExecutorConfig,
+    parent_id: Option<String>,
+    principal: Option<&Principal>,
+    params: Value,
+) -> ExecutionRecord {
+    let now = now_ms();
+    ExecutionRecord {
+        execution_id: id.to_string(),
+        capability: capability.def.name.clone(),
+        capability_type: capability.def.capability_type.clone(),
+        executor: executor.def.name.clone(),
+        capability_path: capability.dir.display().to_string(),
+        parent_id,
+        principal: principal.and_then(|p| p.name().map(str::to_string)),
+        status: ExecutionStatus::Starting,
+        params,
+        result: None,
+        additional_context: None,
+        error: None,
+        created_ms: now,
+        updated_ms: now,
+        ended_ms: None,
+    }
+}
+
+/// How an execution ends, as its record says.
+struct Ending {
+    status: ExecutionStatus,
+    result: Option<Value>,
+    additional_context: Option<Value>,
+    error: Option<CapabilityError>,
+}
+
+impl Ending {
+    /// The end of a run of the capability `def`: a result that does not match its
+    /// `output_schema` is a failure (a fault of the capability).
+    fn of(outcome: RunOutcome, def: &CapabilityDef) -> Ending {
+        let name = &def.name;
+        let failed = |status, code, message| Ending {
+            status,
+            result: None,
+            additional_context: None,
+            error: Some(err(code, message)),
+        };
+        match outcome {
+            RunOutcome::Completed {
+                result,
+                additional_context,
+            } => match output_mismatch(def, result.as_ref()) {
+                None => Ending {
+                    status: ExecutionStatus::Completed,
+                    result,
+                    additional_context,
+                    error: None,
+                },
+                Some(why) => failed(
+                    ExecutionStatus::Failed,
+                    CapabilityErrorCode::ExecutionFailed,
+                    format!("capability `{name}` returned a result that does not match its output_schema (a fault of the capability): {why}"),
+                ),
+            },
+            RunOutcome::Failed(message) => failed(
+                ExecutionStatus::Failed,
+                CapabilityErrorCode::ExecutionFailed,
+                message,
+            ),
+            RunOutcome::TimedOut(message) => failed(
+                ExecutionStatus::Timeout,
+                CapabilityErrorCode::ExecutionTimeout,
+                message,
+            ),
+            RunOutcome::Stopped => failed(
+                ExecutionStatus::Stopped,
+                CapabilityErrorCode::ExecutionStopped,
+                format!("capability `{name}` was stopped on request"),
+            ),
+        }
+    }
+}
+
+/// Why `result` (null when `None`) does not match the capability's `output_schema`, if it
+/// has one and it does not.
+fn output_mismatch(def: &CapabilityDef, result: Option<&Value>) -> Option<String> {
+    def.output_schema.as_ref().and_then(|schema| {
+        let value = result.cloned().unwrap_or(Value::Null);
+        match Schema::compile(schema) {
+            Err(e) => Some(format!("its output_schema is unusable: {e}")),
+            Ok(s) => s.validate(&value, "result").err(),
+        }
+    })
+}
+
+fn not_found(id: &str) -> CapabilityError {
+    err(
+        CapabilityErrorCode::ExecutionNotFound,
+        format!("no execution `{id}` in the store; `execbox executions list` shows the known ones"),
+    )
+}
+
+/// Stops a nested execution when its caller goes away.
+struct StopOnDrop(Option<(CapabilityManager, String)>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some((manager, id)) = self.0.take() {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    let _ = manager.stop(&id).await;
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The built-in `script` executor: a capability's `entry` run in the QuickJS sandbox through
+//! an [`Executor`], with the tools of its `tools` file and the `capabilities` namespace.
+//!
+//! The program sees its params as the global-like constant `params` (declared on the
+//! program's first line, so line numbers in errors stay those of the file), the tools of its
+//! tools file under their providers, and `capabilities.run({name, type, params, timeoutMs})`
+//! to start another capability and await its result. Its value (the last expression, or
+//! `return`) is the result; `{result, additionalContext}` is taken apart as for external
+//! executors. The execution id of the runner is the capability execution's id, so tool
+//! calls see it as [`ToolContext::execution_id`](execbox_host::ToolContext).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use execbox_protocol::ErrorCode;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::config::CapabilityConfig;
+use super::outcome::{split_result, RunOutcome};
+use execbox_host::{CallGuard, ExecuteRequest, Executor, Provider, ToolSet, ToolsFile};
+
+/// One run's inputs.
+pub(crate) struct ScriptRun<'a> {
+    pub executor: &'a Arc<dyn Executor>,
+    pub capability: &'a CapabilityConfig,
+    pub params: &'a Value,
+    pub execution_id: &'a str,
+    pub timeout: Duration,
+    pub cancel: CancellationToken,
+    /// The `capabilities` provider (nested runs), when nesting is allowed.
+    pub nested: Option<Provider>,
+    /// The policy of its tool calls, for the caller who started it.
+    pub guard: Arc<dyn CallGuard>,
+}
+
+/// The program: `const params = JSON.parse("<json>");` and the entry's text, on the same
+/// first line.
+///
+/// The params go through `JSON.parse`, not into an object literal: in a literal a
+/// `"__proto__"` key sets the prototype instead of making a property, so the program would
+/// see values the `input_schema` never checked (`params.role` from `{"__proto__": {"role":
+/// "admin"}}`). A JSON string is a valid JavaScript string literal, and neither it nor
+/// serde_json's compact output has a line break, so the entry's lines keep their numbers.
+pub(crate) fn program(entry_text: &str, params: &Value) -> String {
+    let json = params.to_string();
+    let literal = Value::String(json).to_string();
+    format!("const params = JSON.parse({literal}); {entry_text}")
+}
+
+pub(crate) async fn run(run: ScriptRun<'_>) -> RunOutcome {
+    let name = &run.capability.def.name;
+    let Some(entry) = &run.capability.entry else {
+        return RunOutcome::Failed(format!(
+            "capability `{name}` has no `entry`; a script capability needs one (e.g. `entry: index.js`)"
+        ));
+    };
+    let text = match tokio::fs::read_to_string(entry).await {
+        Ok(t) => t,
+        Err(e) => return RunOutcome::Failed(format!("cannot read entry {}: {e}", entry.display())),
+    };
+    let mut providers = match &run.capability.tools {
+        None => Vec::new(),
+        Some(path) => {
+            let path = path.clone();
+            match tokio::task::spawn_blocking(move || ToolsFile::load_checked(&path)).await {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => {
+                    return RunOutcome::Failed(format!("tools of capability `{name}`: {e}"))
+                }
+                Err(e) => return RunOutcome::Failed(format!("tools of capability `{name}`: {e}")),
+            }
+        }
+    };
+    if let Some(nested) = run.nested {
+        if providers.iter().any(|p| p.name() == nested.name()) {
+            return RunOutcome::Failed(format!(
+                "the tools file of capability `{name}` declares a provider `{}`, a name execbox keeps for nested capabilities; rename it",
+                nested.name()
+            ));
+        }
+        providers.push(nested);
+    }
+    let tools = match ToolSet::new(providers) {
+        Ok(t) => t,
+        Err(e) => return RunOutcome::Failed(format!("tools of capability `{name}`: {e}")),
+    };
+    let request = ExecuteRequest::new(program(&text, run.params))
+        .tools(&tools)
+        .timeout(run.timeout)
+        .cancel_on(run.cancel.clone())
+        .id(run.execution_id)
+        .guard(run.guard);
+    let result = run.executor.execute(request).await;
+    if result.was_cancelled() {
+        return RunOutcome::Stopped;
+    }
+    match &result.outcome {
+        Ok(_) => split_result(result.value()),
+        Err(e) if e.code == ErrorCode::Timeout => RunOutcome::TimedOut(format!(
+            "capability `{name}` ran past its time limit of {} ms and was stopped",
+            run.timeout.as_millis()
+        )),
+        Err(e) => RunOutcome::Failed(format!("{}: {}", e.code, e.message)),
+    }
+}

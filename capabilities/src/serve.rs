@@ -1,0 +1,429 @@
+//! The capabilities HTTP API (feature `serve`): an axum [`Router`] over a
+//! [`CapabilityManager`], behind the one HTTP front door (`execbox-http`).
+//!
+//! | method and path | answer |
+//! |---|---|
+//! | `GET /v1/capabilities` | `{capabilities: [...]}`, each with its `source` (`project`, `global`, `builtin`) |
+//! | `GET /v1/executors` | `{executors: [...]}`, each with its `source` |
+//! | `POST /v1/executions` `{capability, type?, params?, timeoutMs?, parentId?}` | `202 {executionId, status}` |
+//! | `GET /v1/executions?status=&parentId=&capability=&limit=` | `{executions: [...]}`, newest first, as summaries (no `params`, `result`, `additionalContext`: get one execution for those) |
+//! | `GET /v1/executions/{id}` | the execution, with its `history` |
+//! | `GET /v1/executions/{id}/wait?timeoutMs=` | `200` and the outcome `{success, executionId, status, result, additionalContext, error, capabilityPath}` once it ended; `202 {executionId, status}` if it still runs after `timeoutMs` (default 30 s, at most 5 min) |
+//! | `POST /v1/executions/{id}/stop` | `200`, the execution once stopped (or as it ended) |
+//! | `POST /v1/executions/stop?parentId=` | `200 {stopped: [...]}`: its children, each with its tree stopped |
+//! | `GET /v1/events` | Server-Sent Events: `event: started` (`completed`, `failed`, `timeout`, `stopped`), `data:` the event as JSON |
+//!
+//! Errors are `{error: {code, message}}` with the capability codes: `400 INVALID_REQUEST`,
+//! `403 PERMISSION_DENIED`, `404 CAPABILITY_NOT_FOUND` and `EXECUTION_NOT_FOUND`,
+//! `422 EXECUTOR_NOT_FOUND`, `503 REGISTRY_NOT_INITIALIZED`; refusals at the door have the
+//! same shape with the door's codes (`401 UNAUTHORIZED`, `403 FORBIDDEN`,
+//! `413 PAYLOAD_TOO_LARGE` for a body over [`MAX_REQUEST_BODY_BYTES`], `400 BAD_REQUEST`;
+//! see `execbox-http`).
+//!
+//! **Authentication.** When the policy gives principals bearer tokens (`token_sha256`),
+//! every request needs `Authorization: Bearer TOKEN`, and the caller is the principal the
+//! token belongs to (nothing else the request says changes who it is); a missing or unknown
+//! token is `401` with `WWW-Authenticate: Bearer`. Without tokens, callers are anonymous and
+//! hold the policy's `default_permissions` (everything without a policy): serve that on
+//! loopback only, which `execbox serve` enforces.
+//!
+//! **Whose executions.** A caller with a token sees, waits for and stops only the
+//! executions its principal started (another's is `404`, as if it did not exist), gets only
+//! their events, and may name only its own executions as `parentId`; a principal holding
+//! [`ADMIN_PERMISSION`] sees and stops all. Anonymous callers (no tokens) are one caller.
+//!
+//! **Browsers.** A web page must not drive the API through the user's browser: the `Host`
+//! must be a loopback name, the address listened on, or one allowed
+//! ([`FrontDoor::hosts`]; DNS rebinding gets `403`), a request with an `Origin` is refused
+//! unless that origin's scheme, host and port are allowed ([`FrontDoor::origins`]), and a
+//! start needs `Content-Type: application/json` (`415`), which a page cannot send without a
+//! preflight.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::manager::CapabilityManager;
+use super::records::{
+    CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionStatus, StartRequest,
+};
+use execbox_http::FrontDoor;
+use execbox_policy::{Policy, Principal};
+
+/// The largest request body accepted (1 MiB).
+pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
+
+/// The default and the longest long poll of `/wait`.
+const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// The permission that lets a principal see and stop every execution, not only its own.
+pub const ADMIN_PERMISSION: &str = "executions:admin";
+
+/// The caller of a request, as the door decided: the principal its bearer token belongs to,
+/// or `None` when the policy gives no tokens (anonymous callers, one caller).
+type Caller = execbox_http::Caller<Principal>;
+
+/// The door of the API for `policy`: every request needs a bearer token of one of its
+/// principals when it gives any (`token_sha256`), and is anonymous otherwise; loopback hosts
+/// only and no browser origin until [`FrontDoor::hosts`] and [`FrontDoor::origins`] say
+/// more; bodies of at most [`MAX_REQUEST_BODY_BYTES`].
+pub fn serve_door(policy: Option<&Policy>) -> FrontDoor<Principal> {
+    let door = FrontDoor::new().max_body_bytes(MAX_REQUEST_BODY_BYTES);
+    match policy {
+        Some(policy) if policy.has_tokens() => {
+            let policy = policy.clone();
+            door.tokens(Arc::new(move |token: &str| {
+                policy.principal_for_token(token).ok()
+            }))
+        }
+        _ => door,
+    }
+}
+
+/// Whether the caller may see and stop an execution `owner` started: an anonymous caller
+/// (no tokens) and an admin see all, a principal its own.
+fn sees(caller: &Caller, owner: Option<&str>) -> bool {
+    match &caller.0 {
+        None => true,
+        Some(p) if p.holds(ADMIN_PERMISSION) => true,
+        Some(p) => p.name().is_some() && p.name() == owner,
+    }
+}
+
+/// The principal to narrow lists to, if any.
+fn scope(caller: &Caller) -> Option<String> {
+    match &caller.0 {
+        Some(p) if !p.holds(ADMIN_PERMISSION) => Some(p.name().unwrap_or_default().to_string()),
+        _ => None,
+    }
+}
+
+/// An execution the caller may see, or `404` as if it did not exist.
+async fn visible(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<super::records::ExecutionRecord, ApiError> {
+    let record = state.manager.get(id).await?;
+    if sees(caller, record.principal.as_deref()) {
+        Ok(record)
+    } else {
+        Err(CapabilityError::new(
+            CapabilityErrorCode::ExecutionNotFound,
+            format!("no execution `{id}` of yours; GET /v1/executions lists them"),
+        )
+        .into())
+    }
+}
+
+/// An error answer: `{error: {code, message}}`.
+struct ApiError(StatusCode, CapabilityError);
+
+impl From<CapabilityError> for ApiError {
+    fn from(e: CapabilityError) -> Self {
+        let status = match e.code {
+            CapabilityErrorCode::CapabilityNotFound | CapabilityErrorCode::ExecutionNotFound => {
+                StatusCode::NOT_FOUND
+            }
+            CapabilityErrorCode::ExecutorNotFound => StatusCode::UNPROCESSABLE_ENTITY,
+            CapabilityErrorCode::InvalidRequest
+            | CapabilityErrorCode::InvalidCapabilityConfig
+            | CapabilityErrorCode::InvalidExecutorConfig => StatusCode::BAD_REQUEST,
+            CapabilityErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
+            CapabilityErrorCode::RegistryNotInitialized => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError(status, e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.0,
+            Json(json!({"error": {"code": self.1.code, "message": self.1.message}})),
+        )
+            .into_response()
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError(
+        StatusCode::BAD_REQUEST,
+        CapabilityError::new(CapabilityErrorCode::InvalidRequest, message),
+    )
+}
+
+#[derive(Clone)]
+struct AppState {
+    manager: CapabilityManager,
+}
+
+/// The API over `manager`, behind `door` (build it with [`serve_door`]): nothing reaches a
+/// handler unchecked. Serve it with [`execbox_http::serve`].
+pub fn capabilities_router(manager: CapabilityManager, door: FrontDoor<Principal>) -> Router {
+    let state = AppState { manager };
+    let router = Router::new()
+        .route("/v1/capabilities", get(list_capabilities))
+        .route("/v1/executors", get(list_executors))
+        .route("/v1/executions", post(start).get(list_executions))
+        .route("/v1/executions/stop", post(stop_for_parent))
+        .route("/v1/executions/{id}", get(get_execution))
+        .route("/v1/executions/{id}/wait", get(wait))
+        .route("/v1/executions/{id}/stop", post(stop))
+        .route("/v1/events", get(events))
+        .fallback(|| async {
+            ApiError(
+                StatusCode::NOT_FOUND,
+                CapabilityError::new(
+                    CapabilityErrorCode::InvalidRequest,
+                    "no such endpoint; the API is under /v1 (see docs/capabilities.md)",
+                ),
+            )
+        })
+        .with_state(state);
+    door.guard(router)
+}
+
+async fn list_capabilities(State(state): State<AppState>) -> Response {
+    Json(json!({"capabilities": state.manager.registry().capabilities()})).into_response()
+}
+
+async fn list_executors(State(state): State<AppState>) -> Response {
+    Json(json!({"executors": state.manager.registry().executors()})).into_response()
+}
+
+async fn start(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let json_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json_body {
+        return Err(ApiError(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            CapabilityError::new(
+                CapabilityErrorCode::InvalidRequest,
+                "send the start request as JSON, with Content-Type: application/json",
+            ),
+        ));
+    }
+    let body = body.map_err(|e| {
+        ApiError(
+            e.status(),
+            CapabilityError::new(
+                CapabilityErrorCode::InvalidRequest,
+                format!("{e}; a request body is at most {MAX_REQUEST_BODY_BYTES} bytes"),
+            ),
+        )
+    })?;
+    let request: StartRequest = serde_json::from_slice(&body).map_err(|e| {
+        invalid(format!(
+            "the body is not a start request ({e}); send {{\"capability\": NAME, \"type\"?: TYPE, \"params\"?: {{...}}, \"timeoutMs\"?: N, \"parentId\"?: ID}}"
+        ))
+    })?;
+    // A parent that is an execution must be one of the caller's (an agent's own id, which is
+    // no execution, is free).
+    if let Some(parent) = &request.parent_id {
+        if let Ok(record) = state.manager.get(parent).await {
+            if !sees(&caller, record.principal.as_deref()) {
+                return Err(ApiError(
+                    StatusCode::FORBIDDEN,
+                    CapabilityError::new(
+                        CapabilityErrorCode::PermissionDenied,
+                        format!("parentId `{parent}` is an execution of another principal; name one of yours, or your own id"),
+                    ),
+                ));
+            }
+        }
+    }
+    let id = state.manager.start(request, caller.0).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"executionId": id, "status": ExecutionStatus::Starting})),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListQuery {
+    status: Option<String>,
+    parent_id: Option<String>,
+    capability: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list_executions(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| {
+        invalid(format!(
+            "{e}; the filters are status, parentId, capability and limit"
+        ))
+    })?;
+    let status = q
+        .status
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<ExecutionStatus>())
+        .transpose()
+        .map_err(invalid)?;
+    let filter = ExecutionFilter {
+        status,
+        parent_id: q.parent_id.filter(|s| !s.is_empty()),
+        capability: q.capability.filter(|s| !s.is_empty()),
+        principal: scope(&caller),
+        limit: q.limit,
+    };
+    let executions = state.manager.list(&filter).await?;
+    Ok(Json(json!({"executions": executions})).into_response())
+}
+
+async fn get_execution(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = visible(&state, &caller, &id).await?;
+    let mut value = serde_json::to_value(&record).unwrap_or_default();
+    value["history"] = serde_json::to_value(state.manager.history(&id).await?).unwrap_or_default();
+    Ok(Json(value).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WaitQuery {
+    timeout_ms: Option<u64>,
+}
+
+async fn wait(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| invalid(format!("{e}; the only parameter is timeoutMs")))?;
+    visible(&state, &caller, &id).await?;
+    let timeout = q
+        .timeout_ms
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_WAIT)
+        .min(MAX_WAIT);
+    match state.manager.wait(&id, Some(timeout)).await? {
+        Some(outcome) => Ok(Json(outcome).into_response()),
+        None => {
+            let record = state.manager.get(&id).await?;
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"executionId": id, "status": record.status})),
+            )
+                .into_response())
+        }
+    }
+}
+
+async fn stop(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    visible(&state, &caller, &id).await?;
+    Ok(Json(state.manager.stop(&id).await?).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StopQuery {
+    parent_id: Option<String>,
+}
+
+async fn stop_for_parent(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    query: Result<Query<StopQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| invalid(format!("{e}; pass ?parentId=ID")))?;
+    let parent = q
+        .parent_id
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| invalid("parentId is required: POST /v1/executions/stop?parentId=ID"))?;
+    let stopped = match scope(&caller) {
+        None => state.manager.stop_all_for_parent(&parent).await?,
+        // Only the caller's own children (each with its whole tree).
+        Some(principal) => {
+            let children = state
+                .manager
+                .list(&ExecutionFilter {
+                    parent_id: Some(parent.clone()),
+                    principal: Some(principal),
+                    ..Default::default()
+                })
+                .await?;
+            let live = children.into_iter().filter(|c| !c.status.is_terminal());
+            let stops = live.map(|c| {
+                let manager = state.manager.clone();
+                async move { manager.stop(&c.execution_id).await }
+            });
+            futures_util::future::join_all(stops)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?
+        }
+    };
+    Ok(Json(json!({"stopped": stopped})).into_response())
+}
+
+async fn events(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Response {
+    let receiver = state.manager.subscribe();
+    let stream =
+        futures_util::stream::unfold((receiver, caller), |(mut receiver, caller)| async move {
+            let sse = match next_visible(&mut receiver, &caller).await {
+                Ok(event) => Event::default()
+                    .event(event.event.as_str())
+                    .id(event.execution_id.clone())
+                    .json_data(&event)
+                    .unwrap_or_else(|_| Event::default().comment("unserializable event")),
+                Err(RecvError::Lagged(n)) => Event::default()
+                    .event("lagged")
+                    .data(format!("{{\"missed\":{n}}}")),
+                Err(RecvError::Closed) => return None,
+            };
+            Some((Ok::<_, Infallible>(sse), (receiver, caller)))
+        });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// The next event the caller may see (the others are skipped, not hinted at).
+async fn next_visible(
+    receiver: &mut tokio::sync::broadcast::Receiver<super::records::ExecutionEvent>,
+    caller: &Caller,
+) -> Result<super::records::ExecutionEvent, RecvError> {
+    loop {
+        let event = receiver.recv().await?;
+        if sees(caller, event.principal.as_deref()) {
+            return Ok(event);
+        }
+    }
+}

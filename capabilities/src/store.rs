@@ -1,0 +1,655 @@
+//! The execution store: every execution and its status history in SQLite (WAL), written
+//! before any status is reported, and the recovery of executions a dead process left behind.
+//!
+//! Schema (`PRAGMA user_version` 1, migrated at open; a newer file is refused):
+//! - `executions`: one row per execution (id, capability, type, executor, path, parent,
+//!   principal, status, params, result, additional context, error code and message, times),
+//!   plus `owner_pid`, the process running it, and `pgid`, the process group of its external
+//!   executor while one runs;
+//! - `status_history`: one row per status change (execution, status, time, detail).
+//!
+//! Recovery at open: an execution left `starting`, `running` or `stopping` by a process that
+//! is gone is marked `failed` with "interrupted: the server stopped", and what is left of its
+//! executor is killed. The owner is the pid and the start time of the process that ran it
+//! (`owner_pid`, `owner_start`, from `/proc`), so a pid reused by another process, or a
+//! server that comes back as the same pid 1 of a container, does not keep a dead owner's
+//! executions `running`. An owner that is alive (another server on the same file) keeps its
+//! executions.
+//!
+//! The file is not trusted to name what to kill: a recorded `pgid` is only a hint. Its
+//! process group is killed only when one of its processes carries the execution's own
+//! `EXECBOX_EXECUTION_ID` in its environment (set by execbox after the executor's `env`, so
+//! it cannot be forged by configuration), so a stale or planted row cannot kill an unrelated
+//! process group. Without `/proc`, nothing is killed.
+//! The store uses its own file: do not point a policy's rate-limit `state` at it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use serde_json::Value;
+
+use super::records::{
+    now_ms, CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord,
+    ExecutionStatus, StatusChange,
+};
+
+/// The schema version this execbox writes.
+const SCHEMA_VERSION: i64 = 1;
+
+/// How long to wait for another process's transaction.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The variable that marks every process of an external executor with its execution's id.
+pub(crate) const EXECUTION_ID_ENV: &str = "EXECBOX_EXECUTION_ID";
+
+/// The error message of an execution found interrupted at open.
+pub const INTERRUPTED_MESSAGE: &str = "interrupted: the server stopped";
+
+/// The default (and largest) number of executions one list returns.
+const MAX_LIST: u32 = 10_000;
+
+/// Executions and their history in one SQLite file. Cheap to share behind an `Arc`; each
+/// call takes the one connection's lock for a short transaction.
+pub struct ExecutionStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    recovered: Vec<String>,
+}
+
+impl std::fmt::Debug for ExecutionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutionStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn store_error(path: &Path, e: impl std::fmt::Display) -> CapabilityError {
+    CapabilityError::new(
+        CapabilityErrorCode::RegistryNotInitialized,
+        format!("execution store {}: {e}", path.display()),
+    )
+}
+
+const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms";
+
+/// [`COLUMNS`] without the params, result and additional context, for lists.
+const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms";
+
+impl ExecutionStore {
+    /// Opens (creating it and its folder if missing) and migrates `path`, then recovers what
+    /// a dead process left running (see the module docs).
+    pub fn open(path: impl AsRef<Path>) -> Result<ExecutionStore, CapabilityError> {
+        let path = path.as_ref();
+        let fail = |e: rusqlite::Error| store_error(path, e);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                store_error(
+                    path,
+                    format!("cannot create its folder {}: {e}", dir.display()),
+                )
+            })?;
+        }
+        let mut conn = Connection::open(path).map_err(fail)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(fail)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(store_error(
+                path,
+                format!("cannot use WAL mode (the file is in {mode} mode)"),
+            ));
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(fail)?;
+        {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(fail)?;
+            let version: i64 = tx
+                .query_row("PRAGMA user_version", [], |row| row.get(0))
+                .map_err(fail)?;
+            if version > SCHEMA_VERSION {
+                return Err(store_error(
+                    path,
+                    format!("schema version {version} is newer than this execbox's {SCHEMA_VERSION}; use a newer execbox or another --db"),
+                ));
+            }
+            if version < 1 {
+                tx.execute_batch(
+                    "CREATE TABLE IF NOT EXISTS executions (
+                        id TEXT PRIMARY KEY,
+                        capability TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        executor TEXT NOT NULL,
+                        capability_path TEXT NOT NULL,
+                        parent_id TEXT,
+                        principal TEXT,
+                        status TEXT NOT NULL,
+                        params TEXT NOT NULL,
+                        result TEXT,
+                        additional_context TEXT,
+                        error_code TEXT,
+                        error_message TEXT,
+                        created_ms INTEGER NOT NULL,
+                        updated_ms INTEGER NOT NULL,
+                        ended_ms INTEGER,
+                        owner_pid INTEGER NOT NULL,
+                        owner_start INTEGER,
+                        pgid INTEGER
+                    );
+                    CREATE INDEX IF NOT EXISTS executions_status ON executions (status);
+                    CREATE INDEX IF NOT EXISTS executions_parent ON executions (parent_id);
+                    CREATE TABLE IF NOT EXISTS status_history (
+                        execution_id TEXT NOT NULL,
+                        status TEXT NOT NULL,
+                        at_ms INTEGER NOT NULL,
+                        detail TEXT
+                    );
+                    CREATE INDEX IF NOT EXISTS status_history_execution ON status_history (execution_id);
+                    PRAGMA user_version = 1;",
+                )
+                .map_err(fail)?;
+            }
+            tx.commit().map_err(fail)?;
+        }
+        let mut store = ExecutionStore {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+            recovered: Vec::new(),
+        };
+        store.recovered = store.recover()?;
+        Ok(store)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The executions [`ExecutionStore::open`] found interrupted and marked failed.
+    pub fn recovered(&self) -> &[String] {
+        &self.recovered
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn fail(&self, e: impl std::fmt::Display) -> CapabilityError {
+        store_error(&self.path, e)
+    }
+
+    fn recover(&self) -> Result<Vec<String>, CapabilityError> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.fail(e))?;
+        let rows: Vec<(String, i64, Option<i64>, Option<i64>)> = {
+            let mut stmt = tx
+                .prepare("SELECT id, owner_pid, owner_start, pgid FROM executions WHERE status IN ('starting', 'running', 'stopping')")
+                .map_err(|e| self.fail(e))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .map_err(|e| self.fail(e))?;
+            rows.filter_map(Result::ok).collect()
+        };
+        let now = now_ms() as i64;
+        let mut recovered = Vec::new();
+        for (id, owner, owner_start, pgid) in rows {
+            if owner_alive(owner, owner_start) {
+                continue;
+            }
+            // Every process that carries the execution's id, in its recorded group or not (a
+            // descendant that called setsid), never an unrelated group that reused the id.
+            let killed = execbox_host::supervisor::kill_marked(EXECUTION_ID_ENV, &id);
+            if killed > 0 || pgid.is_some() {
+                tracing::debug!(execution = %id, killed, "killed what the execution left running");
+            }
+            tx.execute(
+                "UPDATE executions SET status = 'failed', error_code = ?2, error_message = ?3, updated_ms = ?4, ended_ms = ?4, pgid = NULL WHERE id = ?1",
+                params![id, CapabilityErrorCode::ExecutionFailed.as_str(), INTERRUPTED_MESSAGE, now],
+            )
+            .map_err(|e| self.fail(e))?;
+            tx.execute(
+                "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, 'failed', ?2, ?3)",
+                params![id, now, INTERRUPTED_MESSAGE],
+            )
+            .map_err(|e| self.fail(e))?;
+            tracing::warn!(execution = %id, "marked failed: {INTERRUPTED_MESSAGE}");
+            recovered.push(id);
+        }
+        tx.commit().map_err(|e| self.fail(e))?;
+        Ok(recovered)
+    }
+
+    /// Records a new execution, owned by this process, with its first status.
+    pub(crate) fn insert(&self, record: &ExecutionRecord) -> Result<(), CapabilityError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.fail(e))?;
+        tx.execute(
+            "INSERT INTO executions (id, capability, type, executor, capability_path, parent_id, principal, status, params, created_ms, updated_ms, owner_pid, owner_start)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
+            params![
+                record.execution_id,
+                record.capability,
+                record.capability_type,
+                record.executor,
+                record.capability_path,
+                record.parent_id,
+                record.principal,
+                record.status.as_str(),
+                record.params.to_string(),
+                record.created_ms as i64,
+                std::process::id() as i64,
+                start_time(std::process::id() as i64),
+            ],
+        )
+        .map_err(|e| self.fail(e))?;
+        tx.execute(
+            "INSERT INTO status_history (execution_id, status, at_ms) VALUES (?1, ?2, ?3)",
+            params![
+                record.execution_id,
+                record.status.as_str(),
+                record.created_ms as i64
+            ],
+        )
+        .map_err(|e| self.fail(e))?;
+        tx.commit().map_err(|e| self.fail(e))
+    }
+
+    /// Moves a live execution to `status`: `running` only from `starting` (a stop asked for
+    /// meanwhile stays `stopping`), `stopping` from `starting` or `running`; an execution
+    /// that ended is left as it is.
+    pub(crate) fn set_status(
+        &self,
+        id: &str,
+        status: ExecutionStatus,
+        detail: Option<&str>,
+    ) -> Result<(), CapabilityError> {
+        let now = now_ms() as i64;
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.fail(e))?;
+        let changed = tx
+            .execute(
+                "UPDATE executions SET status = ?2, updated_ms = ?3 WHERE id = ?1 AND (status = 'starting' OR (status = 'running' AND ?2 = 'stopping'))",
+                params![id, status.as_str(), now],
+            )
+            .map_err(|e| self.fail(e))?;
+        if changed > 0 {
+            tx.execute(
+                "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, ?2, ?3, ?4)",
+                params![id, status.as_str(), now, detail],
+            )
+            .map_err(|e| self.fail(e))?;
+        }
+        tx.commit().map_err(|e| self.fail(e))
+    }
+
+    /// Records the process group of an execution's executor (`None` once it is gone).
+    pub(crate) fn set_pgid(&self, id: &str, pgid: Option<u32>) -> Result<(), CapabilityError> {
+        self.lock()
+            .execute(
+                "UPDATE executions SET pgid = ?2 WHERE id = ?1",
+                params![id, pgid.map(i64::from)],
+            )
+            .map(|_| ())
+            .map_err(|e| self.fail(e))
+    }
+
+    /// Ends an execution: its terminal status, result and error; `Ok(None)` when it had
+    /// ended already (another process recovered it), which leaves its recorded end alone.
+    pub(crate) fn finish(
+        &self,
+        id: &str,
+        status: ExecutionStatus,
+        result: Option<&Value>,
+        additional_context: Option<&Value>,
+        error: Option<&CapabilityError>,
+    ) -> Result<Option<u64>, CapabilityError> {
+        let now = now_ms();
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.fail(e))?;
+        // One terminal status per execution: an execution another process already ended
+        // (recovered as interrupted) keeps that end.
+        let changed = tx.execute(
+            "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, pgid = NULL WHERE id = ?1 AND status IN ('starting', 'running', 'stopping')",
+            params![
+                id,
+                status.as_str(),
+                result.map(Value::to_string),
+                additional_context.map(Value::to_string),
+                error.map(|e| e.code.as_str()),
+                error.map(|e| e.message.as_str()),
+                now as i64,
+            ],
+        )
+        .map_err(|e| self.fail(e))?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        tx.execute(
+            "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, ?2, ?3, ?4)",
+            params![id, status.as_str(), now as i64, error.map(|e| e.message.as_str())],
+        )
+        .map_err(|e| self.fail(e))?;
+        tx.commit().map_err(|e| self.fail(e))?;
+        Ok(Some(now))
+    }
+
+    /// One execution.
+    pub fn get(&self, id: &str) -> Result<Option<ExecutionRecord>, CapabilityError> {
+        self.lock()
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM executions WHERE id = ?1"),
+                [id],
+                record,
+            )
+            .optional()
+            .map_err(|e| self.fail(e))
+    }
+
+    /// Executions matching `filter`, newest first, as summaries: `params`, `result` and
+    /// `additionalContext` are left out (null), so a list of thousands stays small whatever
+    /// each execution returned; [`ExecutionStore::get`] has them.
+    pub fn list(&self, filter: &ExecutionFilter) -> Result<Vec<ExecutionRecord>, CapabilityError> {
+        let limit = filter.limit.unwrap_or(1_000).min(MAX_LIST);
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {SUMMARY_COLUMNS} FROM executions
+                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR parent_id = ?2) AND (?3 IS NULL OR capability = ?3) AND (?5 IS NULL OR principal = ?5)
+                 ORDER BY created_ms DESC, id DESC LIMIT ?4"
+            ))
+            .map_err(|e| self.fail(e))?;
+        let rows = stmt
+            .query_map(
+                params![
+                    filter.status.map(ExecutionStatus::as_str),
+                    filter.parent_id,
+                    filter.capability,
+                    limit,
+                    filter.principal
+                ],
+                record,
+            )
+            .map_err(|e| self.fail(e))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.fail(e))
+    }
+
+    /// An execution's status changes, oldest first.
+    pub fn history(&self, id: &str) -> Result<Vec<StatusChange>, CapabilityError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached("SELECT status, at_ms, detail FROM status_history WHERE execution_id = ?1 ORDER BY rowid")
+            .map_err(|e| self.fail(e))?;
+        let rows = stmt
+            .query_map([id], |r| {
+                let status: String = r.get(0)?;
+                Ok(StatusChange {
+                    status: status.parse().unwrap_or(ExecutionStatus::Failed),
+                    at_ms: r.get::<_, i64>(1)? as u64,
+                    detail: r.get(2)?,
+                })
+            })
+            .map_err(|e| self.fail(e))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.fail(e))
+    }
+}
+
+fn json_column(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<Value>> {
+    let text: Option<String> = row.get(i)?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+}
+
+fn record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
+    let status: String = row.get(7)?;
+    let error_code: Option<String> = row.get(11)?;
+    let error_message: Option<String> = row.get(12)?;
+    Ok(ExecutionRecord {
+        execution_id: row.get(0)?,
+        capability: row.get(1)?,
+        capability_type: row.get(2)?,
+        executor: row.get(3)?,
+        capability_path: row.get(4)?,
+        parent_id: row.get(5)?,
+        principal: row.get(6)?,
+        status: status.parse().unwrap_or(ExecutionStatus::Failed),
+        params: json_column(row, 8)?.unwrap_or(Value::Null),
+        result: json_column(row, 9)?,
+        additional_context: json_column(row, 10)?,
+        error: error_code.map(|code| CapabilityError {
+            code: CapabilityErrorCode::parse(&code).unwrap_or(CapabilityErrorCode::ExecutionFailed),
+            message: error_message.unwrap_or_default(),
+        }),
+        created_ms: row.get::<_, i64>(13)? as u64,
+        updated_ms: row.get::<_, i64>(14)? as u64,
+        ended_ms: row.get::<_, Option<i64>>(15)?.map(|t| t as u64),
+    })
+}
+
+/// Whether the process that owned an execution still runs: its pid exists and, where the
+/// start time was recorded and can be read, started at that time (a reused pid is another
+/// process).
+fn owner_alive(pid: i64, start: Option<i64>) -> bool {
+    if !process_alive(pid) {
+        return false;
+    }
+    match (start, start_time(pid)) {
+        (Some(recorded), Some(now)) => recorded == now,
+        _ => true,
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces and `)`).
+fn proc_stat(pid: i64) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// A process's start time, in clock ticks after boot (`/proc/<pid>/stat` field 22).
+fn start_time(pid: i64) -> Option<i64> {
+    // Fields after the name start at field 3 (state), so field 22 is index 19.
+    proc_stat(pid)?.get(19)?.parse().ok()
+}
+
+/// Whether a process with this pid exists (a process we may not signal exists too).
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn process_alive(pid: i64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 sends nothing and has no memory-safety preconditions.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(not(unix))]
+fn process_alive(_pid: i64) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(id: &str, status: ExecutionStatus) -> ExecutionRecord {
+        ExecutionRecord {
+            execution_id: id.into(),
+            capability: "c".into(),
+            capability_type: "script".into(),
+            executor: "script".into(),
+            capability_path: "/c".into(),
+            parent_id: None,
+            principal: None,
+            status,
+            params: json!({"a": 1}),
+            result: None,
+            additional_context: None,
+            error: None,
+            created_ms: now_ms(),
+            updated_ms: now_ms(),
+            ended_ms: None,
+        }
+    }
+
+    fn temp_db(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("execbox-store-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("nested/state.db")
+    }
+
+    #[test]
+    fn executions_of_a_dead_owner_are_failed_at_open_and_a_live_owner_keeps_its_own() {
+        let path = temp_db("recover");
+        let store = ExecutionStore::open(&path).unwrap();
+        store
+            .insert(&record("dead", ExecutionStatus::Starting))
+            .unwrap();
+        store
+            .set_status("dead", ExecutionStatus::Running, None)
+            .unwrap();
+        store
+            .insert(&record("mine", ExecutionStatus::Starting))
+            .unwrap();
+        // A process that has exited owns `dead`.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        store
+            .lock()
+            .execute(
+                "UPDATE executions SET owner_pid = ?1 WHERE id = 'dead'",
+                [gone as i64],
+            )
+            .unwrap();
+        drop(store);
+
+        let store = ExecutionStore::open(&path).unwrap();
+        assert_eq!(store.recovered(), ["dead"]);
+        let dead = store.get("dead").unwrap().unwrap();
+        assert_eq!(dead.status, ExecutionStatus::Failed);
+        assert_eq!(dead.error.unwrap().message, INTERRUPTED_MESSAGE);
+        let history: Vec<ExecutionStatus> = store
+            .history("dead")
+            .unwrap()
+            .into_iter()
+            .map(|c| c.status)
+            .collect();
+        assert_eq!(
+            history,
+            [
+                ExecutionStatus::Starting,
+                ExecutionStatus::Running,
+                ExecutionStatus::Failed
+            ]
+        );
+        // This process is alive: its execution is left alone.
+        assert_eq!(
+            store.get("mine").unwrap().unwrap().status,
+            ExecutionStatus::Starting
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn a_stop_asked_for_while_starting_is_not_overwritten_by_running() {
+        let path = temp_db("transitions");
+        let store = ExecutionStore::open(&path).unwrap();
+        store
+            .insert(&record("x", ExecutionStatus::Starting))
+            .unwrap();
+        store
+            .set_status("x", ExecutionStatus::Stopping, None)
+            .unwrap();
+        store
+            .set_status("x", ExecutionStatus::Running, None)
+            .unwrap();
+        assert_eq!(
+            store.get("x").unwrap().unwrap().status,
+            ExecutionStatus::Stopping
+        );
+        store
+            .finish("x", ExecutionStatus::Stopped, None, None, None)
+            .unwrap();
+        store
+            .set_status("x", ExecutionStatus::Stopping, None)
+            .unwrap();
+        assert_eq!(
+            store.get("x").unwrap().unwrap().status,
+            ExecutionStatus::Stopped
+        );
+        let filter = ExecutionFilter {
+            status: Some(ExecutionStatus::Stopped),
+            ..Default::default()
+        };
+        assert_eq!(store.list(&filter).unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let path = temp_db("newer");
+        drop(ExecutionStore::open(&path).unwrap());
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 9)
+            .unwrap();
+        let e = ExecutionStore::open(&path).unwrap_err();
+        assert_eq!(e.code, CapabilityErrorCode::RegistryNotInitialized);
+        assert!(e.message.contains("schema version 9 is newer"), "{e}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn an_execution_ends_once() {
+        let path = temp_db("once");
+        let store = ExecutionStore::open(&path).unwrap();
+        store
+            .insert(&record("a", ExecutionStatus::Starting))
+            .unwrap();
+        assert!(store
+            .finish("a", ExecutionStatus::Stopped, None, None, None)
+            .unwrap()
+            .is_some());
+        // A second end (another process recovered it first, say) leaves the first alone.
+        assert!(store
+            .finish("a", ExecutionStatus::Failed, None, None, None)
+            .unwrap()
+            .is_none());
+        let history: Vec<ExecutionStatus> = store
+            .history("a")
+            .unwrap()
+            .into_iter()
+            .map(|c| c.status)
+            .collect();
+        assert_eq!(
+            history,
+            [ExecutionStatus::Starting, ExecutionStatus::Stopped]
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn an_owner_is_its_pid_and_its_start_time() {
+        let me = std::process::id() as i64;
+        assert!(owner_alive(me, start_time(me)));
+        // The same pid with another start time is another process: the owner is gone.
+        if let Some(start) = start_time(me) {
+            assert!(!owner_alive(me, Some(start + 1)));
+        }
+    }
+}

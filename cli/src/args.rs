@@ -1,0 +1,530 @@
+//! The flags of `execbox` and its subcommands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use execbox_host::{RuntimeOptions, DEFAULT_MAX_CONCURRENT_TOOL_CALLS};
+use execbox_policy::EnforcementOptions;
+
+use crate::logging::{self, LogFormat};
+use crate::size::parse_size;
+
+/// Run model-written JavaScript in a sandboxed QuickJS runner, with tools the host owns.
+#[derive(Debug, Parser)]
+#[command(
+    name = "execbox",
+    version,
+    after_help = "Examples:\n  \
+        execbox run examples/hello.js --tools examples/tools.yaml\n  \
+        echo 'await text.word_count({ text: \"a b c\" })' | execbox run - --tools examples/tools.yaml\n  \
+        execbox types --tools examples/tools.yaml\n  \
+        execbox check --tools examples/tools.yaml\n  \
+        execbox runner --listen 127.0.0.1:7070 &  execbox run script.js --runner ws://127.0.0.1:7070\n  \
+        EXECBOX_TOKEN=... execbox run script.js --runner ws://10.0.0.5:7070   # a token-protected runner\n  \
+        execbox completions bash > ~/.local/share/bash-completion/completions/execbox\n\n\
+        Exit status: 0 when the execution succeeded, 1 when it failed, 2 on bad usage or \
+        configuration, 130 when cancelled by Ctrl-C, 143 when stopped by SIGTERM.\n\n\
+        Environment: RUST_LOG filters diagnostics on stderr (e.g. RUST_LOG=execbox_host=debug; \
+        it overrides -v/-q), EXECBOX_TOKEN is the bearer token for --runner, EXECBOX_RUNNER \
+        is the runner binary library users' executors start."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a script; print its result as JSON on stdout and its logs on stderr.
+    #[command(after_help = "Examples:\n  \
+        execbox run examples/hello.js --tools examples/tools.yaml\n  \
+        execbox run - --timeout-ms 500 <<< 'while (true) {}'      # fails with timeout, exit 1\n  \
+        execbox run examples/hello.js --tools examples/tools.yaml --json\n\n\
+        Ctrl-C cancels the execution (the guest is stopped, its tool calls are cancelled, exit \
+        130); a second Ctrl-C exits at once. SIGTERM stops the execution and kills its tool \
+        processes before exiting (143).")]
+    Run(RunArgs),
+    /// Print the TypeScript declarations of a tools file (for prompts).
+    #[command(after_help = "Examples:\n  \
+        execbox types --tools examples/tools.yaml\n  \
+        execbox types --tools examples/tools.yaml --prompt --timeout-ms 10000")]
+    Types(TypesArgs),
+    /// Check a tools file without running anything: its format, and that every command
+    /// exists and is executable; print a one-line summary.
+    #[command(after_help = "Examples:\n  \
+        execbox check --tools examples/tools.yaml\n\n\
+        Exit status: 0 when the file is valid, 2 (with the error on stderr) when not.")]
+    Check(CheckArgs),
+    /// Serve code mode to any MCP client: execute_code and search_tools over upstream MCP
+    /// servers and a tools file.
+    #[command(after_help = "Examples:\n  \
+        execbox mcp --config mcp.json                       # stdio, for Claude Desktop, Cursor...\n  \
+        execbox mcp --config mcp.json --tools tools.yaml\n  \
+        execbox mcp --config mcp.json --http 127.0.0.1:8080  # streamable HTTP at /mcp\n  \
+        EXECBOX_TOKEN=... execbox mcp --config mcp.json --http 0.0.0.0:8080 --allow-host mcp.internal\n\n\
+        Each server of mcp.json ({\"mcpServers\": {\"NAME\": {\"command\": ...} | {\"url\": ...}}}) \
+        becomes a namespace of the sandbox; a server that fails is reported on stderr and in \
+        execute_code's description, and the others keep working. Exit status: 0 when the \
+        client closed the connection, 2 on bad usage or configuration, 130 after SIGINT, 143 \
+        after SIGTERM (upstream processes are stopped first).")]
+    Mcp(McpArgs),
+    /// Capabilities: saved programs and their executors (list, check, show, run).
+    #[command(subcommand)]
+    Capabilities(CapabilitiesCommand),
+    /// Executions of capabilities, as recorded in the state database.
+    #[command(subcommand)]
+    Executions(ExecutionsCommand),
+    /// Serve the capabilities HTTP API (JSON, Server-Sent Events) on ADDR.
+    #[command(after_help = "Examples:\n  \
+        execbox serve --listen 127.0.0.1:0 --project examples/capabilities   # prints http://127.0.0.1:PORT\n  \
+        execbox serve --listen 0.0.0.0:8080 --policy policy.yaml              # bearer tokens of the policy\n\n\
+        Beyond loopback it refuses to start unless the policy gives principals bearer tokens \
+        (token_sha256). SIGTERM or Ctrl-C stops every running execution, then exits 0.")]
+    Serve(ServeArgs),
+    /// Be the runner itself (the same code as `execbox-runner`).
+    #[command(after_help = "Examples:\n  \
+        execbox runner                          # NDJSON on stdin/stdout\n  \
+        execbox runner --listen 127.0.0.1:0     # WebSocket; prints ws://127.0.0.1:PORT")]
+    Runner(execbox_runner::RunnerArgs),
+    /// Print a shell completion script.
+    #[command(after_help = "Examples:\n  \
+        execbox completions bash > ~/.local/share/bash-completion/completions/execbox\n  \
+        execbox completions zsh > ~/.zfunc/_execbox\n  \
+        execbox completions fish > ~/.config/fish/completions/execbox.fish")]
+    Completions(CompletionsArgs),
+}
+
+/// How much `execbox` itself says on stderr.
+#[derive(Debug, Args)]
+pub struct Diagnostics {
+    /// Say more on stderr: -v info, -vv debug (with runner and tool lines), -vvv trace.
+    /// RUST_LOG, when set, overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Say only errors on stderr (the guest's logs are still printed).
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// The format of diagnostic lines on stderr.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t)]
+    pub log_format: LogFormat,
+}
+
+impl Diagnostics {
+    /// Installs the log subscriber these flags ask for.
+    pub fn init(&self) {
+        logging::init(self.verbose, self.quiet, self.log_format);
+    }
+
+    /// The `RUST_LOG` to give a child runner so it says as much as we do, unless `RUST_LOG`
+    /// is set already (the child inherits it).
+    pub fn runner_filter(&self) -> Option<&'static str> {
+        if std::env::var_os("RUST_LOG").is_some() {
+            return None;
+        }
+        Some(logging::level(self.verbose, self.quiet))
+    }
+
+    /// This binary as a runner (`execbox runner`), saying as much as we do.
+    pub fn runner_command(&self) -> anyhow::Result<execbox_host::RunnerCommand> {
+        use anyhow::Context as _;
+        let exe = std::env::current_exe().context("cannot locate the execbox binary")?;
+        let mut runner = execbox_host::RunnerCommand::new(exe).arg("runner");
+        if let Some(filter) = self.runner_filter() {
+            runner = runner.env("RUST_LOG", filter);
+        }
+        Ok(runner)
+    }
+}
+
+/// Who runs the program and under which policy (see docs/policy.md).
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// The policy file (YAML): who holds which permissions, rate-limit state, audit log.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Run as this principal of the policy file; the tools it may not call do not exist.
+    #[arg(long, value_name = "NAME", requires = "policy")]
+    pub principal: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The tools file (YAML).
+    #[arg(long, value_name = "FILE")]
+    pub tools: PathBuf,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+#[derive(Debug, Args)]
+pub struct TypesArgs {
+    /// The tools file (YAML).
+    #[arg(long, value_name = "FILE")]
+    pub tools: PathBuf,
+    /// Print a prompt-ready preamble for a model first: how a program runs, what is missing,
+    /// the error shape and the limits; the declarations then carry each tool's error codes.
+    #[arg(long)]
+    pub prompt: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// With --prompt: the wall-clock limit to state, in milliseconds (as `run --timeout-ms`).
+    #[arg(long, value_name = "MS", default_value_t = RuntimeOptions::DEFAULT_TIMEOUT_MS, requires = "prompt")]
+    pub timeout_ms: u64,
+    /// With --prompt: the memory limit to state (as `run --memory-limit-bytes`).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size, requires = "prompt")]
+    pub memory_limit_bytes: u64,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The script to run, or `-` for stdin.
+    #[arg(value_name = "FILE|-")]
+    pub script: String,
+    /// Tools file (YAML) declaring providers of command tools.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+    /// Wall-clock limit in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = RuntimeOptions::DEFAULT_TIMEOUT_MS)]
+    pub timeout_ms: u64,
+    /// Memory limit of the guest's runtime: bytes, or with a unit (64MiB, 512KiB, 1GiB).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    pub memory_limit_bytes: u64,
+    /// Keep at most this many log lines.
+    #[arg(long, value_name = "N", default_value_t = RuntimeOptions::DEFAULT_MAX_LOG_LINES)]
+    pub max_log_lines: u64,
+    /// Keep at most this many log characters (UTF-16 units).
+    #[arg(long, value_name = "N", default_value_t = RuntimeOptions::DEFAULT_MAX_LOG_CHARS)]
+    pub max_log_chars: u64,
+    /// Run at most this many tool calls at once; the others wait in arrival order.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_TOOL_CALLS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_tool_calls: u32,
+    /// Use the runner at this WebSocket address instead of spawning one (`ws://` or `wss://`;
+    /// a Service in front of many runners works: turned-away sessions are retried).
+    #[arg(long, value_name = "ws://ADDR")]
+    pub runner: Option<String>,
+    /// With a `wss://` --runner: also trust the CA certificates in this PEM file.
+    #[arg(long, value_name = "FILE", requires = "runner")]
+    pub runner_ca: Option<PathBuf>,
+    /// With --runner: send this file's content (one trailing newline trimmed) as the bearer
+    /// token; without it, the EXECBOX_TOKEN environment variable is used if set.
+    #[arg(long, value_name = "FILE", requires = "runner")]
+    pub token_file: Option<PathBuf>,
+    /// Print the whole `done` envelope as JSON on stdout, whatever the outcome.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub enforce: EnforceArgs,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+/// The policy and everything that enforces it: principal, audit log, rate-limit state,
+/// approvals.
+#[derive(Debug, Args)]
+pub struct EnforceArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// Keep rate-limit counters in this SQLite file, shared with every process using it
+    /// (overrides the policy file's `state`); without either, counters last as long as the
+    /// process.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Approve every call of a tool that requires approval, without asking.
+    #[arg(long)]
+    pub approve_all: bool,
+}
+
+impl EnforceArgs {
+    /// The flags as the policy crate takes them.
+    pub fn options(&self) -> EnforcementOptions {
+        let mut options = self.policy.options();
+        options.audit_log = self.audit_log.clone();
+        options.state = self.state.clone();
+        options.approve_all = self.approve_all;
+        options
+    }
+}
+
+impl PolicyArgs {
+    /// The policy file and the principal, as the policy crate takes them.
+    pub fn options(&self) -> EnforcementOptions {
+        let mut options = EnforcementOptions::default();
+        options.policy = self.policy.clone();
+        options.principal = self.principal.clone();
+        options
+    }
+}
+
+impl CapabilityArgs {
+    /// The policy file, the caller and the audit log, as the policy crate takes them.
+    pub fn enforcement_options(&self) -> EnforcementOptions {
+        let mut options = self.policy.options();
+        options.audit_log = self.audit_log.clone();
+        options
+    }
+}
+
+/// Where capabilities and executions are, who asks, and the audit log.
+#[derive(Debug, Args)]
+pub struct CapabilityArgs {
+    /// The project folder (holding `.execbox/`); by default the first `.execbox/` found
+    /// walking up from the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// The state database of executions (SQLite); by default `.execbox/state.db` of the
+    /// project, else `state.db` of the global root ($EXECBOX_HOME, else
+    /// $XDG_CONFIG_HOME/execbox, else ~/.config/execbox).
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CapabilitiesCommand {
+    /// List the capabilities and executors of the three roots (project, global, built-in).
+    #[command(after_help = "Examples:\n  \
+        execbox capabilities list\n  \
+        execbox capabilities list --json --project examples/capabilities")]
+    List {
+        /// Print JSON: {\"capabilities\": [...], \"executors\": [...]}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Check every capability.yaml and executor.yaml; list what is invalid and why.
+    #[command(
+        after_help = "Exit status: 0 when every configuration is valid, 2 when some are not \
+        (each is listed with INVALID_CAPABILITY_CONFIG or INVALID_EXECUTOR_CONFIG)."
+    )]
+    Check {
+        /// Print JSON: {\"ok\": bool, \"issues\": [{code, path, source, message}]}.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Show one capability (as JSON): its schemas, permissions, folder, source and executor.
+    Show {
+        /// The capability's name.
+        name: String,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Start a capability, wait for it, print its result as JSON.
+    #[command(after_help = "Examples:\n  \
+        execbox capabilities run word-stats --params '{\"text\": \"a b c\"}' --project examples/capabilities\n\n\
+        Exit status: 0 when it completed, 1 when it failed, timed out, was stopped or refused \
+        (the code and message on stderr), 2 on bad usage or configuration, 130 after Ctrl-C \
+        and 143 after SIGTERM (each stops it first).")]
+    Run {
+        /// The capability's name.
+        name: String,
+        /// Require this type.
+        #[arg(long = "type", value_name = "TYPE")]
+        capability_type: Option<String>,
+        /// The params, as JSON (checked against its input_schema).
+        #[arg(long, value_name = "JSON")]
+        params: Option<String>,
+        /// Time limit in milliseconds (default: the capability's timeout_ms).
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+        /// The parent id (an agent's id, or an execution's).
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
+        /// Print the whole outcome as JSON ({success, executionId, status, result, ...}).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+}
+
+impl CapabilitiesCommand {
+    /// The flags every subcommand has.
+    pub fn common(&self) -> &CapabilityArgs {
+        match self {
+            CapabilitiesCommand::List { common, .. }
+            | CapabilitiesCommand::Check { common, .. }
+            | CapabilitiesCommand::Show { common, .. }
+            | CapabilitiesCommand::Run { common, .. } => common,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutionsCommand {
+    /// List executions, newest first.
+    #[command(after_help = "Examples:\n  \
+        execbox executions list --status running\n  \
+        execbox executions list --parent cap_1763850000000_1a2b3c4d --json")]
+    List {
+        /// Only this status (starting, running, completed, failed, timeout, stopping, stopped).
+        #[arg(long, value_name = "STATUS")]
+        status: Option<execbox_capabilities::ExecutionStatus>,
+        /// Only children of this parent.
+        #[arg(long, value_name = "ID")]
+        parent: Option<String>,
+        /// Only executions of this capability.
+        #[arg(long, value_name = "NAME")]
+        capability: Option<String>,
+        /// At most this many.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: u32,
+        /// Print JSON: an array of execution records.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Show one execution (as JSON) with its status history.
+    Show {
+        /// The execution id.
+        id: String,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (`127.0.0.1:0` picks a free port); the first line on stdout
+    /// is `http://ADDR` with the port bound.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Warm runner processes for top-level script capabilities (nested ones get a fresh
+    /// process each).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub pool: u16,
+    /// Also accept this Host (a name or name:port; repeatable). Loopback names are always
+    /// accepted, and the address listened on when it is a specific one; others get 403.
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// Accept requests from this browser origin (e.g. https://app.example.com; repeatable).
+    /// A request with any other Origin header gets 403.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+    #[command(flatten)]
+    pub door: DoorArgs,
+    #[command(flatten)]
+    pub common: CapabilityArgs,
+}
+
+impl ExecutionsCommand {
+    /// The flags every subcommand has.
+    pub fn common(&self) -> &CapabilityArgs {
+        match self {
+            ExecutionsCommand::List { common, .. } | ExecutionsCommand::Show { common, .. } => {
+                common
+            }
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_flags_are_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}
+
+/// `execbox mcp`: code mode for any MCP client.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The upstream MCP servers: a JSON file in the shape MCP clients use,
+    /// {"mcpServers": {"NAME": {"command", "args", "env", "cwd"} | {"url", "headers"}}}.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A tools file (YAML) whose providers join as more namespaces.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+    /// Serve streamable HTTP on ADDR (at /mcp) instead of stdio; a non-loopback ADDR needs a
+    /// token.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// With --http: the bearer token, this file's content (one trailing newline trimmed);
+    /// without it, EXECBOX_TOKEN if set.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub token_file: Option<PathBuf>,
+    /// With --http: also accept this Host (a name or name:port; repeatable). Loopback names are
+    /// always accepted, and the address given when it is a specific one.
+    #[arg(long, value_name = "HOST", requires = "http")]
+    pub allow_host: Vec<String>,
+    /// With --http: accept requests from this browser origin (e.g. https://app.example.com:443,
+    /// http://localhost:*; repeatable). Other Origin headers are refused.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    pub allow_origin: Vec<String>,
+    /// Wall-clock limit of each program, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub timeout_ms: u64,
+    /// Memory limit of each program's runtime: bytes, or with a unit (64MiB, 1GiB).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    pub memory_limit_bytes: u64,
+    /// Cut execute_code's answer at this many characters (with a marker saying so).
+    #[arg(long, value_name = "N", default_value_t = 24_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub max_output_chars: u64,
+    /// Warm runner processes, and so programs run at once.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub runners: u32,
+    /// Run at most this many tool calls of one program at once.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_TOOL_CALLS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_tool_calls: u32,
+    /// How long an upstream server may take to start and list its tools, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub startup_timeout: u64,
+    /// Who runs the programs and under which policy: upstream tools need the permission
+    /// `server:tool` (`github:create_issue`, or `github:*`); approvals are asked of the MCP
+    /// client's user through elicitation unless --approve-all.
+    #[command(flatten)]
+    pub enforce: EnforceArgs,
+    #[command(flatten)]
+    pub door: DoorArgs,
+    #[command(flatten)]
+    pub diagnostics: Diagnostics,
+}
+
+/// How an HTTP server treats connections (`execbox serve`, `execbox mcp --http`).
+#[derive(Debug, Args)]
+pub struct DoorArgs {
+    /// A request head must arrive within this time of the connection opening (or of the
+    /// previous response, for a kept-alive connection), or the connection is closed:
+    /// 500ms, 10s, 1m.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = execbox_runner::parse_duration)]
+    pub header_timeout: std::time::Duration,
+    /// At most this many connections at once; more are closed as soon as accepted.
+    #[arg(long, value_name = "N", default_value_t = execbox_http::DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_connections: u32,
+}
+
+impl DoorArgs {
+    /// The flags as the front door takes them.
+    pub fn options(&self) -> execbox_http::ServeOptions {
+        execbox_http::ServeOptions {
+            header_timeout: self.header_timeout,
+            max_connections: self.max_connections as usize,
+            ..execbox_http::ServeOptions::default()
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! `execbox capabilities` and `execbox executions`: the registry, one run, and the records.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use execbox_capabilities::{
+    CapabilityManager, ExecutionFilter, ExecutionStore, ManagerOptions, Registry, RegistryRoots,
+    StartRequest,
+};
+use execbox_host::{Executor, PoolOptions, PooledExecutor, ProcessExecutor};
+use execbox_policy::Enforcement;
+use serde_json::{json, Value};
+
+use crate::args::{CapabilitiesCommand, CapabilityArgs, ExecutionsCommand};
+use crate::signals::StopSignals;
+
+/// The roots the flags and the working directory give.
+pub fn roots(common: &CapabilityArgs) -> anyhow::Result<RegistryRoots> {
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    if let Some(dir) = &common.project {
+        if !dir.is_dir() {
+            anyhow::bail!("--project {}: no such folder", dir.display());
+        }
+    }
+    Ok(RegistryRoots::discover(&cwd, common.project.as_deref()))
+}
+
+/// `--db`, else the project's `.execbox/state.db`, else the global root's `state.db`.
+pub fn db_path(common: &CapabilityArgs, roots: &RegistryRoots) -> anyhow::Result<PathBuf> {
+    if let Some(db) = &common.db {
+        return Ok(db.clone());
+    }
+    if let Some(project) = &roots.project {
+        return Ok(project.join("state.db"));
+    }
+    match &roots.global {
+        Some(global) => Ok(global.join("state.db")),
+        None => anyhow::bail!(
+            "no project (.execbox/ in this folder or above) and no global root ($EXECBOX_HOME, \
+             $XDG_CONFIG_HOME and $HOME are unset): pass --db FILE or --project DIR"
+        ),
+    }
+}
+
+/// A manager over the flags' roots and database: `pool` warm runners for top-level scripts
+/// (a fresh process each when 0), fresh processes for nested ones.
+pub fn manager(
+    common: &CapabilityArgs,
+    enforcement: Enforcement,
+    pool: usize,
+) -> anyhow::Result<CapabilityManager> {
+    let roots = roots(common)?;
+    let db = db_path(common, &roots)?;
+    let store = ExecutionStore::open(&db)?;
+    let runner = common.diagnostics.runner_command()?;
+    let nested: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(runner.clone())?);
+    let executor: Arc<dyn Executor> = if pool == 0 {
+        nested.clone()
+    } else {
+        Arc::new(PooledExecutor::new(
+            runner,
+            PoolOptions {
+                size: pool,
+                ..PoolOptions::default()
+            },
+        )?)
+    };
+    Ok(CapabilityManager::new(
+        Registry::load(roots),
+        store,
+        executor,
+        ManagerOptions {
+            enforcement,
+            nested_executor: Some(nested),
+            ..ManagerOptions::default()
+        },
+    ))
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Writes `text` to stdout; a broken pipe is a clean exit.
+fn out(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn pretty(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into()) + "\n"
+}
+
+fn one_line(text: Option<&str>) -> String {
+    text.unwrap_or("").lines().next().unwrap_or("").to_string()
+}
+
+pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        CapabilitiesCommand::List { json, common } => {
+            let registry = Registry::load(roots(&common)?);
+            let capabilities = registry.capabilities();
+            let executors = registry.executors();
+            if json {
+                out(&pretty(
+                    &json!({"capabilities": capabilities, "executors": executors}),
+                ));
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut text = String::from("CAPABILITY\tTYPE\tSOURCE\tEXECUTOR\tDESCRIPTION\n");
+            for c in &capabilities {
+                text.push_str(&format!(
+                    "{}\t{}\t{}\t{}\t{}\n",
+                    c.name,
+                    c.capability_type,
+                    c.source.as_str(),
+                    c.executor.as_deref().unwrap_or("(none)"),
+                    one_line(c.description.as_deref())
+                ));
+            }
+            text.push_str("\nEXECUTOR\tTYPES\tSOURCE\tCOMMAND\n");
+            for e in &executors {
+                text.push_str(&format!(
+                    "{}\t{}\t{}\t{}\n",
+                    e.name,
+                    e.active_types.join(","),
+                    e.source.as_str(),
+                    e.command
+                        .as_ref()
+                        .map(|c| c.display().to_string())
+                        .unwrap_or_else(|| "(built in)".into())
+                ));
+            }
+            let skipped = registry.issues().len();
+            if skipped > 0 {
+                text.push_str(&format!(
+                    "\n{skipped} invalid configuration{} skipped; `execbox capabilities check` says why\n",
+                    if skipped == 1 { "" } else { "s" }
+                ));
+            }
+            out(&text);
+            Ok(ExitCode::SUCCESS)
+        }
+        CapabilitiesCommand::Check { json, common } => {
+            let registry = Registry::load(roots(&common)?);
+            let issues = registry.issues();
+            if json {
+                out(&pretty(&json!({"ok": issues.is_empty(), "issues": issues})));
+            } else {
+                let mut text = String::new();
+                for i in issues {
+                    text.push_str(&format!(
+                        "{}: {} ({}): {}\n",
+                        i.code,
+                        i.path.display(),
+                        i.source.as_str(),
+                        i.message
+                    ));
+                }
+                text.push_str(&format!(
+                    "{} capabilities and {} executors valid, {} invalid\n",
+                    registry.capabilities().len(),
+                    registry.executors().len(),
+                    issues.len()
+                ));
+                out(&text);
+            }
+            Ok(if issues.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            })
+        }
+        CapabilitiesCommand::Show { name, common } => {
+            let registry = Registry::load(roots(&common)?);
+            let Some(capability) = registry.capability(&name) else {
+                let known: Vec<String> = registry
+                    .capabilities()
+                    .into_iter()
+                    .map(|c| c.name)
+                    .collect();
+                anyhow::bail!(
+                    "CAPABILITY_NOT_FOUND: no capability `{name}`; the registry has {}",
+                    if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    }
+                );
+            };
+            out(&pretty(&capability));
+            Ok(ExitCode::SUCCESS)
+        }
+        CapabilitiesCommand::Run {
+            name,
+            capability_type,
+            params,
+            timeout_ms,
+            parent,
+            json,
+            common,
+        } => {
+            let params: Value = match &params {
+                None => Value::Null,
+                Some(text) => serde_json::from_str(text)
+                    .with_context(|| format!("--params is not JSON: {text:?}; pass e.g. --params '{{\"repo\": \"a/b\"}}'"))?,
+            };
+            let enforcement = common.enforcement_options().open()?;
+            let principal = enforcement
+                .policy()
+                .is_some()
+                .then(|| enforcement.principal().clone());
+            let runtime = runtime()?;
+            runtime.block_on(async move {
+                let manager = manager(&common, enforcement, 0)?;
+                let request = StartRequest {
+                    capability: name,
+                    capability_type,
+                    params,
+                    timeout_ms,
+                    parent_id: parent,
+                };
+                let mut signals = StopSignals::new();
+                let id = match manager.start(request, principal).await {
+                    Ok(id) => id,
+                    Err(e) => {
+                        eprintln!("execbox: {}: {}", e.code, e.message);
+                        return Ok(ExitCode::from(1));
+                    }
+                };
+                // Ctrl-C or SIGTERM stops the execution (its executor's process group with
+                // it) before we exit with the signal's status.
+                let interrupted = tokio::select! {
+                    Some(status) = signals.next() => {
+                        eprintln!("execbox: stopping {id}");
+                        Some(status)
+                    }
+                    _ = manager.wait(&id, None) => None,
+                };
+                if interrupted.is_some() {
+                    let _ = manager.stop(&id).await;
+                }
+                let outcome = manager
+                    .wait(&id, None)
+                    .await?
+                    .context("the execution did not end")?;
+                if json {
+                    out(&pretty(&outcome));
+                } else if let Some(result) = &outcome.result {
+                    out(&pretty(result));
+                }
+                if let (false, Some(e)) = (outcome.success, &outcome.error) {
+                    eprintln!(
+                        "execbox: {id} {}: {}: {}",
+                        outcome.status, e.code, e.message
+                    );
+                }
+                Ok(if let Some(status) = interrupted {
+                    ExitCode::from(status)
+                } else if outcome.success {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                })
+            })
+        }
+    }
+}
+
+pub fn executions(command: ExecutionsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        ExecutionsCommand::List {
+            status,
+            parent,
+            capability,
+            limit,
+            json,
+            common,
+        } => {
+            let store = ExecutionStore::open(db_path(&common, &roots(&common)?)?)?;
+            let records = store.list(&ExecutionFilter {
+                status,
+                parent_id: parent,
+                capability,
+                principal: None,
+                limit: Some(limit),
+            })?;
+            if json {
+                out(&pretty(&records));
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut text = String::from("EXECUTION\tSTATUS\tCAPABILITY\tPARENT\tSTARTED\n");
+            for r in &records {
+                text.push_str(&format!(
+                    "{}\t{}\t{}\t{}\t{}\n",
+                    r.execution_id,
+                    r.status,
+                    r.capability,
+                    r.parent_id.as_deref().unwrap_or("-"),
+                    rfc3339(r.created_ms)
+                ));
+            }
+            out(&text);
+            Ok(ExitCode::SUCCESS)
+        }
+        ExecutionsCommand::Show { id, common } => {
+            let store = ExecutionStore::open(db_path(&common, &roots(&common)?)?)?;
+            let Some(record) = store.get(&id)? else {
+                anyhow::bail!("EXECUTION_NOT_FOUND: no execution `{id}` in {}; `execbox executions list` shows the known ones", store.path().display());
+            };
+            let mut value = serde_json::to_value(&record)?;
+            value["history"] = serde_json::to_value(store.history(&id)?)?;
+            out(&pretty(&value));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Unix milliseconds as an RFC 3339 time in UTC (seconds).
+fn rfc3339(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn times_are_rfc3339() {
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::rfc3339(1_763_850_000_000), "2025-11-22T22:20:00Z");
+    }
+}

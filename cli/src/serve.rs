@@ -1,0 +1,88 @@
+//! `execbox serve`: the capabilities HTTP API on a port, until SIGTERM or Ctrl-C.
+
+use std::io::Write;
+use std::net::ToSocketAddrs;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use execbox_capabilities::{capabilities_router, serve_door};
+use execbox_http::{Hosts, Origins};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::ServeArgs;
+use crate::capabilities::manager;
+use crate::signals::StopSignals;
+
+pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let common = &args.common;
+    if common.policy.principal.is_some() {
+        anyhow::bail!(
+            "--principal does not apply to `execbox serve`: each caller is the principal its bearer token belongs to (token_sha256 in the policy)"
+        );
+    }
+    let mut options = common.enforcement_options();
+    options.caller_per_request = true;
+    let enforcement = options.open()?;
+    let policy = enforcement.policy().cloned();
+    let addr = args
+        .listen
+        .to_socket_addrs()
+        .with_context(|| {
+            format!(
+                "--listen {}: expected HOST:PORT, e.g. 127.0.0.1:8080",
+                args.listen
+            )
+        })?
+        .next()
+        .with_context(|| format!("--listen {}: the name resolves to no address", args.listen))?;
+    let hosts = Hosts::parse(&args.allow_host).context("--allow-host")?;
+    let origins = Origins::parse(&args.allow_origin).context("--allow-origin")?;
+    let door = serve_door(policy.as_ref()).origins(origins);
+    if !addr.ip().is_loopback() && !door.requires_token() {
+        anyhow::bail!(
+            "refusing to serve {addr}, which is not a loopback address, without authentication: \
+             give principals bearer tokens (token_sha256) in a --policy file, or listen on 127.0.0.1"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let manager = manager(common, enforcement, usize::from(args.pool))?;
+        let recovered = manager.store().recovered().len();
+        if recovered > 0 {
+            tracing::warn!("{recovered} execution(s) left running by a server that stopped were marked failed");
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr().context("cannot read the bound address")?;
+        {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "http://{local}");
+            let _ = stdout.flush();
+        }
+        tracing::info!(db = %manager.store().path().display(), "serving capabilities on http://{local}");
+        let router = capabilities_router(manager.clone(), door.hosts(hosts.with_bound(local)));
+        let shutdown = CancellationToken::new();
+        let served = execbox_http::serve(listener, router, args.door.options(), shutdown.clone());
+        tokio::pin!(served);
+        tokio::select! {
+            served = &mut served => served.context("the server failed")?,
+            () = shutdown_signal() => {
+                shutdown.cancel();
+                tracing::info!("stopping {} running execution(s)", manager.running());
+                manager.stop_all().await;
+                let _ = served.await;
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    StopSignals::new().next().await;
+}

@@ -1,0 +1,176 @@
+//! The hook the core calls around every execution and tool call, and that a policy implements.
+//!
+//! The core knows no policy. An [`ExecuteRequest`](crate::ExecuteRequest) may carry a
+//! [`CallGuard`]; [`Connection::execute`](crate::Connection::execute) then asks it, in order:
+//! 1. [`CallGuard::may_call`] for each tool, once: the tools it refuses do not exist for the
+//!    execution (absent from the manifest and the declarations, and a call of one is answered
+//!    as a call of a missing tool, "permission denied");
+//! 2. [`CallGuard::execution_started`] before the runner sees the code;
+//! 3. [`CallGuard::admit`] for every call, after the tool is found and before its input is
+//!    validated and its handler runs; a refusal is the call's answer, an
+//!    [`Admission`] is kept while the call runs and [`Admission::finish`]ed with its outcome
+//!    before the result may reach the runner;
+//! 4. [`CallGuard::execution_finished`] with the outcome, before the result is returned.
+//!
+//! [`GuardError::Fatal`] from any of them ends the execution with `internal_error`: a guard
+//! that cannot do its duty (an audit log that cannot be written) stops the execution rather
+//! than let it run unguarded.
+//!
+//! **Fail closed without a guard**: a tool that declares a rate limit or an approval
+//! ([`ToolRequirements::needs_guard`]) is refused, never run, in an execution that carries no
+//! guard; a front end that forgot to attach one gets an error naming the tool, not a tool
+//! running unlimited. Permissions alone need no guard: without one there is no principal to
+//! hold them, and every tool is visible.
+//!
+//! `execbox-policy` implements this trait (permissions, rate limits, approvals, audit).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::requirements::ToolRequirements;
+use crate::tool::ToolError;
+
+/// A boxed future that may borrow (from the guard and the call).
+pub type GuardFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// One tool call as the guard sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct GuardedCall<'a> {
+    /// The execution the call belongs to.
+    pub execution_id: &'a str,
+    /// `provider.tool` as the guest called it (the sandbox's name, a JavaScript identifier).
+    pub tool: &'a str,
+    /// The tool's own name, as its definition gives it (an MCP server's `delete-all`, a tools
+    /// file's key); the same as the sandbox's name when that is a valid identifier.
+    pub original_name: &'a str,
+    /// What the tool declares it needs.
+    pub requirements: &'a ToolRequirements,
+    /// The call's input, parsed, not yet validated against the tool's schema.
+    pub input: &'a Value,
+}
+
+impl<'a> GuardedCall<'a> {
+    /// A call of `tool` (`provider.tool`, also its original name) with `input`.
+    pub fn new(
+        execution_id: &'a str,
+        tool: &'a str,
+        requirements: &'a ToolRequirements,
+        input: &'a Value,
+    ) -> Self {
+        GuardedCall {
+            execution_id,
+            tool,
+            original_name: tool.split_once('.').map_or(tool, |(_, name)| name),
+            requirements,
+            input,
+        }
+    }
+}
+
+/// Why a guard did not admit a call, or cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    /// The call is refused: it is answered with this error and the execution goes on.
+    #[error("{0}")]
+    Refused(ToolError),
+    /// The guard cannot do its duty (for example its audit log cannot be written): the
+    /// execution ends with `internal_error` and this message.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// How an execution ended, for [`CallGuard::execution_finished`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ExecutionEnd<'a> {
+    /// The execution's id.
+    pub execution_id: &'a str,
+    /// `Ok(())` or the wire error code it failed with (`timeout`, `tool_error`, ...).
+    pub outcome: Result<(), execbox_protocol::ErrorCode>,
+    /// The error's message, when it failed.
+    pub message: Option<&'a str>,
+    /// Wall time from the start of `Connection::execute`.
+    pub duration: Duration,
+}
+
+impl<'a> ExecutionEnd<'a> {
+    /// The end of `execution_id`, `Ok(())` or with the error code and message it failed with.
+    pub fn new(
+        execution_id: &'a str,
+        outcome: Result<(), execbox_protocol::ErrorCode>,
+        message: Option<&'a str>,
+        duration: Duration,
+    ) -> Self {
+        ExecutionEnd {
+            execution_id,
+            outcome,
+            message,
+            duration,
+        }
+    }
+}
+
+/// A call the guard admitted; finished with the call's outcome before the result may be sent.
+///
+/// An admission dropped without [`finish`](Admission::finish) is a call cut short by the end
+/// of its execution (cancelled, timed out, the runner gone): an implementation that records
+/// calls records that on drop.
+pub trait Admission: Send {
+    /// Records the end of the call: `Ok(())` or the error it failed with. A
+    /// [`GuardError::Fatal`] means the result must not be sent; the execution ends.
+    fn finish(self: Box<Self>, outcome: Result<(), &ToolError>) -> Result<(), GuardError>;
+}
+
+/// An admission that records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Admitted;
+
+impl Admission for Admitted {
+    fn finish(self: Box<Self>, _: Result<(), &ToolError>) -> Result<(), GuardError> {
+        Ok(())
+    }
+}
+
+/// The hook of a policy: which tools an execution may see, and admission of each call.
+///
+/// Implemented by `execbox-policy`'s `Enforcement`; any embedding application may implement
+/// its own. See the module docs for when each method is called.
+pub trait CallGuard: Send + Sync {
+    /// Whether a tool with these requirements exists for executions under this guard.
+    fn may_call(&self, requirements: &ToolRequirements) -> bool;
+
+    /// Called before the execution runs; a [`GuardError::Fatal`] means it must not.
+    fn execution_started(&self, execution_id: &str) -> Result<(), GuardError> {
+        let _ = execution_id;
+        Ok(())
+    }
+
+    /// Decides a call: an [`Admission`] to run it, or the refusal to answer it with.
+    fn admit<'a>(
+        &'a self,
+        call: GuardedCall<'a>,
+    ) -> GuardFuture<'a, Result<Box<dyn Admission>, GuardError>>;
+
+    /// Called once the execution has ended, before its result is returned; a
+    /// [`GuardError::Fatal`] turns the result into an `internal_error`.
+    fn execution_finished(&self, end: ExecutionEnd<'_>) -> Result<(), GuardError> {
+        let _ = end;
+        Ok(())
+    }
+}
+
+/// The refusal of a call that needs a guard in an execution that has none.
+pub(crate) fn unguarded(tool: &str, requirements: &ToolRequirements) -> ToolError {
+    let what = if requirements.requires_approval {
+        "requires approval"
+    } else {
+        "has a rate limit"
+    };
+    ToolError::tool(format!(
+        "{tool}: this tool {what}, and this host runs it without a policy to enforce that; \
+         the call was refused (the host must attach a guard, such as execbox-policy's \
+         Enforcement, to run it)"
+    ))
+}

@@ -1,0 +1,254 @@
+//! The front door as a layer over an axum `Router`: Host, Origin, bearer token, body size and
+//! body read time, in that order, each refusal in the one error shape.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use tower_http::timeout::TimeoutBody;
+
+use crate::{bearer, same_secret, Hosts, Origins, Refusal};
+
+/// Who a bearer token belongs to: `Some(caller)` admits the request as that caller.
+pub type TokenCheck<C> = Arc<dyn Fn(&str) -> Option<C> + Send + Sync>;
+
+/// The caller of a request, as the door decided: `Some` when tokens are required (the
+/// caller the token belongs to), `None` when they are not. Every request past the door
+/// carries it as an extension.
+#[derive(Clone, Debug)]
+pub struct Caller<C>(pub Option<C>);
+
+/// The checks of the door; see the crate docs. Build one, then [`FrontDoor::guard`] a router.
+pub struct FrontDoor<C> {
+    hosts: Hosts,
+    origins: Origins,
+    tokens: Option<TokenCheck<C>>,
+    max_body_bytes: usize,
+    body_timeout: Duration,
+}
+
+impl<C> Clone for FrontDoor<C> {
+    fn clone(&self) -> Self {
+        FrontDoor {
+            hosts: self.hosts.clone(),
+            origins: self.origins.clone(),
+            tokens: self.tokens.clone(),
+            max_body_bytes: self.max_body_bytes,
+            body_timeout: self.body_timeout,
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for FrontDoor<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrontDoor")
+            .field("hosts", &self.hosts)
+            .field("origins", &self.origins)
+            .field("tokens", &self.tokens.as_ref().map(|_| "<required>"))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("body_timeout", &self.body_timeout)
+            .finish()
+    }
+}
+
+impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
+    /// Loopback hosts only, no origin, no token, bodies of at most 1 MiB, 30 s per body frame.
+    pub fn new() -> Self {
+        FrontDoor {
+            hosts: Hosts::default(),
+            origins: Origins::none(),
+            tokens: None,
+            max_body_bytes: 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The `Host` values answered besides loopback names.
+    pub fn hosts(mut self, hosts: Hosts) -> Self {
+        self.hosts = hosts;
+        self
+    }
+
+    /// The browser origins allowed.
+    pub fn origins(mut self, origins: Origins) -> Self {
+        self.origins = origins;
+        self
+    }
+
+    /// Every request needs a bearer token that `check` maps to a caller.
+    pub fn tokens(mut self, check: TokenCheck<C>) -> Self {
+        self.tokens = Some(check);
+        self
+    }
+
+    /// Whether every request needs a token.
+    pub fn requires_token(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// The largest request body accepted (`413` past it).
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// The longest wait for the next piece of a request body.
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
+
+    /// `router` behind the door: nothing reaches its handlers unchecked.
+    pub fn guard<S: Clone + Send + Sync + 'static>(self, router: Router<S>) -> Router<S> {
+        let max = self.max_body_bytes;
+        router
+            .layer(DefaultBodyLimit::max(max))
+            .layer(middleware::from_fn_with_state(Arc::new(self), check::<C>))
+    }
+
+    /// The door's decision on a request's headers: the caller, or the refusal.
+    pub fn decide(&self, headers: &axum::http::HeaderMap) -> Result<Caller<C>, Refusal> {
+        let text = |name: header::HeaderName| -> Result<Option<&str>, Refusal> {
+            match headers.get(&name) {
+                None => Ok(None),
+                Some(v) => v
+                    .to_str()
+                    .map(Some)
+                    .map_err(|_| Refusal::bad_request(format!("the {name} header is not text"))),
+            }
+        };
+        match text(header::HOST)? {
+            None => return Err(Refusal::bad_request("the request has no Host header")),
+            Some(host) if !self.hosts.allows(host) => {
+                return Err(Refusal::forbidden(format!(
+                    "Host {host:?} is not this server's; start it with --allow-host to accept it"
+                )))
+            }
+            Some(_) => {}
+        }
+        if let Some(origin) = text(header::ORIGIN)? {
+            if !self.origins.allows(origin) {
+                return Err(Refusal::forbidden(format!(
+                    "requests from the browser origin {origin:?} are refused; start the server \
+                     with --allow-origin (scheme://host[:port]) to accept them"
+                )));
+            }
+        }
+        if let Some(content_length) = text(header::CONTENT_LENGTH)? {
+            match content_length.trim().parse::<u64>() {
+                Ok(n) if n > self.max_body_bytes as u64 => {
+                    return Err(Refusal::too_large(self.max_body_bytes))
+                }
+                Ok(_) => {}
+                Err(_) => return Err(Refusal::bad_request("Content-Length is not a number")),
+            }
+        }
+        let Some(tokens) = &self.tokens else {
+            return Ok(Caller(None));
+        };
+        let offered = headers
+            .get_all(header::AUTHORIZATION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(bearer)
+            .next();
+        match offered {
+            None => Err(Refusal::unauthorized(
+                "this server needs `Authorization: Bearer TOKEN`",
+            )),
+            Some(token) => match tokens(token) {
+                Some(caller) => Ok(Caller(Some(caller))),
+                None => Err(Refusal::unauthorized("the bearer token is not valid here")),
+            },
+        }
+    }
+}
+
+impl<C: Clone + Send + Sync + 'static> Default for FrontDoor<C> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FrontDoor<()> {
+    /// Every request needs this one token.
+    pub fn token(self, token: String) -> Self {
+        self.tokens(Arc::new(move |offered: &str| {
+            same_secret(offered, &token).then_some(())
+        }))
+    }
+}
+
+async fn check<C: Clone + Send + Sync + 'static>(
+    State(door): State<Arc<FrontDoor<C>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let caller = match door.decide(request.headers()) {
+        Ok(caller) => caller,
+        Err(refusal) => {
+            tracing::debug!(
+                status = refusal.status,
+                "refused at the door: {}",
+                refusal.message
+            );
+            if refusal.status == 413 {
+                drain(request, door.body_timeout).await;
+            }
+            return refusal_response(&refusal);
+        }
+    };
+    let timeout = door.body_timeout;
+    let mut request = request.map(|body| Body::new(TimeoutBody::new(timeout, body)));
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// A body announced larger than the limit but at most this size is read and thrown away
+/// before the `413` is sent, so a client that writes its whole body before it reads gets the
+/// answer instead of a reset connection; a larger one is not read at all.
+const MAX_DRAINED_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Reads and discards `request`'s body when it is small enough ([`MAX_DRAINED_BYTES`]), each
+/// piece within `timeout`.
+async fn drain(request: Request, timeout: Duration) {
+    use http_body_util::BodyExt as _;
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if announced.is_none_or(|n| n > MAX_DRAINED_BYTES) {
+        return;
+    }
+    let mut body = request.into_body();
+    let mut read = 0u64;
+    while read <= MAX_DRAINED_BYTES {
+        match tokio::time::timeout(timeout, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                read += frame.data_ref().map_or(0, |d| d.len() as u64);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// The answer to a refusal: its status, the JSON body, and `WWW-Authenticate: Bearer` for a
+/// `401`.
+pub(crate) fn refusal_response(refusal: &Refusal) -> Response {
+    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (status, refusal.body()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if refusal.challenges() {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}

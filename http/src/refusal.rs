@@ -1,0 +1,66 @@
+//! The one error shape of every refusal at the door: `{"error": {"code", "message"}}`.
+
+/// A request refused before it reached the service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The HTTP status: 400, 401, 403 or 413.
+    pub status: u16,
+    /// `BAD_REQUEST`, `UNAUTHORIZED`, `FORBIDDEN` or `PAYLOAD_TOO_LARGE`.
+    pub code: &'static str,
+    /// What is wrong and what to do, for a person.
+    pub message: String,
+}
+
+impl Refusal {
+    /// `401 UNAUTHORIZED` (answered with `WWW-Authenticate: Bearer`).
+    pub fn unauthorized(message: impl Into<String>) -> Refusal {
+        Refusal {
+            status: 401,
+            code: "UNAUTHORIZED",
+            message: message.into(),
+        }
+    }
+
+    /// `403 FORBIDDEN`.
+    pub fn forbidden(message: impl Into<String>) -> Refusal {
+        Refusal {
+            status: 403,
+            code: "FORBIDDEN",
+            message: message.into(),
+        }
+    }
+
+    /// `400 BAD_REQUEST`.
+    pub fn bad_request(message: impl Into<String>) -> Refusal {
+        Refusal {
+            status: 400,
+            code: "BAD_REQUEST",
+            message: message.into(),
+        }
+    }
+
+    /// `413 PAYLOAD_TOO_LARGE`.
+    pub fn too_large(max_bytes: usize) -> Refusal {
+        Refusal {
+            status: 413,
+            code: "PAYLOAD_TOO_LARGE",
+            message: format!("the request body is over {max_bytes} bytes"),
+        }
+    }
+
+    /// Whether the answer carries `WWW-Authenticate: Bearer`.
+    pub fn challenges(&self) -> bool {
+        self.status == 401
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> String {
+        serde_json::json!({"error": {"code": self.code, "message": self.message}}).to_string()
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}

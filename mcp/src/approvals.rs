@@ -1,0 +1,153 @@
+//! Approvals asked of the MCP client's user through elicitation, and the question they see.
+
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+use rmcp::service::{ElicitationMode, Peer, RoleServer};
+use serde_json::Value;
+
+use execbox_host::BoxFuture;
+use execbox_policy::{Approval, ApprovalRequest, Approver};
+
+/// The longest input shown in an approval question, in characters.
+const MAX_SHOWN_INPUT_CHARS: usize = 2_000;
+
+/// Asks the MCP client's user, through a form elicitation with one yes/no field, whether a
+/// call may run. A client without form elicitation cannot be asked: the call is refused
+/// ("approval required"); so is any answer but an accepted form with `approve: true`.
+pub struct ElicitationApprover {
+    peer: Peer<RoleServer>,
+}
+
+impl ElicitationApprover {
+    /// Asks `peer`'s user.
+    pub fn new(peer: Peer<RoleServer>) -> Self {
+        ElicitationApprover { peer }
+    }
+}
+
+impl Approver for ElicitationApprover {
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval> {
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            if !peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form)
+            {
+                tracing::info!(
+                    tool = %request.tool,
+                    "the MCP client cannot be asked for an approval (no form elicitation)"
+                );
+                return Approval::Unavailable;
+            }
+            let schema = match ElicitationSchema::builder()
+                .required_bool_with("approve", |b| {
+                    b.title("Approve")
+                        .description("Let the program make this call")
+                })
+                .build()
+            {
+                Ok(schema) => schema,
+                Err(e) => {
+                    tracing::error!("cannot build the approval form: {e}");
+                    return Approval::Unavailable;
+                }
+            };
+            let params = ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: question(&request),
+                requested_schema: schema,
+            };
+            match peer.create_elicitation(params).await {
+                Ok(answer) => match answer.action {
+                    ElicitationAction::Accept
+                        if answer
+                            .content
+                            .as_ref()
+                            .and_then(|c| c.get("approve"))
+                            .and_then(Value::as_bool)
+                            == Some(true) =>
+                    {
+                        Approval::Approved
+                    }
+                    _ => Approval::Denied,
+                },
+                Err(e) => {
+                    tracing::warn!(tool = %request.tool, "asking the MCP client for an approval failed: {e}");
+                    Approval::Unavailable
+                }
+            }
+        })
+    }
+}
+
+/// The question: who calls which tool with what. The input is shown whole up to
+/// [`MAX_SHOWN_INPUT_CHARS`]; a longer one is shown by its start and its end with its size,
+/// never silently cut. Characters that could disguise the question (controls, line and
+/// paragraph separators, bidirectional overrides) are shown escaped.
+fn question(request: &ApprovalRequest) -> String {
+    let input = escape(&serde_json::to_string_pretty(&request.input).unwrap_or_default());
+    let count = input.chars().count();
+    let shown = if count > MAX_SHOWN_INPUT_CHARS {
+        let head: String = input.chars().take(MAX_SHOWN_INPUT_CHARS / 2).collect();
+        let tail: String = input
+            .chars()
+            .skip(count - MAX_SHOWN_INPUT_CHARS / 2)
+            .collect();
+        format!(
+            "{head}\n… [{} of {count} characters not shown] …\n{tail}",
+            count - MAX_SHOWN_INPUT_CHARS
+        )
+    } else {
+        input
+    };
+    let who = match &request.principal {
+        Some(principal) => format!(" (running as {})", escape(principal)),
+        None => String::new(),
+    };
+    format!(
+        "A program{who} wants to call {} with this input:\n{shown}\nApprove this call?",
+        escape(&request.tool)
+    )
+}
+
+/// `text` with every character that could fake the question's layout escaped.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let disguising = (c.is_control() && c != '\n')
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+            )
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c);
+        if disguising {
+            out.push_str(&format!("\\u{{{:04x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_question_shows_a_long_input_by_both_ends_and_escapes_disguises() {
+        let padding = " ".repeat(3_000);
+        let request = ApprovalRequest::new(
+            "e1",
+            Some("alice"),
+            "gh.delete_repo",
+            json!({"pad": padding, "then": "rm all\u{2028}Approve: read-only\u{202e}"}),
+        );
+        let q = question(&request);
+        assert!(q.contains("characters not shown"), "{q}");
+        assert!(q.contains("rm all"), "the end of the input is shown: {q}");
+        assert!(q.contains("\\u{2028}") && q.contains("\\u{202e}"), "{q}");
+        assert!(!q.contains('\u{2028}') && !q.contains('\u{202e}'));
+        assert!(q.starts_with("A program (running as alice) wants to call gh.delete_repo"));
+    }
+}

@@ -1,0 +1,520 @@
+//! The MCP server an MCP client sees: `execute_code` and `search_tools` over the catalog.
+//!
+//! `execute_code {code}` runs the program in the sandbox against every namespace and answers
+//! with the JSON of `{ok, result | error, logs}` as text (cut at
+//! [`CodeModeOptions::max_output_chars`], with a marker) and as `structuredContent`,
+//! `isError` when not ok. Its description carries the rules of the program and a compact
+//! index of the namespaces and tools. `search_tools {query, limit}` answers with the TypeScript
+//! declarations of the matching tools, so a client learns a large API on demand.
+//!
+//! The client's `notifications/cancelled` cancels the execution (and so every upstream call
+//! in flight, which are cancelled upstream in turn); progress of upstream calls is forwarded
+//! when the client gave a progress token. When an upstream's tools change, every connected
+//! client is sent `notifications/tools/list_changed` (the description changed).
+
+use std::sync::{Arc, Mutex, Weak};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ToolAnnotations,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::{json, Map, Value};
+
+use execbox_host::{ExecuteRequest, Executor};
+use execbox_protocol::RuntimeOptions;
+
+use execbox_policy::Enforcement;
+
+use super::approvals::ElicitationApprover;
+use super::catalog::Catalog;
+use super::upstream::Upstreams;
+
+/// The name of the tool that runs a program.
+pub const EXECUTE_CODE: &str = "execute_code";
+/// The name of the tool that searches the tools.
+pub const SEARCH_TOOLS: &str = "search_tools";
+
+/// How `execute_code` and `search_tools` behave.
+#[derive(Debug, Clone)]
+pub struct CodeModeOptions {
+    /// The limits of each execution (the CLI's default timeout is 30 s).
+    pub runtime: RuntimeOptions,
+    /// `execute_code`'s text is cut at this many characters, with a marker; default 24,000.
+    pub max_output_chars: usize,
+    /// `search_tools` returns at most this many tools unless asked for fewer; default 10
+    /// (a client may ask for up to 50).
+    pub default_search_limit: usize,
+    /// The policy of the programs' tool calls: who runs them (the tools it may not call are
+    /// absent from the index, `search_tools` and the sandbox), rate limits, audit; approvals
+    /// are asked of the client's user through elicitation unless it approves every call.
+    pub enforcement: Enforcement,
+}
+
+impl Default for CodeModeOptions {
+    fn default() -> Self {
+        CodeModeOptions {
+            runtime: RuntimeOptions::default(),
+            max_output_chars: 24_000,
+            default_search_limit: 10,
+            enforcement: Enforcement::unrestricted(),
+        }
+    }
+}
+
+/// The most tools one `search_tools` call returns.
+const MAX_SEARCH_LIMIT: usize = 50;
+
+/// The MCP server: a [`ServerHandler`] to serve over stdio or streamable HTTP (one clone per
+/// session). Cheap to clone.
+#[derive(Clone)]
+pub struct CodeModeServer(Arc<Inner>);
+
+struct Inner {
+    upstreams: Upstreams,
+    executor: Arc<dyn Executor>,
+    options: CodeModeOptions,
+    /// Clients to tell when the tools change.
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+impl CodeModeServer {
+    /// A server running programs with `executor` against `upstreams`' tools. Must be called
+    /// inside a Tokio runtime (it watches the tools for changes).
+    pub fn new(
+        upstreams: Upstreams,
+        executor: Arc<dyn Executor>,
+        options: CodeModeOptions,
+    ) -> CodeModeServer {
+        let inner = Arc::new(Inner {
+            upstreams,
+            executor,
+            options,
+            peers: Mutex::new(Vec::new()),
+        });
+        let weak: Weak<Inner> = Arc::downgrade(&inner);
+        let mut changed = inner.upstreams.changed();
+        tokio::spawn(async move {
+            while changed.changed().await.is_ok() {
+                let Some(inner) = weak.upgrade() else { return };
+                let peers: Vec<Peer<RoleServer>> = {
+                    let mut peers = inner.peers.lock().unwrap_or_else(|e| e.into_inner());
+                    peers.retain(|p| !p.is_transport_closed());
+                    peers.clone()
+                };
+                for peer in peers {
+                    let _ = peer.notify_tool_list_changed().await;
+                }
+            }
+        });
+        CodeModeServer(inner)
+    }
+
+    /// The upstreams it serves.
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.0.upstreams
+    }
+
+    /// `execute_code`'s description: the rules of a program, then the index of the tools.
+    pub fn execute_code_description(&self) -> String {
+        describe(&self.catalog(), &self.0.options)
+    }
+
+    /// The catalog as the principal sees it: the tools it may not call do not exist.
+    fn catalog(&self) -> Arc<Catalog> {
+        let catalog = self.0.upstreams.catalog();
+        Arc::new(catalog.visible_to(&self.0.options.enforcement))
+    }
+
+    /// The two tools, as `tools/list` answers.
+    pub fn tool_definitions(&self) -> Vec<rmcp::model::Tool> {
+        let execute_input = json!({
+            "type": "object",
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "The program: the body of an async function (JavaScript, or TypeScript with type annotations). Use top-level await; return a value or end with an expression."
+                }
+            },
+            "required": ["code"],
+            "additionalProperties": false
+        });
+        let execute_output = json!({
+            "type": "object",
+            "properties": {
+                "ok": {"type": "boolean"},
+                "result": {"description": "the program's result (absent when it is undefined)"},
+                "error": {
+                    "type": "object",
+                    "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                    "required": ["code", "message"]
+                },
+                "logs": {"type": "array", "items": {"type": "string"}},
+                "truncated": {
+                    "type": "object",
+                    "description": "present when the answer was cut; the result is then left out",
+                    "properties": {"chars": {"type": "integer"}, "limit": {"type": "integer"}}
+                }
+            },
+            "required": ["ok"]
+        });
+        let search_input = json!({
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "description": "Words to look for in tool names and descriptions (e.g. \"create issue\"), `namespace.tool` for one tool, or \"*\" for every tool."
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_SEARCH_LIMIT,
+                    "description": format!("At most this many tools (default {}).", self.0.options.default_search_limit)
+                }
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        });
+        let mut execute = rmcp::model::Tool::new(
+            EXECUTE_CODE,
+            self.execute_code_description(),
+            object(execute_input),
+        );
+        execute.output_schema = Some(Arc::new(object(execute_output)));
+        execute.annotations = Some(ToolAnnotations::with_title("Run code against the tools"));
+        let mut search = rmcp::model::Tool::new(
+            SEARCH_TOOLS,
+            "Search the tools available to execute_code and get their TypeScript declarations \
+             (parameters and result types, with descriptions). Use it before calling a tool \
+             whose input you do not know.",
+            object(search_input),
+        );
+        search.annotations = Some(
+            ToolAnnotations::with_title("Search the tools")
+                .read_only(true)
+                .open_world(false),
+        );
+        vec![execute, search]
+    }
+
+    /// Runs `execute_code` with `arguments`; `context` carries the client's cancellation
+    /// and progress token.
+    async fn execute_code(
+        &self,
+        arguments: Option<JsonObject>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let code = match arguments.as_ref().and_then(|a| a.get("code")) {
+            Some(Value::String(code)) => code.clone(),
+            Some(_) => return input_error("`code` must be a string: the program to run"),
+            None => return input_error("missing `code`: the program to run"),
+        };
+        self.0.upstreams.settled().await;
+        let catalog = self.catalog();
+        let id = super::next_execution_id();
+        let _progress = context.meta.get_progress_token().map(|token| {
+            self.0
+                .upstreams
+                .forward_progress(&id, context.peer.clone(), token)
+        });
+        let request = ExecuteRequest::new(code)
+            .id(id)
+            .tools(catalog.tools())
+            .options(self.0.options.runtime)
+            .cancel_on(context.ct.clone());
+        let guard = self
+            .0
+            .options
+            .enforcement
+            .clone()
+            .asking(Arc::new(ElicitationApprover::new(context.peer.clone())));
+        let request = request.guard(Arc::new(guard));
+        let result = self.0.executor.execute(request).await;
+        answer(&result, self.0.options.max_output_chars)
+    }
+
+    async fn search_tools(&self, arguments: Option<JsonObject>) -> CallToolResult {
+        let query = match arguments.as_ref().and_then(|a| a.get("query")) {
+            Some(Value::String(q)) => q.clone(),
+            Some(_) => return input_error("`query` must be a string"),
+            None => return input_error("missing `query`: words to look for, or \"*\""),
+        };
+        let limit = match arguments.as_ref().and_then(|a| a.get("limit")) {
+            None | Some(Value::Null) => self.0.options.default_search_limit,
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(n) if n >= 1 => (n as usize).min(MAX_SEARCH_LIMIT),
+                _ => return input_error("`limit` must be a positive integer"),
+            },
+            Some(_) => return input_error("`limit` must be a positive integer"),
+        };
+        self.0.upstreams.settled().await;
+        let catalog = self.catalog();
+        let hits = catalog.search(&query, limit);
+        let mut text = if hits.is_empty() {
+            format!(
+                "No tool matches {query:?} among the {} tools. Try other words, or \"*\" to list them all.",
+                catalog.len()
+            )
+        } else {
+            format!(
+                "{} of the {} tools match {query:?}:\n\n```ts\n{}\n```",
+                hits.len(),
+                catalog.len(),
+                catalog.declarations(&hits)
+            )
+        };
+        let unavailable: Vec<String> = catalog
+            .statuses()
+            .filter_map(|s| {
+                s.unavailable
+                    .as_ref()
+                    .map(|why| format!("{} ({why})", s.namespace))
+            })
+            .collect();
+        if !unavailable.is_empty() {
+            text.push_str(&format!("\n\nUnavailable: {}", unavailable.join("; ")));
+        }
+        let matches: Vec<Value> = hits
+            .iter()
+            .map(|&h| {
+                let (original, description) = catalog.describe(h);
+                json!({
+                    "tool": catalog.label(h),
+                    "name": original,
+                    "description": description,
+                    "declaration": catalog.declarations(&[h]),
+                })
+            })
+            .collect();
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json!({ "tools": matches }));
+        result
+    }
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// A tool-level error about the arguments: the model reads it and fixes its call.
+fn input_error(message: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.to_owned())])
+}
+
+/// The rules of a program and the index of the tools.
+fn describe(catalog: &Catalog, options: &CodeModeOptions) -> String {
+    let limits = &options.runtime;
+    format!(
+        "Run a JavaScript program in a sandbox. Each namespace below is a global object whose \
+         properties are async functions, one per tool: `const r = await ns.tool({{ ... }})`.\n\
+         \n\
+         Rules:\n\
+         - The program is the body of an async function: use top-level `await`; `return` a \
+         value, or end with an expression statement, whose value is the result. The result \
+         must be JSON-serializable.\n\
+         - Plain JavaScript, or TypeScript with type annotations (erased before running; no \
+         enums or namespaces of your own). A markdown code fence is stripped.\n\
+         - Run independent calls at once: `const [a, b] = await Promise.all([ns.f({{...}}), \
+         other.g({{...}})])`.\n\
+         - A failed call rejects with an Error that has `code` (\"validation_error\", \
+         \"tool_error\", \"timeout\", \"serialization_error\") and `message`; catch it with \
+         try/catch, or let it fail the program.\n\
+         - Tool inputs are JSON objects; results are JSON values. Call `search_tools` to get \
+         the TypeScript declaration (parameters and result type) of the tools you need before \
+         calling them.\n\
+         - `console.log` lines come back as `logs`. There are no modules, timers, network, \
+         files or processes: only the tools.\n\
+         - Limits: {} s for the whole program (waiting for tools included), {} MiB of memory.\n\
+         \n\
+         The answer is JSON: {{\"ok\": true, \"result\": ..., \"logs\": [...]}} or \
+         {{\"ok\": false, \"error\": {{\"code\": ..., \"message\": ...}}, \"logs\": [...]}}, \
+         cut at {} characters (return only what you need).\n\
+         \n\
+         Namespaces and tools:\n{}",
+        limits.timeout_ms as f64 / 1000.0,
+        limits.memory_limit_bytes / (1024 * 1024),
+        options.max_output_chars,
+        catalog.index()
+    )
+}
+
+/// `execute_code`'s answer for `result`.
+fn answer(result: &execbox_host::ExecuteResult, max_chars: usize) -> CallToolResult {
+    let logs = Value::Array(result.logs.iter().cloned().map(Value::String).collect());
+    let logs_text = logs.to_string();
+    let text = match &result.outcome {
+        Ok(Some(raw)) => format!(
+            "{{\"ok\":true,\"result\":{},\"logs\":{logs_text}}}",
+            raw.get()
+        ),
+        Ok(None) => format!("{{\"ok\":true,\"logs\":{logs_text}}}"),
+        Err(error) => {
+            let error = json!({"code": error.code.as_str(), "message": error.message});
+            format!("{{\"ok\":false,\"error\":{error},\"logs\":{logs_text}}}")
+        }
+    };
+    let chars = text.chars().count();
+    let ok = result.is_ok();
+    let (text, structured) = if chars <= max_chars {
+        let mut structured = Map::new();
+        structured.insert("ok".into(), ok.into());
+        if let Some(value) = result.value() {
+            structured.insert("result".into(), value);
+        }
+        if let Some(error) = result.error() {
+            structured.insert(
+                "error".into(),
+                json!({"code": error.code.as_str(), "message": error.message}),
+            );
+        }
+        structured.insert("logs".into(), logs);
+        (text, Value::Object(structured))
+    } else {
+        let cut: String = text.chars().take(max_chars).collect();
+        let marker = format!(
+            "\n… [cut: the answer has {chars} characters, the limit is {max_chars}; return less, \
+             e.g. only the fields you need]"
+        );
+        let mut structured = Map::new();
+        structured.insert("ok".into(), ok.into());
+        if let Some(error) = result.error() {
+            let message = super::content::one_line(&error.message, max_chars / 2);
+            structured.insert(
+                "error".into(),
+                json!({"code": error.code.as_str(), "message": message}),
+            );
+        }
+        structured.insert(
+            "truncated".into(),
+            json!({"chars": chars, "limit": max_chars}),
+        );
+        (cut + &marker, Value::Object(structured))
+    };
+    let mut answer = if ok {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    };
+    answer.structured_content = Some(structured);
+    answer
+}
+
+impl ServerHandler for CodeModeServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut config = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_instructions(
+            "Code mode: write one short program that calls many tools (execute_code) instead of \
+             calling tools one by one. Use search_tools to learn the tools' parameters.",
+        );
+        config.server_info = Implementation::new("execbox", env!("CARGO_PKG_VERSION"));
+        config
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        // The description lists the upstreams: wait until each has started or failed.
+        self.0.upstreams.settled().await;
+        Ok(ListToolsResult::with_all_items(self.tool_definitions()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let result = match request.name.as_ref() {
+            EXECUTE_CODE => self.execute_code(request.arguments, &context).await,
+            SEARCH_TOOLS => self.search_tools(request.arguments).await,
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("no tool {other:?}; the tools are {EXECUTE_CODE} and {SEARCH_TOOLS}"),
+                    None,
+                ))
+            }
+        };
+        Ok(result.into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let mut peers = self.0.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.retain(|p| !p.is_transport_closed());
+        peers.push(context.peer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use execbox_host::ExecuteResult;
+    use execbox_protocol::ErrorCode;
+
+    fn ok(raw: &str, logs: &[&str]) -> ExecuteResult {
+        ExecuteResult {
+            id: "x".into(),
+            outcome: Ok(Some(
+                serde_json::value::RawValue::from_string(raw.into()).unwrap(),
+            )),
+            logs: logs.iter().map(|s| s.to_string()).collect(),
+            duration_ms: 1,
+            cancelled: false,
+        }
+    }
+
+    fn text(result: &CallToolResult) -> &str {
+        &result.content[0].as_text().unwrap().text
+    }
+
+    #[test]
+    fn an_answer_is_the_json_of_ok_result_and_logs() {
+        let answer = answer(&ok("{\"a\":1}", &["hi"]), 1000);
+        assert_eq!(
+            text(&answer),
+            "{\"ok\":true,\"result\":{\"a\":1},\"logs\":[\"hi\"]}"
+        );
+        assert_eq!(
+            answer.structured_content,
+            Some(json!({"ok": true, "result": {"a": 1}, "logs": ["hi"]}))
+        );
+        assert_ne!(answer.is_error, Some(true));
+    }
+
+    #[test]
+    fn a_failure_is_an_error_answer() {
+        let failed = ExecuteResult::failed(ErrorCode::RuntimeError, "boom");
+        let answer = answer(&failed, 1000);
+        assert_eq!(
+            text(&answer),
+            "{\"ok\":false,\"error\":{\"code\":\"runtime_error\",\"message\":\"boom\"},\"logs\":[]}"
+        );
+        assert_eq!(answer.is_error, Some(true));
+    }
+
+    #[test]
+    fn a_long_answer_is_cut_with_a_marker() {
+        let long = format!("\"{}\"", "x".repeat(100));
+        let answer = answer(&ok(&long, &[]), 50);
+        let text = text(&answer);
+        assert!(text.starts_with("{\"ok\":true,\"result\":\"xxx"), "{text}");
+        assert!(
+            text.ends_with("[cut: the answer has 133 characters, the limit is 50; return less, e.g. only the fields you need]"),
+            "{text}"
+        );
+        assert_eq!(
+            answer.structured_content,
+            Some(json!({"ok": true, "truncated": {"chars": 133, "limit": 50}}))
+        );
+    }
+}

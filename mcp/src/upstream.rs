@@ -1,0 +1,1081 @@
+//! The upstream MCP servers: connected at start, their tools turned into ordinary [`Tool`]s of
+//! one namespace each, called with cancellation and progress, refreshed on `list_changed`,
+//! and stopped (process groups killed) on [`Upstreams::shutdown`].
+//!
+//! An upstream that fails to start, or dies later, is reported on stderr and in the catalog's
+//! index; the others keep working. A dead upstream's tools stay declared, and a call of one
+//! fails with `tool_error` saying why, so a program learns what happened instead of finding
+//! a function missing.
+
+// Upstream servers still send `notifications/message` (logging), which SEP-2577 deprecates.
+#![allow(deprecated)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
+    ClientRequest, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ProgressToken, Request, RequestId, ServerResult,
+};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService,
+    RunningServiceCancellationToken, ServiceError,
+};
+use rmcp::{ClientHandler, ServiceExt as _};
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+
+use execbox_host::Schema;
+use execbox_host::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
+
+use super::catalog::{Catalog, NamespaceStatus};
+use super::config::{McpConfig, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
+use super::content::{one_line, result_value};
+use execbox_host::supervisor::ProcessGroup;
+
+use super::upstream_process;
+
+/// How long upstreams may take; see [`Upstreams::start`].
+#[derive(Debug, Clone)]
+pub struct UpstreamOptions {
+    /// From starting a server (or connecting to one) to the end of its MCP handshake and
+    /// its first `tools/list`. Default 60 s (a first `npx` run downloads the server).
+    pub startup_timeout: Duration,
+    /// For one refresh of a server's tools after `notifications/tools/list_changed`.
+    /// Default 30 s.
+    pub list_timeout: Duration,
+}
+
+impl Default for UpstreamOptions {
+    fn default() -> Self {
+        UpstreamOptions {
+            startup_timeout: Duration::from_secs(60),
+            list_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the upstreams and the local providers cannot be put together.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamsError {
+    /// A local provider has the namespace of an upstream server.
+    #[error(
+        "the namespace {namespace:?} is both a provider of the tools file and the MCP server \
+         {server:?}; rename one"
+    )]
+    NamespaceTaken {
+        /// The namespace.
+        namespace: String,
+        /// The server's key in the config.
+        server: String,
+    },
+    /// The local providers do not resolve (duplicate names, bad schemas).
+    #[error(transparent)]
+    Tools(#[from] execbox_host::ToolSetError),
+}
+
+/// The state of one upstream server, as [`Upstreams::status`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamStatus {
+    /// Its key in the config.
+    pub name: String,
+    /// Its namespace in the guest.
+    pub namespace: String,
+    /// How many tools it has (0 when it never started).
+    pub tools: usize,
+    /// `None` while it works; why it does not otherwise (failed to start, exited...).
+    pub unavailable: Option<String>,
+}
+
+/// The upstream servers of a config, and the local providers beside them: one catalog of
+/// tools that stays current. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Upstreams(Arc<Hub>);
+
+struct Hub {
+    slots: Vec<Slot>,
+    local: Vec<Provider>,
+    catalog: RwLock<Arc<Catalog>>,
+    changed: watch::Sender<u64>,
+    sinks: Arc<ProgressSinks>,
+    options: UpstreamOptions,
+    /// How many servers have settled (connected or failed) and been published.
+    settled: AtomicUsize,
+}
+
+struct Slot {
+    config: UpstreamConfig,
+    /// `None` while it starts; then connected, or why not.
+    link: RwLock<Option<Result<Arc<Link>, String>>>,
+}
+
+impl Slot {
+    fn link(&self) -> Option<Result<Arc<Link>, String>> {
+        self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn ready(&self) -> Option<Arc<Link>> {
+        self.link().and_then(Result::ok)
+    }
+}
+
+enum Event {
+    Settled,
+    ToolsChanged(usize),
+    Died,
+}
+
+impl Upstreams {
+    /// Connects every server of `config` at once (each within
+    /// [`UpstreamOptions::startup_timeout`]) and resolves their tools with `local` providers
+    /// (a tools file's); returns once every server is connected or has failed. A server that
+    /// cannot be started or reached is reported on stderr and listed as unavailable; it is
+    /// not an error. Must be called inside a Tokio runtime.
+    pub async fn start(
+        config: &McpConfig,
+        local: Vec<Provider>,
+        options: UpstreamOptions,
+    ) -> Result<Upstreams, UpstreamsError> {
+        let upstreams = Upstreams::launch(config, local, options)?;
+        upstreams.settled().await;
+        Ok(upstreams)
+    }
+
+    /// Like [`Upstreams::start`], but returns at once, while the servers start: the catalog
+    /// lists them as starting until each is connected or has failed (every change is
+    /// announced by [`Upstreams::changed`]); [`Upstreams::settled`] waits for all of them.
+    /// An MCP server uses it to answer its client's `initialize` without waiting for slow
+    /// upstreams.
+    pub fn launch(
+        config: &McpConfig,
+        local: Vec<Provider>,
+        options: UpstreamOptions,
+    ) -> Result<Upstreams, UpstreamsError> {
+        for provider in &local {
+            if let Some(server) = config
+                .servers
+                .iter()
+                .find(|s| s.namespace == provider.name())
+            {
+                return Err(UpstreamsError::NamespaceTaken {
+                    namespace: provider.name().to_owned(),
+                    server: server.name.clone(),
+                });
+            }
+        }
+        let (events, mut event_rx) = mpsc::unbounded_channel();
+        let (changed, _) = watch::channel(0);
+        let hub = Hub {
+            slots: config
+                .servers
+                .iter()
+                .map(|server| Slot {
+                    config: server.clone(),
+                    link: RwLock::new(None),
+                })
+                .collect(),
+            local,
+            catalog: RwLock::new(Arc::new(Catalog::build(Vec::new(), Vec::new())?)),
+            changed,
+            sinks: Arc::new(ProgressSinks::default()),
+            options,
+            settled: AtomicUsize::new(0),
+        };
+        let catalog = hub.build()?;
+        *hub.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        let hub = Arc::new(hub);
+        for (index, slot) in hub.slots.iter().enumerate() {
+            let server = slot.config.clone();
+            let events = events.clone();
+            let sinks = hub.sinks.clone();
+            let options = hub.options.clone();
+            let weak: Weak<Hub> = Arc::downgrade(&hub);
+            tokio::spawn(async move {
+                let link = connect(index, &server, events.clone(), sinks, &options).await;
+                if let Err(why) = &link {
+                    eprintln!(
+                        "execbox mcp: upstream {:?} is unavailable: {why}; the other servers \
+                         keep working",
+                        server.name
+                    );
+                }
+                let Some(hub) = weak.upgrade() else { return };
+                *hub.slots[index]
+                    .link
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(link);
+                let _ = events.send(Event::Settled);
+            });
+        }
+        let weak: Weak<Hub> = Arc::downgrade(&hub);
+        tokio::spawn(async move {
+            while let Some(event) = event_rx.recv().await {
+                let Some(hub) = weak.upgrade() else { return };
+                hub.handle(event).await;
+            }
+        });
+        Ok(Upstreams(hub))
+    }
+
+    /// Waits until every server is connected or has failed (at most about the startup
+    /// timeout after [`Upstreams::launch`]).
+    pub async fn settled(&self) {
+        let mut changed = self.changed();
+        while self.0.settled.load(Ordering::SeqCst) < self.0.slots.len() {
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The current tools and their index.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.0
+            .catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The current tool set (upstream namespaces and local providers).
+    pub fn tools(&self) -> execbox_host::ToolSet {
+        self.catalog().tools().clone()
+    }
+
+    /// Every upstream server's state, in config order.
+    pub fn status(&self) -> Vec<UpstreamStatus> {
+        self.0
+            .slots
+            .iter()
+            .map(|slot| {
+                let (tools, unavailable) = match slot.link() {
+                    Some(Ok(link)) => (link.tool_count(), link.dead_reason()),
+                    Some(Err(why)) => (0, Some(why)),
+                    None => (0, Some("still starting".into())),
+                };
+                UpstreamStatus {
+                    name: slot.config.name.clone(),
+                    namespace: slot.config.namespace.clone(),
+                    tools,
+                    unavailable,
+                }
+            })
+            .collect()
+    }
+
+    /// Changes (its value counts them) whenever the tools or an upstream's state change.
+    pub fn changed(&self) -> watch::Receiver<u64> {
+        self.0.changed.subscribe()
+    }
+
+    /// Stops every upstream: closes its connection, gives a process a second to exit, then
+    /// kills its process group. Calls in flight fail.
+    pub async fn shutdown(&self) {
+        let links: Vec<Arc<Link>> = self.0.slots.iter().filter_map(Slot::ready).collect();
+        for link in &links {
+            link.stopping.store(true, Ordering::SeqCst);
+            if let Some(stop) = lock(&link.stop).take() {
+                stop.cancel();
+            }
+        }
+        let waits = links
+            .iter()
+            .filter_map(|link| link.exit.clone())
+            .map(|mut exit| async move {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), exit.wait_for(Option::is_some))
+                        .await;
+            });
+        futures_util::future::join_all(waits).await;
+        for link in &links {
+            if let Some(group) = &link.group {
+                group.kill();
+            }
+        }
+    }
+
+    /// Registers where the progress of execution `execution_id`'s upstream calls goes: the
+    /// MCP client that asked for it, under its progress token. Unregistered when the guard
+    /// drops.
+    pub(crate) fn forward_progress(
+        &self,
+        execution_id: &str,
+        peer: Peer<RoleServer>,
+        token: ProgressToken,
+    ) -> ProgressRegistration {
+        let sink = Arc::new(ProgressSink {
+            peer,
+            token,
+            sent: AtomicU64::new(0),
+        });
+        lock(&self.0.sinks.0).insert(execution_id.to_owned(), sink);
+        ProgressRegistration {
+            sinks: self.0.sinks.clone(),
+            execution_id: execution_id.to_owned(),
+        }
+    }
+}
+
+impl Hub {
+    fn build(&self) -> Result<Catalog, execbox_host::ToolSetError> {
+        let mut providers = Vec::new();
+        let mut unavailable = Vec::new();
+        for slot in &self.slots {
+            let source = format!("MCP server {:?}", slot.config.name);
+            match slot.link() {
+                Some(Ok(link)) => providers.push((
+                    link.provider(),
+                    NamespaceStatus {
+                        namespace: slot.config.namespace.clone(),
+                        source,
+                        unavailable: link.dead_reason(),
+                        starting: false,
+                    },
+                )),
+                Some(Err(why)) => unavailable.push(NamespaceStatus {
+                    namespace: slot.config.namespace.clone(),
+                    source,
+                    unavailable: Some(why),
+                    starting: false,
+                }),
+                None => unavailable.push(NamespaceStatus {
+                    namespace: slot.config.namespace.clone(),
+                    source,
+                    unavailable: Some("still starting".into()),
+                    starting: true,
+                }),
+            }
+        }
+        for provider in &self.local {
+            providers.push((
+                provider.clone(),
+                NamespaceStatus {
+                    namespace: provider.name().to_owned(),
+                    source: "tools file".into(),
+                    unavailable: None,
+                    starting: false,
+                },
+            ));
+        }
+        Catalog::build(providers, unavailable)
+    }
+
+    /// Rebuilds the catalog and announces it.
+    fn publish(&self) {
+        self.rebuild();
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Rebuilds the catalog, or keeps the previous one (saying why) if it cannot be built.
+    fn rebuild(&self) {
+        match self.build() {
+            Ok(catalog) => {
+                *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+            }
+            Err(e) => eprintln!("execbox mcp: keeping the previous tool list: {e}"),
+        }
+    }
+
+    async fn handle(&self, event: Event) {
+        match event {
+            Event::ToolsChanged(index) => {
+                let Some(link) = self.slots.get(index).and_then(Slot::ready) else {
+                    return;
+                };
+                match tokio::time::timeout(self.options.list_timeout, link.list_tools()).await {
+                    Ok(Ok(count)) => {
+                        tracing::info!(server = %link.name, tools = count, "tools changed");
+                    }
+                    Ok(Err(why)) => {
+                        eprintln!(
+                            "execbox mcp: upstream {:?} said its tools changed, but listing \
+                             them failed: {why}; keeping the previous list",
+                            link.name
+                        );
+                        return;
+                    }
+                    Err(_) => {
+                        eprintln!(
+                            "execbox mcp: upstream {:?} said its tools changed, but did not list \
+                             them within {}s; keeping the previous list",
+                            link.name,
+                            self.options.list_timeout.as_secs()
+                        );
+                        return;
+                    }
+                }
+                self.publish();
+            }
+            Event::Died => self.publish(),
+            Event::Settled => {
+                // Counted only once its catalog is in place, and announced after: a waiter of
+                // `settled` that sees the count sees the catalog.
+                self.rebuild();
+                self.settled.fetch_add(1, Ordering::SeqCst);
+                self.changed.send_modify(|n| *n += 1);
+            }
+        }
+    }
+}
+
+/// A connected upstream server.
+struct Link {
+    name: String,
+    namespace: String,
+    /// What the policy adds to each tool (`mcp.json`'s `rateLimit`, `requireApproval`).
+    policy: UpstreamPolicy,
+    peer: Peer<RoleClient>,
+    progress: ProgressDispatcher,
+    description: Option<String>,
+    tools: Mutex<Vec<Tool>>,
+    dead: Mutex<Option<String>>,
+    stopping: AtomicBool,
+    stop: Mutex<Option<RunningServiceCancellationToken>>,
+    group: Option<Arc<ProcessGroup>>,
+    exit: Option<watch::Receiver<Option<String>>>,
+    sinks: Arc<ProgressSinks>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Link {
+    fn dead_reason(&self) -> Option<String> {
+        lock(&self.dead).clone()
+    }
+
+    fn tool_count(&self) -> usize {
+        lock(&self.tools).len()
+    }
+
+    fn provider(&self) -> Provider {
+        let mut provider = Provider::new(&self.namespace);
+        if let Some(description) = &self.description {
+            provider = provider.description(description);
+        }
+        for tool in lock(&self.tools).iter() {
+            provider = provider.tool(tool.clone());
+        }
+        provider
+    }
+
+    /// Lists every page of the server's tools and keeps them as [`Tool`]s; returns how many.
+    async fn list_tools(self: &Arc<Self>) -> Result<usize, String> {
+        let listed = self
+            .peer
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {}", service_error_text(&e)))?;
+        let mut seen = HashSet::new();
+        let mut tools = Vec::with_capacity(listed.len());
+        for t in listed {
+            let name = t.name.to_string();
+            if !seen.insert(name.clone()) {
+                eprintln!(
+                    "execbox mcp: upstream {:?} lists the tool {name:?} twice; keeping the first",
+                    self.name
+                );
+                continue;
+            }
+            tools.push(self.tool(t));
+        }
+        let unmatched = self
+            .policy
+            .unmatched_approvals(&seen.iter().cloned().collect::<Vec<_>>());
+        if !unmatched.is_empty() {
+            eprintln!(
+                "execbox mcp: upstream {:?}: requireApproval names {} that the server does not list; check the names (execute_code's index shows them)",
+                self.name,
+                unmatched.join(", ")
+            );
+        }
+        let count = tools.len();
+        *lock(&self.tools) = tools;
+        Ok(count)
+    }
+
+    /// One upstream tool as a [`Tool`]: its schemas (when they compile), its description.
+    fn tool(self: &Arc<Self>, t: rmcp::model::Tool) -> Tool {
+        let name = t.name.to_string();
+        let handler = UpstreamTool {
+            link: self.clone(),
+            name: name.clone(),
+        };
+        // Policy: the tool needs `namespace:tool`; the server's limits and approvals apply.
+        let mut tool = Tool::from_handler(name.clone(), handler)
+            .permissions([format!("{}:{name}", self.namespace)])
+            .requires_approval(self.policy.requires_approval(&name));
+        if let Some(limit) = self.policy.rate_limit {
+            tool = tool.rate_limit(limit);
+        }
+        let description = t
+            .description
+            .as_deref()
+            .map(str::to_owned)
+            .or_else(|| t.title.clone())
+            .or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone()));
+        if let Some(description) = description.filter(|d| !d.trim().is_empty()) {
+            tool = tool.description(description);
+        }
+        let checked = |schema: Value, which: &str| match Schema::compile(&schema) {
+            Ok(_) => Some(schema),
+            Err(why) => {
+                eprintln!(
+                    "execbox mcp: upstream {:?}, tool {name:?}: its {which} schema does not \
+                     compile ({why}); it is not checked by execbox",
+                    self.name
+                );
+                None
+            }
+        };
+        if let Some(schema) = checked(optional_input(&t.input_schema), "input") {
+            tool = tool.input_schema(schema);
+        }
+        if let Some(output) = t.output_schema {
+            if let Some(schema) = checked(Value::Object((*output).clone()), "output") {
+                tool = tool.output_schema(schema);
+            }
+        }
+        tool
+    }
+
+    fn mark_dead(&self, reason: String) {
+        let mut dead = lock(&self.dead);
+        if dead.is_none() {
+            *dead = Some(reason);
+        }
+    }
+
+    /// Gives up on a server that connected but cannot be used: stops its client and kills
+    /// its process group.
+    fn abandon(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(stop) = lock(&self.stop).take() {
+            stop.cancel();
+        }
+        if let Some(group) = &self.group {
+            group.kill();
+        }
+    }
+
+    fn unavailable(&self, why: &str) -> ToolError {
+        ToolError::tool(format!(
+            "the MCP server {:?} is unavailable: {why}",
+            self.name
+        ))
+    }
+}
+
+/// An input schema that requires no property also accepts no input (`await ns.tool()`, sent
+/// upstream without arguments): its `"type": "object"` becomes `["object", "null"]`.
+fn optional_input(schema: &rmcp::model::JsonObject) -> Value {
+    let mut schema = schema.clone();
+    let requires = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(|r| !r.is_empty());
+    if !requires && schema.get("type").and_then(Value::as_str) == Some("object") {
+        schema.insert("type".into(), serde_json::json!(["object", "null"]));
+    }
+    Value::Object(schema)
+}
+
+/// What an upstream tool's handler holds: the link and the tool's name upstream.
+struct UpstreamTool {
+    link: Arc<Link>,
+    name: String,
+}
+
+impl ToolHandler for UpstreamTool {
+    fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<Result<Value, ToolError>> {
+        Box::pin(call(self.link.clone(), self.name.clone(), input, ctx))
+    }
+}
+
+async fn call(
+    link: Arc<Link>,
+    name: String,
+    input: Value,
+    ctx: ToolContext,
+) -> Result<Value, ToolError> {
+    if let Some(why) = link.dead_reason() {
+        return Err(link.unavailable(&format!("it {why}")));
+    }
+    let arguments = match input {
+        Value::Object(map) => Some(map),
+        Value::Null => None,
+        other => {
+            return Err(ToolError::validation(format!(
+                "the input of an MCP tool must be an object; got {}",
+                one_line(&other.to_string(), 80)
+            )))
+        }
+    };
+    let mut params = CallToolRequestParams::new(name.clone());
+    params.arguments = arguments;
+    let handle = link
+        .peer
+        .send_request_with_option(
+            ClientRequest::CallToolRequest(Request::new(params)),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .map_err(|e| link.call_error(&e))?;
+    // From here on, being dropped (the execution was cancelled, or ended without awaiting
+    // this call) tells the server to stop.
+    let mut guard = CancelOnDrop {
+        peer: Some(link.peer.clone()),
+        id: handle.id.clone(),
+    };
+    let sink = lock(&link.sinks.0).get(&ctx.execution_id).cloned();
+    let mut progress = link.progress.subscribe(handle.progress_token.clone()).await;
+    let label = format!("{}.{}", link.namespace, name);
+    let response = {
+        let wait = handle.await_response();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                response = &mut wait => break response,
+                Some(update) = progress.next() => {
+                    if let Some(sink) = &sink {
+                        sink.forward(&label, &update).await;
+                    }
+                }
+            }
+        }
+    };
+    guard.peer = None;
+    let result = match response.map_err(|e| link.call_error(&e))? {
+        ServerResult::CallToolResult(result) => serde_json::to_value(result),
+        ServerResult::InputRequiredResult(_) => {
+            return Err(ToolError::tool(
+                "the MCP server asked for more input (an elicitation round), which execbox \
+                 does not support yet",
+            ))
+        }
+        ServerResult::CreateTaskResult(_) => {
+            return Err(ToolError::tool(
+                "the MCP server started a task instead of answering, which execbox does not \
+                 support yet",
+            ))
+        }
+        other => serde_json::to_value(other),
+    };
+    let result = result.map_err(|e| {
+        ToolError::tool(format!(
+            "the MCP server's result cannot be read as JSON: {e}"
+        ))
+    })?;
+    result_value(result)
+}
+
+impl Link {
+    fn call_error(&self, error: &ServiceError) -> ToolError {
+        match error {
+            ServiceError::McpError(e) => ToolError::tool(format!(
+                "the MCP server {:?} answered with error {}: {}",
+                self.name,
+                e.code.0,
+                one_line(&e.message, 500)
+            )),
+            ServiceError::TransportClosed => match self.dead_reason() {
+                Some(why) => self.unavailable(&format!("it {why}")),
+                None => self.unavailable("its connection closed"),
+            },
+            other => self.unavailable(&service_error_text(other)),
+        }
+    }
+}
+
+fn service_error_text(error: &ServiceError) -> String {
+    match error {
+        ServiceError::McpError(e) => format!("error {}: {}", e.code.0, one_line(&e.message, 500)),
+        other => one_line(&other.to_string(), 500),
+    }
+}
+
+/// Sends `notifications/cancelled` for a request when dropped while armed.
+struct CancelOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let id = self.id.clone();
+        runtime.spawn(async move {
+            let cancelled = CancelledNotificationParam::new(
+                Some(id),
+                Some("the execution that made this call was cancelled".into()),
+            );
+            let _ = peer.notify_cancelled(cancelled).await;
+        });
+    }
+}
+
+/// Where each execution's progress goes, by execution id.
+#[derive(Default)]
+pub(crate) struct ProgressSinks(Mutex<HashMap<String, Arc<ProgressSink>>>);
+
+pub(crate) struct ProgressSink {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    sent: AtomicU64,
+}
+
+impl ProgressSink {
+    /// Forwards one upstream progress update: the client's progress counts updates (it must
+    /// increase, and several calls may report at once), the message says which tool and how
+    /// far it is.
+    async fn forward(&self, label: &str, update: &ProgressNotificationParam) {
+        let n = self.sent.fetch_add(1, Ordering::SeqCst) + 1;
+        let how_far = match update.total {
+            Some(total) => format!("{}/{}", update.progress, total),
+            None => format!("{}", update.progress),
+        };
+        let message = match &update.message {
+            Some(m) => format!("{label}: {} ({how_far})", one_line(m, 200)),
+            None => format!("{label}: {how_far}"),
+        };
+        let param =
+            ProgressNotificationParam::new(self.token.clone(), n as f64).with_message(message);
+        let _ = self.peer.notify_progress(param).await;
+    }
+}
+
+/// Removes an execution's progress sink when dropped.
+pub(crate) struct ProgressRegistration {
+    sinks: Arc<ProgressSinks>,
+    execution_id: String,
+}
+
+impl Drop for ProgressRegistration {
+    fn drop(&mut self) {
+        lock(&self.sinks.0).remove(&self.execution_id);
+    }
+}
+
+/// The client side of one upstream connection.
+#[derive(Clone)]
+struct UpstreamClient {
+    index: usize,
+    name: String,
+    events: mpsc::UnboundedSender<Event>,
+    progress: ProgressDispatcher,
+}
+
+impl ClientHandler for UpstreamClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("execbox", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.events.send(Event::ToolsChanged(self.index));
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let data = match &params.data {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        eprintln!(
+            "[{}] {:?}: {}",
+            self.name,
+            params.level,
+            one_line(&data, 2000)
+        );
+    }
+}
+
+/// Connects to one server and lists its tools; `Err` says why not, for a person.
+async fn connect(
+    index: usize,
+    config: &UpstreamConfig,
+    events: mpsc::UnboundedSender<Event>,
+    sinks: Arc<ProgressSinks>,
+    options: &UpstreamOptions,
+) -> Result<Arc<Link>, String> {
+    let client = UpstreamClient {
+        index,
+        name: config.name.clone(),
+        events: events.clone(),
+        progress: ProgressDispatcher::new(),
+    };
+    let progress = client.progress.clone();
+    let timeout = options.startup_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let Connected {
+        running,
+        group,
+        exit,
+    } = match &config.transport {
+        UpstreamTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let spawned =
+                upstream_process::spawn(&config.name, command, args, env, cwd.as_deref()).await?;
+            handshake_stdio(client, spawned, deadline, timeout).await?
+        }
+        UpstreamTransport::Http { url, headers } => {
+            connect_http(client, url, headers, deadline, timeout).await?
+        }
+    };
+    let link = Arc::new(Link {
+        name: config.name.clone(),
+        namespace: config.namespace.clone(),
+        policy: config.policy.clone(),
+        peer: running.peer().clone(),
+        progress,
+        description: server_description(running.peer()),
+        tools: Mutex::new(Vec::new()),
+        dead: Mutex::new(None),
+        stopping: AtomicBool::new(false),
+        stop: Mutex::new(Some(running.cancellation_token())),
+        group,
+        exit,
+        sinks,
+    });
+    let listed = tokio::time::timeout_at(deadline, link.list_tools()).await;
+    let failure = match listed {
+        Ok(Ok(_)) => None,
+        Ok(Err(why)) => Some(why),
+        Err(_) => Some(too_slow(timeout)),
+    };
+    if let Some(why) = failure {
+        link.abandon();
+        return Err(why);
+    }
+    watch_connection(running, &link, events);
+    Ok(link)
+}
+
+/// A server whose MCP handshake is done: the running client, and for a stdio server its
+/// process group and how it exited (once it has).
+struct Connected {
+    running: RunningService<RoleClient, UpstreamClient>,
+    group: Option<Arc<ProcessGroup>>,
+    exit: Option<watch::Receiver<Option<String>>>,
+}
+
+/// Why a server that did not get going within `timeout` is given up.
+fn too_slow(timeout: Duration) -> String {
+    format!(
+        "did not complete the MCP handshake and tools/list within {}s",
+        timeout.as_secs_f64()
+    )
+}
+
+/// The MCP handshake over the stdio of a server just started, by `deadline`. On failure its
+/// group is killed, and the error says why, by how it exited when it did, and names a line
+/// it printed on stdout that is not JSON-RPC.
+async fn handshake_stdio(
+    client: UpstreamClient,
+    spawned: upstream_process::Spawned,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+) -> Result<Connected, String> {
+    let mut exit = spawned.exit.clone();
+    let garbage = spawned.garbage.clone();
+    let group = spawned.group.clone();
+    let served =
+        tokio::time::timeout_at(deadline, client.serve((spawned.stdout, spawned.stdin))).await;
+    let explain = |why: String| {
+        let garbage = lock(&garbage).clone();
+        match garbage {
+            Some(line) => format!(
+                "{why}; it printed {line:?} on stdout, which is not JSON-RPC (an MCP \
+                 server must log to stderr)"
+            ),
+            None => why,
+        }
+    };
+    match served {
+        Ok(Ok(running)) => Ok(Connected {
+            running,
+            group: Some(group),
+            exit: Some(spawned.exit),
+        }),
+        failed => {
+            // An exit explains a failed handshake best.
+            let _ =
+                tokio::time::timeout(Duration::from_millis(500), exit.wait_for(Option::is_some))
+                    .await;
+            group.kill();
+            let exited = exit.borrow().clone();
+            Err(explain(match (exited, failed) {
+                (Some(how), _) => format!("{how} before completing the MCP handshake"),
+                (None, Ok(Err(e))) => format!("the MCP handshake failed: {e}"),
+                (None, _) => too_slow(timeout),
+            }))
+        }
+    }
+}
+
+/// The MCP handshake with a streamable HTTP server at `url`, by `deadline`.
+async fn connect_http(
+    client: UpstreamClient,
+    url: &str,
+    headers: &[(String, String)],
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+) -> Result<Connected, String> {
+    let transport = http_transport(url, headers)?;
+    match tokio::time::timeout_at(deadline, client.serve(transport)).await {
+        Ok(Ok(running)) => Ok(Connected {
+            running,
+            group: None,
+            exit: None,
+        }),
+        Ok(Err(e)) => Err(format!(
+            "cannot connect to {url}: {}",
+            one_line(&e.to_string(), 500)
+        )),
+        Err(_) => Err(too_slow(timeout)),
+    }
+}
+
+/// What a server says about itself, for its namespace's description: its instructions,
+/// else its name (or title) and version.
+fn server_description(peer: &Peer<RoleClient>) -> Option<String> {
+    peer.peer_info().and_then(|info| {
+        let instructions = info
+            .instructions
+            .as_deref()
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .map(|i| one_line(i, 500));
+        instructions.or_else(|| {
+            info.server_info.as_ref().map(|s| {
+                format!(
+                    "{} {}",
+                    s.title.clone().unwrap_or_else(|| s.name.clone()),
+                    s.version
+                )
+            })
+        })
+    })
+}
+
+/// Watches a server's connection: its end (the process exited, the connection closed)
+/// makes the server unavailable, unless execbox is stopping it.
+fn watch_connection(
+    running: RunningService<RoleClient, UpstreamClient>,
+    link: &Arc<Link>,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let watched = Arc::downgrade(link);
+    tokio::spawn(async move {
+        let _ = running.waiting().await;
+        let Some(link) = watched.upgrade() else {
+            return;
+        };
+        if link.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let reason = match link.exit.clone() {
+            Some(mut exit) => {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), exit.wait_for(Option::is_some))
+                        .await;
+                let how = exit.borrow().clone();
+                how.unwrap_or_else(|| "closed its stdout".into())
+            }
+            None => "closed the connection".into(),
+        };
+        if let Some(group) = &link.group {
+            group.kill();
+        }
+        eprintln!(
+            "execbox mcp: upstream {:?} {reason}; its tools fail until execbox mcp restarts",
+            link.name
+        );
+        link.mark_dead(reason);
+        let _ = events.send(Event::Died);
+    });
+}
+
+/// The streamable HTTP client for `url`: rustls with the ring provider and the webpki roots,
+/// `headers` on every request.
+fn http_transport(
+    url: &str,
+    headers: &[(String, String)],
+) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, String> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("cannot configure TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let mut map = HashMap::new();
+    for (name, value) in headers {
+        let name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("header {name:?}: {e}"))?;
+        let value =
+            HeaderValue::from_str(value).map_err(|e| format!("the value of header {name}: {e}"))?;
+        map.insert(name, value);
+    }
+    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(map);
+    Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
+        client, config,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> rmcp::model::JsonObject {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn an_input_that_requires_nothing_may_be_left_out() {
+        let open = object(json!({"type": "object", "properties": {"q": {"type": "string"}}}));
+        assert_eq!(optional_input(&open)["type"], json!(["object", "null"]));
+        let empty = object(json!({"type": "object", "required": []}));
+        assert_eq!(optional_input(&empty)["type"], json!(["object", "null"]));
+        let strict = object(json!({"type": "object", "required": ["q"]}));
+        assert_eq!(optional_input(&strict)["type"], json!("object"));
+    }
+}

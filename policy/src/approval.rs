@@ -1,0 +1,259 @@
+//! Approval of calls to tools that declare `requires_approval`: a person, or the embedding
+//! application, decides each call before it runs.
+//!
+//! An [`Approver`] gets an [`ApprovalRequest`] (the execution, the principal, the tool as
+//! `provider.tool` and the input) and answers with an [`Approval`]. The call waits for the
+//! answer with the execution's deadline still running: an execution that ends meanwhile
+//! drops the wait. Implementations here: [`ApproveAll`] (`--approve-all`), [`DenyAll`]
+//! (nobody to ask) and [`TerminalApprover`] (asks on the controlling terminal).
+
+use std::io::{BufRead, BufReader, Write};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use execbox_host::BoxFuture;
+
+/// What an approver is asked.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ApprovalRequest {
+    /// The execution making the call.
+    pub execution_id: String,
+    /// The principal, if any.
+    pub principal: Option<String>,
+    /// `provider.tool`, as the guest called it.
+    pub tool: String,
+    /// The input, already validated against the tool's input schema.
+    pub input: Value,
+}
+
+impl ApprovalRequest {
+    /// A request for a call of `tool` with `input` in `execution_id`.
+    pub fn new(
+        execution_id: impl Into<String>,
+        principal: Option<&str>,
+        tool: impl Into<String>,
+        input: Value,
+    ) -> Self {
+        ApprovalRequest {
+            execution_id: execution_id.into(),
+            principal: principal.map(str::to_string),
+            tool: tool.into(),
+            input,
+        }
+    }
+}
+
+/// An approver's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Approval {
+    /// The call may run.
+    Approved,
+    /// Someone said no: the guest sees `tool_error` "approval denied".
+    Denied,
+    /// Nobody could be asked (no terminal, no approver): `tool_error` "approval required".
+    Unavailable,
+}
+
+/// Decides calls of tools that require approval.
+pub trait Approver: Send + Sync + 'static {
+    /// Decides one call. The future may wait for a person; it is dropped if the execution
+    /// ends first.
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval>;
+}
+
+/// Approves every call (`execbox run --approve-all`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn approve(&self, _request: ApprovalRequest) -> BoxFuture<Approval> {
+        Box::pin(async { Approval::Approved })
+    }
+}
+
+/// Approves nothing: every call is refused as [`Approval::Unavailable`] ("approval
+/// required"). The default when there is nobody to ask.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DenyAll;
+
+impl Approver for DenyAll {
+    fn approve(&self, _request: ApprovalRequest) -> BoxFuture<Approval> {
+        Box::pin(async { Approval::Unavailable })
+    }
+}
+
+/// Asks on the controlling terminal (`/dev/tty`), one question at a time: shows
+/// `provider.tool` and the input, and approves only on `y` or `yes`; anything else, an empty
+/// line or end of input is no. Without a terminal every call is [`Approval::Unavailable`].
+///
+/// The question is asked on a blocking thread; if the execution ends before it is answered,
+/// the call is refused at once, and the question stays on the terminal until it is answered
+/// (its answer is then ignored) before the next one is asked.
+#[derive(Clone, Debug, Default)]
+pub struct TerminalApprover {
+    /// Held while a question is on the terminal.
+    asking: Arc<Mutex<()>>,
+}
+
+impl TerminalApprover {
+    /// An approver asking on `/dev/tty`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether this process has a controlling terminal to ask on.
+    pub fn available() -> bool {
+        open_tty().is_ok()
+    }
+}
+
+fn open_tty() -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+}
+
+impl Approver for TerminalApprover {
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval> {
+        let asking = self.asking.clone();
+        Box::pin(async move {
+            let answer = tokio::task::spawn_blocking(move || {
+                let _one_at_a_time = asking.lock().unwrap_or_else(|e| e.into_inner());
+                let Ok(tty) = open_tty() else {
+                    return Approval::Unavailable;
+                };
+                let Ok(writer) = tty.try_clone() else {
+                    return Approval::Unavailable;
+                };
+                ask(&request, &mut BufReader::new(tty), &mut { writer })
+                    .unwrap_or(Approval::Unavailable)
+            })
+            .await;
+            answer.unwrap_or(Approval::Unavailable)
+        })
+    }
+}
+
+/// Inputs longer than this are cut in the question.
+const MAX_SHOWN_INPUT_CHARS: usize = 4000;
+
+/// Writes the question for `request` to `out` and reads the answer from `input`.
+pub(crate) fn ask(
+    request: &ApprovalRequest,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+) -> std::io::Result<Approval> {
+    let shown = serde_json::to_string_pretty(&request.input).unwrap_or_default();
+    let mut shown = printable(&shown);
+    if shown.chars().count() > MAX_SHOWN_INPUT_CHARS {
+        shown = shown
+            .chars()
+            .take(MAX_SHOWN_INPUT_CHARS)
+            .collect::<String>()
+            + "\n…(cut)";
+    }
+    let principal = match &request.principal {
+        Some(p) => format!(" by {}", printable(p)),
+        None => String::new(),
+    };
+    write!(
+        out,
+        "\nexecbox: execution {} asks to call {}{principal} with this input:\n{shown}\nApprove this call? [y/N] ",
+        printable(&request.execution_id),
+        printable(&request.tool),
+    )?;
+    out.flush()?;
+    let mut line = String::new();
+    input.read_line(&mut line)?;
+    let answer = line.trim().to_ascii_lowercase();
+    Ok(if answer == "y" || answer == "yes" {
+        Approval::Approved
+    } else {
+        Approval::Denied
+    })
+}
+
+/// `text` with control characters (terminal escape sequences among them) shown escaped, so
+/// that guest-chosen input cannot rewrite the question; line breaks of the layout are kept.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push('\n'),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn request() -> ApprovalRequest {
+        ApprovalRequest::new(
+            "exec-1",
+            Some("alice"),
+            "email.send",
+            json!({"to": "bob@example.com", "body": "hi \u{1b}[2J\u{9b}31m"}),
+        )
+    }
+
+    fn answer(typed: &str) -> (Approval, String) {
+        let mut out = Vec::new();
+        let approval = ask(&request(), &mut typed.as_bytes(), &mut out).unwrap();
+        (approval, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn the_question_shows_the_tool_and_the_input_and_defaults_to_no() {
+        let (approval, question) = answer("\n");
+        assert_eq!(approval, Approval::Denied);
+        assert!(
+            question.contains("asks to call email.send by alice"),
+            "{question}"
+        );
+        assert!(
+            question.contains("\"to\": \"bob@example.com\""),
+            "{question}"
+        );
+        assert!(
+            question.ends_with("Approve this call? [y/N] "),
+            "{question}"
+        );
+        assert!(
+            !question.contains('\u{1b}') && !question.contains('\u{9b}'),
+            "{question:?}"
+        );
+        assert!(question.contains("\\u001b[2J"), "{question}");
+        assert_eq!(answer("y\n").0, Approval::Approved);
+        assert_eq!(answer("YES\n").0, Approval::Approved);
+        assert_eq!(answer(" yes \n").0, Approval::Approved);
+        assert_eq!(answer("no\n").0, Approval::Denied);
+        assert_eq!(answer("yep\n").0, Approval::Denied);
+        assert_eq!(answer("").0, Approval::Denied, "end of input is no");
+    }
+
+    #[tokio::test]
+    async fn approve_all_and_deny_all_answer_at_once() {
+        assert_eq!(ApproveAll.approve(request()).await, Approval::Approved);
+        assert_eq!(DenyAll.approve(request()).await, Approval::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn without_a_terminal_the_terminal_approver_cannot_approve() {
+        if TerminalApprover::available() {
+            return; // run by hand from a terminal; the test needs none
+        }
+        assert_eq!(
+            TerminalApprover::new().approve(request()).await,
+            Approval::Unavailable
+        );
+    }
+}

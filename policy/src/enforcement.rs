@@ -1,0 +1,743 @@
+//! The policy applied to executions: [`Enforcement`], the core's [`CallGuard`], and the one
+//! place where the policy flags and the policy file become one ([`EnforcementOptions`]).
+//!
+//! A call goes through these steps; the first that refuses decides the answer, and every
+//! refusal is audited before it is returned:
+//!
+//! 1. permissions: the principal must hold every permission the tool requires, else
+//!    `tool_error` `<provider.tool>: permission denied` (the same words whether or not the
+//!    tool exists; a tool the principal may not call is also left out of what it is shown);
+//! 2. the rate limit, per principal and tool: `tool_error` `rate limit exceeded for
+//!    <provider.tool>: <limit>; retry in <N> s`;
+//! 3. approval, for a tool that requires it: `tool_error` `<provider.tool>: approval denied`
+//!    (someone said no) or `<provider.tool>: approval required` (nobody could be asked);
+//! 4. the call runs; its admission audits its outcome before the result may be sent.
+//!
+//! Checking the rate limit before asking for approval spares a person questions about calls
+//! that would be refused anyway; a call refused approval still counts against the limit.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use execbox_host::{
+    Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall, RateLimit,
+    ToolError, ToolRequirements,
+};
+use serde_json::Value;
+
+use super::approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll};
+use super::audit::{AuditEvent, AuditLog, AuditOutcome, InputDigest};
+use super::limits::RateLimits;
+use super::{Policy, PolicyError, Principal};
+
+/// What the policy flags of a front end say (`--policy --principal --audit-log --state
+/// --approve-all`), before anything is opened; [`EnforcementOptions::open`] makes them an
+/// [`Enforcement`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct EnforcementOptions {
+    /// The policy file.
+    pub policy: Option<PathBuf>,
+    /// The principal to run as (a principal of the policy; needs `policy`).
+    pub principal: Option<String>,
+    /// The audit log; else the policy's `audit.file`.
+    pub audit_log: Option<PathBuf>,
+    /// The rate-limit state file; else the policy's `state`; else counters in memory.
+    pub state: Option<PathBuf>,
+    /// Approve every call of a tool that requires approval, without asking anyone.
+    pub approve_all: bool,
+    /// Each caller is named per request (a server's bearer tokens): the policy's principal
+    /// is not resolved here, and `principal` must be `None`; until
+    /// [`Enforcement::for_principal`], executions run as the policy's default principal (or
+    /// one holding nothing, when the policy requires a principal).
+    pub caller_per_request: bool,
+}
+
+impl EnforcementOptions {
+    /// Loads the policy, resolves the principal, opens the state file and the audit log. Any
+    /// failure is the caller's to report before anything runs.
+    pub fn open(&self) -> Result<Enforcement, PolicyError> {
+        let (policy, principal) = match &self.policy {
+            Some(path) => {
+                let policy = Policy::load(path)?;
+                let principal = match (self.caller_per_request, self.principal.as_deref()) {
+                    (true, Some(_)) => return Err(PolicyError::PrincipalPerRequest),
+                    (true, None) => policy
+                        .principal(None)
+                        .unwrap_or_else(|_| Principal::nobody()),
+                    (false, name) => policy.principal(name)?,
+                };
+                (Some(policy), principal)
+            }
+            None if self.principal.is_some() => return Err(PolicyError::PrincipalWithoutPolicy),
+            None => (None, Principal::unrestricted()),
+        };
+        let state = self
+            .state
+            .clone()
+            .or_else(|| policy.as_ref().and_then(|p| p.state_file().map(Into::into)));
+        let limits = match state {
+            Some(state) => Arc::new(RateLimits::open(&state)?),
+            None => Arc::new(RateLimits::in_memory()),
+        };
+        let audit_path = self
+            .audit_log
+            .clone()
+            .or_else(|| policy.as_ref().and_then(|p| p.audit_file().map(Into::into)));
+        let audit = match audit_path {
+            Some(path) => {
+                let include_input = policy.as_ref().is_some_and(Policy::audit_includes_input);
+                Some(Arc::new(AuditLog::open(&path, include_input)?))
+            }
+            None => None,
+        };
+        let mut enforcement = Enforcement::new(principal, limits);
+        enforcement.policy = policy;
+        enforcement.audit = audit;
+        if self.approve_all {
+            enforcement.approver = Arc::new(ApproveAll);
+            enforcement.approve_all = true;
+        }
+        Ok(enforcement)
+    }
+}
+
+/// The policy of executions: their principal, the shared rate-limit counters, the audit log
+/// and the approver. The core calls it as a [`CallGuard`]; cheap to clone (shared parts).
+///
+/// ```
+/// use std::sync::Arc;
+/// use execbox_host::{ExecuteRequest, ToolSet};
+/// use execbox_policy::{Enforcement, Policy, RateLimits};
+///
+/// let policy = Policy::builder().default_permissions(["weather:read"]).build().unwrap();
+/// let enforcement = Enforcement::new(policy.principal(None).unwrap(), Arc::new(RateLimits::in_memory()));
+/// let request = ExecuteRequest::new("1 + 1").tools(&ToolSet::empty()).guard(Arc::new(enforcement));
+/// # let _ = request;
+/// ```
+#[derive(Clone)]
+pub struct Enforcement {
+    policy: Option<Policy>,
+    principal: Principal,
+    limits: Arc<RateLimits>,
+    audit: Option<Arc<AuditLog>>,
+    approver: Arc<dyn Approver>,
+    approve_all: bool,
+}
+
+impl std::fmt::Debug for Enforcement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enforcement")
+            .field("principal", &self.principal.name())
+            .field("limits", &self.limits)
+            .field("audit", &self.audit.as_ref().map(|a| a.path()))
+            .field("approve_all", &self.approve_all)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Enforcement {
+    /// Executions run by `principal`, counting against `limits`; no audit log, and approval
+    /// refused ([`DenyAll`]) until an approver is set.
+    pub fn new(principal: Principal, limits: Arc<RateLimits>) -> Self {
+        Enforcement {
+            policy: None,
+            principal,
+            limits,
+            audit: None,
+            approver: Arc::new(DenyAll),
+            approve_all: false,
+        }
+    }
+
+    /// No policy: every tool visible, the tools' own rate limits counted in memory, approvals
+    /// refused until an approver is set.
+    pub fn unrestricted() -> Self {
+        Self::new(Principal::unrestricted(), Arc::new(RateLimits::in_memory()))
+    }
+
+    /// Checks callers against `policy` (a server's tokens, a capability's permissions); the
+    /// principal stays as it is.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Records every execution and call in `audit`.
+    pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// Decides calls of tools that require approval with `approver`.
+    pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = approver;
+        self.approve_all = false;
+        self
+    }
+
+    /// Asks `approver`, unless every call is approved already (`approve_all`): what a front
+    /// end calls with its own way of asking (a terminal, an MCP client).
+    pub fn asking(mut self, approver: Arc<dyn Approver>) -> Self {
+        if !self.approve_all {
+            self.approver = approver;
+        }
+        self
+    }
+
+    /// The same enforcement for another principal (the caller of one request of a server).
+    pub fn for_principal(&self, principal: Principal) -> Self {
+        Enforcement {
+            principal,
+            ..self.clone()
+        }
+    }
+
+    /// The principal.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// The policy file's policy, when one was loaded.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.policy.as_ref()
+    }
+
+    /// The audit log, if any.
+    pub fn audit(&self) -> Option<&Arc<AuditLog>> {
+        self.audit.as_ref()
+    }
+
+    /// The rate-limit counters.
+    pub fn rate_limits(&self) -> &Arc<RateLimits> {
+        &self.limits
+    }
+
+    fn record(&self, event: &AuditEvent<'_>) -> Result<(), PolicyError> {
+        match &self.audit {
+            Some(log) => log.record(event),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs the checks for a call of `tool` (`provider.tool`, as the guest called it) with
+    /// `input`; see the module docs for the order and the messages.
+    pub async fn admit_call(
+        &self,
+        execution_id: &str,
+        tool: &str,
+        requirements: &ToolRequirements,
+        input: &Value,
+    ) -> Result<AuditedCall, GuardError> {
+        if !self.principal.may_call(requirements) {
+            return Err(self.refuse(
+                execution_id,
+                tool,
+                input,
+                AuditOutcome::Denied,
+                ToolError::tool(format!("{tool}: permission denied")),
+            ));
+        }
+        if let Some(limit) = &requirements.rate_limit {
+            match self.check_limit(tool, limit).await {
+                Ok(()) => {}
+                Err(e @ PolicyError::RateLimited { .. }) => {
+                    return Err(self.refuse(
+                        execution_id,
+                        tool,
+                        input,
+                        AuditOutcome::RateLimited,
+                        ToolError::tool(e.to_string()),
+                    ))
+                }
+                Err(e) => {
+                    tracing::error!("{e}");
+                    let error = ToolError::tool(format!(
+                        "{tool}: the host cannot check this tool's rate limit now \
+                         (its rate-limit state is unavailable)"
+                    ));
+                    return Err(self.refuse(
+                        execution_id,
+                        tool,
+                        input,
+                        AuditOutcome::Error(error.code),
+                        error,
+                    ));
+                }
+            }
+        }
+        if requirements.requires_approval {
+            let request = ApprovalRequest::new(
+                execution_id.to_owned(),
+                self.principal.name(),
+                tool,
+                input.clone(),
+            );
+            let refused = match self.approver.approve(request).await {
+                Approval::Approved => None,
+                Approval::Denied => Some("approval denied"),
+                Approval::Unavailable => Some("approval required"),
+            };
+            if let Some(why) = refused {
+                return Err(self.refuse(
+                    execution_id,
+                    tool,
+                    input,
+                    AuditOutcome::ApprovalDenied,
+                    ToolError::tool(format!("{tool}: {why}")),
+                ));
+            }
+        }
+        let digest = match &self.audit {
+            Some(log) => Some(log.digest(input).map_err(fatal)?),
+            None => None,
+        };
+        Ok(AuditedCall {
+            audit: self.audit.clone(),
+            execution_id: execution_id.to_owned(),
+            principal: self.principal.name().map(Arc::from),
+            tool: tool.to_owned(),
+            input: digest,
+            started: Instant::now(),
+        })
+    }
+
+    /// Counts the call. A check against a state file is a SQLite transaction that may wait
+    /// for other processes, so it runs on a blocking thread; in memory it is a few atomics.
+    async fn check_limit(&self, tool: &str, limit: &RateLimit) -> Result<(), PolicyError> {
+        if !self.limits.is_shared() {
+            return self.limits.check(&self.principal, tool, limit);
+        }
+        let (limits, principal, tool_name, limit) = (
+            self.limits.clone(),
+            self.principal.clone(),
+            tool.to_string(),
+            *limit,
+        );
+        tokio::task::spawn_blocking(move || limits.check(&principal, &tool_name, &limit))
+            .await
+            .unwrap_or_else(|e| {
+                Err(PolicyError::State {
+                    path: Default::default(),
+                    message: format!("the rate-limit check failed: {e}"),
+                })
+            })
+    }
+
+    /// Audits a refused call; an audit failure outranks the refusal.
+    fn refuse(
+        &self,
+        execution_id: &str,
+        tool: &str,
+        input: &Value,
+        outcome: AuditOutcome,
+        error: ToolError,
+    ) -> GuardError {
+        let event = AuditEvent::tool_call(
+            execution_id,
+            self.principal.name(),
+            tool,
+            input,
+            outcome,
+            Duration::ZERO,
+        )
+        .error(&error.message);
+        match self.record(&event) {
+            Ok(()) => GuardError::Refused(error),
+            Err(e) => fatal(e),
+        }
+    }
+}
+
+/// A policy failure that must end the execution.
+fn fatal(error: PolicyError) -> GuardError {
+    GuardError::Fatal(error.to_string())
+}
+
+impl CallGuard for Enforcement {
+    fn may_call(&self, requirements: &ToolRequirements) -> bool {
+        self.principal.may_call(requirements)
+    }
+
+    fn execution_started(&self, execution_id: &str) -> Result<(), GuardError> {
+        self.record(&AuditEvent::execution_started(
+            execution_id,
+            self.principal.name(),
+        ))
+        .map_err(fatal)
+    }
+
+    fn admit<'a>(
+        &'a self,
+        call: GuardedCall<'a>,
+    ) -> GuardFuture<'a, Result<Box<dyn Admission>, GuardError>> {
+        Box::pin(async move {
+            let admitted = self
+                .admit_call(call.execution_id, call.tool, call.requirements, call.input)
+                .await?;
+            Ok(match admitted.input {
+                // Nothing to record: no allocation for the admission either.
+                None => Box::new(Admitted) as Box<dyn Admission>,
+                Some(_) => Box::new(admitted),
+            })
+        })
+    }
+
+    fn execution_finished(&self, end: ExecutionEnd<'_>) -> Result<(), GuardError> {
+        let outcome = match end.outcome {
+            Ok(()) => AuditOutcome::Ok,
+            Err(code) => AuditOutcome::Error(code),
+        };
+        let mut event = AuditEvent::execution_finished(
+            end.execution_id,
+            self.principal.name(),
+            outcome,
+            end.duration,
+        );
+        if let Some(message) = end.message {
+            event = event.error(message);
+        }
+        self.record(&event).map_err(fatal)
+    }
+}
+
+/// A call that passed the checks; [`AuditedCall::finish`] audits how it ended.
+#[derive(Debug)]
+#[must_use = "a call's audit line is written by `finish`"]
+pub struct AuditedCall {
+    audit: Option<Arc<AuditLog>>,
+    execution_id: String,
+    principal: Option<Arc<str>>,
+    tool: String,
+    input: Option<InputDigest>,
+    started: Instant,
+}
+
+impl AuditedCall {
+    /// Audits the end of the call: `Ok(())`, or the error it failed with. An error means the
+    /// line could not be written: do not send the result; end the execution.
+    ///
+    /// A call dropped before it finished (the execution ended, was cancelled or timed out
+    /// while the tool ran or waited for approval) is audited as `cancelled` when dropped: a
+    /// call that may have had effects is never missing from the log.
+    pub fn finish(mut self, result: Result<(), &ToolError>) -> Result<(), PolicyError> {
+        let (Some(input), Some(audit)) = (self.input.take(), self.audit.as_ref()) else {
+            return Ok(());
+        };
+        let outcome = match result {
+            Ok(()) => AuditOutcome::Ok,
+            Err(e) => AuditOutcome::Error(e.code),
+        };
+        let mut event = AuditEvent::tool_call_digested(
+            &self.execution_id,
+            self.principal.as_deref(),
+            &self.tool,
+            &input,
+            outcome,
+            self.started.elapsed(),
+        );
+        if let Err(e) = result {
+            event = event.error(&e.message);
+        }
+        audit.record(&event)
+    }
+}
+
+impl Admission for AuditedCall {
+    fn finish(self: Box<Self>, outcome: Result<(), &ToolError>) -> Result<(), GuardError> {
+        AuditedCall::finish(*self, outcome).map_err(fatal)
+    }
+}
+
+impl Drop for AuditedCall {
+    fn drop(&mut self) {
+        let (Some(input), Some(audit)) = (self.input.take(), self.audit.as_ref()) else {
+            return;
+        };
+        let event = AuditEvent::tool_call_digested(
+            &self.execution_id,
+            self.principal.as_deref(),
+            &self.tool,
+            &input,
+            AuditOutcome::Status("cancelled"),
+            self.started.elapsed(),
+        )
+        .error("the execution ended before the call did");
+        if let Err(e) = audit.record(&event) {
+            tracing::error!(tool = %self.tool, "cannot audit a cancelled call: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+
+    use execbox_host::BoxFuture;
+    use execbox_protocol::ErrorCode;
+
+    use super::super::approval::ApproveAll;
+    use super::super::Policy;
+    use super::*;
+
+    fn audit_file() -> PathBuf {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        std::env::temp_dir().join(format!(
+            "execbox-guard-{}-{}.jsonl",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    fn read_lines(path: &PathBuf) -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn policy() -> Policy {
+        Policy::builder()
+            .role("reader", ["weather:read"])
+            .principal("alice", ["reader"], [] as [&str; 0])
+            .build()
+            .unwrap()
+    }
+
+    fn tool(permissions: &[&str], limit: Option<(u32, u64)>, approval: bool) -> ToolRequirements {
+        let mut requirements = ToolRequirements::default();
+        requirements.permissions = permissions.iter().map(|p| p.to_string()).collect();
+        requirements.rate_limit =
+            limit.map(|(n, s)| RateLimit::new(n, Duration::from_secs(s)).unwrap());
+        requirements.requires_approval = approval;
+        requirements
+    }
+
+    fn refused(r: Result<AuditedCall, GuardError>) -> ToolError {
+        match r {
+            Err(GuardError::Refused(e)) => e,
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("admitted"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_before_it_finished_is_audited_as_cancelled() {
+        let file = audit_file();
+        let audit = Arc::new(AuditLog::open(&file, false).unwrap());
+        let limits = Arc::new(RateLimits::in_memory());
+        let alice = policy().principal(Some("alice")).unwrap();
+        let guard = Enforcement::new(alice, limits).with_audit(audit);
+        let input = json!({"city": "Paris"});
+        let admitted = guard
+            .admit_call(
+                "e1",
+                "weather.get",
+                &tool(&["weather:read"], None, false),
+                &input,
+            )
+            .await
+            .unwrap();
+        // The execution ends while the tool runs: its future, and the admission, are dropped.
+        drop(admitted);
+        let lines = read_lines(&file);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["tool"], "weather.get");
+        assert_eq!(lines[0]["outcome"], "cancelled");
+        assert_eq!(lines[0]["error"], "the execution ended before the call did");
+        let _ = std::fs::remove_file(&file);
+    }
+
+    #[tokio::test]
+    async fn each_check_refuses_with_its_message_and_is_audited() {
+        let file = audit_file();
+        let audit = Arc::new(AuditLog::open(&file, false).unwrap());
+        let limits = Arc::new(RateLimits::in_memory());
+        let alice = policy().principal(Some("alice")).unwrap();
+        let guard = Enforcement::new(alice, limits).with_audit(audit);
+        guard.execution_started("e1").unwrap();
+        let input = json!({"city": "Paris"});
+
+        let e = refused(
+            guard
+                .admit_call(
+                    "e1",
+                    "email.send",
+                    &tool(&["email:send"], None, false),
+                    &input,
+                )
+                .await,
+        );
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (ErrorCode::ToolError, "email.send: permission denied")
+        );
+        assert!(!guard.may_call(&tool(&["email:send"], None, false)));
+
+        let limited = tool(&["weather:read"], Some((1, 60)), false);
+        guard
+            .admit_call("e1", "weather.get", &limited, &input)
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        let e = refused(
+            guard
+                .admit_call("e1", "weather.get", &limited, &input)
+                .await,
+        );
+        assert_eq!(
+            e.message,
+            "rate limit exceeded for weather.get: 1 per 1m; retry in 60 s"
+        );
+
+        let e = refused(
+            guard
+                .admit_call("e1", "email.draft", &tool(&[], None, true), &input)
+                .await,
+        );
+        assert_eq!(e.message, "email.draft: approval required");
+
+        let admitted = guard
+            .admit_call("e1", "t.fails", &tool(&[], None, false), &input)
+            .await
+            .unwrap();
+        admitted
+            .finish(Err(&ToolError::timeout("t.fails: timed out")))
+            .unwrap();
+        guard
+            .execution_finished(ExecutionEnd::new("e1", Ok(()), None, Duration::ZERO))
+            .unwrap();
+
+        let lines = read_lines(&file);
+        let outcomes: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|l| {
+                (
+                    l["event"].as_str().unwrap(),
+                    l["outcome"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                ("execution_started", ""),
+                ("tool_call", "denied"),
+                ("tool_call", "ok"),
+                ("tool_call", "rate_limited"),
+                ("tool_call", "approval_denied"),
+                ("tool_call", "timeout"),
+                ("execution_finished", "ok"),
+            ]
+        );
+        assert!(lines
+            .iter()
+            .all(|l| l["execution_id"] == "e1" && l["principal"] == "alice"));
+        assert_eq!(lines[1]["error"], "email.send: permission denied");
+        assert_eq!(lines[2]["input_sha256"], lines[3]["input_sha256"]);
+        assert_eq!(lines[5]["error"], "t.fails: timed out");
+        let _ = std::fs::remove_file(&file);
+    }
+
+    struct Recorder(std::sync::Mutex<Vec<ApprovalRequest>>, Approval);
+
+    impl Approver for Recorder {
+        fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval> {
+            self.0.lock().unwrap().push(request);
+            let answer = self.1.clone();
+            Box::pin(async move { answer })
+        }
+    }
+
+    #[tokio::test]
+    async fn approvers_see_the_call_and_decide_it() {
+        let limits = Arc::new(RateLimits::in_memory());
+        let principal = Policy::new().principal(None).unwrap();
+        let needs = tool(&[], None, true);
+        let input = json!({"to": "bob"});
+        let approve =
+            Enforcement::new(principal.clone(), limits.clone()).with_approver(Arc::new(ApproveAll));
+        approve
+            .admit_call("e1", "email.send", &needs, &input)
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        let recorder = Arc::new(Recorder(Default::default(), Approval::Denied));
+        let deny = Enforcement::new(principal, limits).with_approver(recorder.clone());
+        let e = refused(deny.admit_call("e1", "email.send", &needs, &input).await);
+        assert_eq!(e.message, "email.send: approval denied");
+        let asked = recorder.0.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(
+            (asked[0].tool.as_str(), asked[0].execution_id.as_str()),
+            ("email.send", "e1")
+        );
+        assert_eq!(asked[0].input, input);
+        // A tool without requirements never asks.
+        deny.admit_call("e1", "t.free", &ToolRequirements::default(), &input)
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        assert_eq!(recorder.0.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_state_file_limit_is_checked_off_the_async_threads() {
+        let file = audit_file().with_extension("db");
+        let limits = Arc::new(RateLimits::open(&file).unwrap());
+        assert!(limits.is_shared());
+        let guard = Enforcement::new(policy().principal(Some("alice")).unwrap(), limits);
+        let limited = tool(&[], Some((1, 60)), false);
+        let input = json!({});
+        guard
+            .admit_call("e1", "t.x", &limited, &input)
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        let e = refused(guard.admit_call("e1", "t.x", &limited, &input).await);
+        assert!(
+            e.message
+                .starts_with("rate limit exceeded for t.x: 1 per 1m; retry in "),
+            "{}",
+            e.message
+        );
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_audit_log_fails_closed() {
+        if !std::path::Path::new("/dev/full").exists() {
+            return;
+        }
+        let audit = Arc::new(AuditLog::open("/dev/full", false).unwrap());
+        let guard = Enforcement::new(
+            Policy::new().principal(None).unwrap(),
+            Arc::new(RateLimits::in_memory()),
+        )
+        .with_audit(audit);
+        assert!(matches!(
+            guard.execution_started("e1"),
+            Err(GuardError::Fatal(_))
+        ));
+        let denied = guard
+            .admit_call("e1", "t.x", &tool(&["x:y"], None, false), &json!(null))
+            .await;
+        assert!(matches!(denied, Err(GuardError::Fatal(_))), "{denied:?}");
+        let admitted = guard
+            .admit_call("e1", "t.x", &ToolRequirements::default(), &json!(null))
+            .await
+            .unwrap();
+        assert!(admitted.finish(Ok(())).is_err());
+    }
+}
