@@ -87,8 +87,9 @@ impl Default for ManagerOptions {
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use execbox_host::{CapabilityManager, ExecutionStore, ManagerOptions, PooledExecutor,
-///     Registry, RegistryRoots, RunnerCommand, StartRequest};
+/// use execbox_capabilities::{CapabilityManager, ExecutionStore, ManagerOptions, Registry,
+///     RegistryRoots, StartRequest};
+/// use execbox_host::{PooledExecutor, RunnerCommand};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let roots = RegistryRoots::discover(&std::env::current_dir()?, None);
