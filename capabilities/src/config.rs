@@ -36,10 +36,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use execbox_host::check_permission;
-use execbox_host::yaml;
-use execbox_host::Schema;
-use execbox_host::{check_command, resolve_command};
+use execbox_host::{check_command, check_permission, resolve_command, yaml, Schema};
 
 /// The default time limit of a capability without `timeout_ms` (30 s).
 pub const DEFAULT_CAPABILITY_TIMEOUT_MS: u64 = 30_000;

@@ -29,6 +29,11 @@ use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use execbox_host::json::parse_json;
+use execbox_host::process_output::{
+    escape_controls, read_capped, signal_name, signal_of, Captured, Keep,
+};
+use execbox_host::supervisor::{self, ProcessGroup, Signal};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -38,11 +43,6 @@ use tokio_util::sync::CancellationToken;
 use super::config::{CapabilityConfig, ExecutorConfig, ExecutorKind};
 use super::outcome::{split_result, RunOutcome};
 use super::store::EXECUTION_ID_ENV;
-use execbox_host::json::parse_json;
-use execbox_host::process_output::{
-    escape_controls, read_capped, signal_name, signal_of, Captured, Keep,
-};
-use execbox_host::supervisor::{self, ProcessGroup, Signal};
 
 /// The most an external executor may print on stdout (16 MiB).
 pub const MAX_EXECUTOR_STDOUT_BYTES: usize = 16 * 1024 * 1024;

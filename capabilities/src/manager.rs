@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use execbox_host::{Executor, Provider, Schema, Tool, ToolContext, ToolError};
+use execbox_policy::{AuditEvent, AuditOutcome, Enforcement, Policy, Principal};
 use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -24,10 +26,6 @@ use super::records::{
 use super::registry::{Capability, ExecutorEntry, Registry, RegistryRoots};
 use super::script_executor::{self as script, ScriptRun};
 use super::store::ExecutionStore;
-use execbox_host::Executor;
-use execbox_host::Schema;
-use execbox_host::{Provider, Tool, ToolContext, ToolError};
-use execbox_policy::{AuditEvent, AuditOutcome, Enforcement, Policy, Principal};
 
 /// The default bound on nested capabilities (a top-level execution is depth 1).
 pub const DEFAULT_MAX_DEPTH: u32 = 4;

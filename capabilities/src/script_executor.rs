@@ -12,13 +12,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use execbox_host::{CallGuard, ExecuteRequest, Executor, Provider, ToolSet, ToolsFile};
 use execbox_protocol::ErrorCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::config::CapabilityConfig;
 use super::outcome::{split_result, RunOutcome};
-use execbox_host::{CallGuard, ExecuteRequest, Executor, Provider, ToolSet, ToolsFile};
 
 /// One run's inputs.
 pub(crate) struct ScriptRun<'a> {

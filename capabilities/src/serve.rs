@@ -51,6 +51,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use execbox_http::FrontDoor;
+use execbox_policy::{Policy, Principal};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
@@ -59,8 +61,6 @@ use super::manager::CapabilityManager;
 use super::records::{
     CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionStatus, StartRequest,
 };
-use execbox_http::FrontDoor;
-use execbox_policy::{Policy, Principal};
 
 /// The largest request body accepted (1 MiB).
 pub const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;

@@ -4,11 +4,10 @@
 //! A catalog is immutable; a new one is built whenever an upstream's tools change.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use execbox_host::declarations::{provider_declaration, ToolDeclaration};
-use execbox_host::CallGuard;
-use execbox_host::{Provider, Tool};
-use execbox_host::{ToolSet, ToolSetError};
+use execbox_host::{CallGuard, Provider, Tool, ToolSet, ToolSetError};
 
 use super::content::one_line;
 
@@ -81,7 +80,8 @@ impl Catalog {
     /// What executions under `guard` see: the tools it refuses are left out of the tool set,
     /// the index and the search, as if they did not exist, and so is a namespace left without
     /// tools (one that is unavailable stays: its tools are not known).
-    pub fn visible_to(&self, guard: &dyn CallGuard) -> Catalog {
+    /// The same catalog, not a copy, when nothing is hidden.
+    pub fn visible_to(self: &Arc<Self>, guard: &dyn CallGuard) -> Arc<Catalog> {
         let visible: Vec<&Entry> = self
             .entries
             .iter()
@@ -109,11 +109,11 @@ impl Catalog {
                 })
             })
             .collect();
-        Catalog {
+        Arc::new(Catalog {
             tools: self.tools.visible_to(guard),
             namespaces,
             entries,
-        }
+        })
     }
 
     /// The tool set the sandbox runs against.

@@ -23,8 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use execbox_host::{check_provider_name, sanitize_tool_name};
-use execbox_host::{parse_window, RateLimit};
+use execbox_host::{check_provider_name, parse_window, sanitize_tool_name, RateLimit};
 
 /// The parsed `mcp.json`: the upstream servers in file order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

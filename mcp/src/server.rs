@@ -124,8 +124,10 @@ impl CodeModeServer {
 
     /// The catalog as the principal sees it: the tools it may not call do not exist.
     fn catalog(&self) -> Arc<Catalog> {
-        let catalog = self.0.upstreams.catalog();
-        Arc::new(catalog.visible_to(&self.0.options.enforcement))
+        self.0
+            .upstreams
+            .catalog()
+            .visible_to(&self.0.options.enforcement)
     }
 
     /// The two tools, as `tools/list` answers.

@@ -30,13 +30,12 @@ use rmcp::{ClientHandler, ServiceExt as _};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
-use execbox_host::Schema;
-use execbox_host::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
+use execbox_host::supervisor::ProcessGroup;
+use execbox_host::{BoxFuture, Provider, Schema, Tool, ToolContext, ToolError, ToolHandler};
 
 use super::catalog::{Catalog, NamespaceStatus};
 use super::config::{McpConfig, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
 use super::content::{one_line, result_value};
-use execbox_host::supervisor::ProcessGroup;
 
 use super::upstream_process;
 

@@ -25,11 +25,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use execbox_host::yaml::{self, base_dir, did_you_mean};
 use serde::Deserialize;
 
 use super::grants::Grants;
 use super::{Inner, Policy, PolicyError};
-use execbox_host::yaml::{self, base_dir, did_you_mean};
 
 /// The policy file version this host reads.
 pub const POLICY_FILE_VERSION: u64 = 1;

@@ -20,12 +20,12 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use execbox_host::RateLimit;
 use governor::clock::{Clock, MonotonicClock};
 use governor::state::keyed::HashMapStateStore;
 use governor::{NotUntil, Quota, RateLimiter};
 
 use super::state::{EpochClock, PrincipalKey, SqliteLimiter, SqliteStore, StateDb};
-use execbox_host::RateLimit;
 
 use super::{PolicyError, Principal};
 
