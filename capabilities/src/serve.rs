@@ -226,6 +226,15 @@ async fn start(
             ),
         ));
     }
+    let body = match body {
+        // A chunked body past the door's limit: the door's answer, as for an announced one.
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Ok(execbox_http::refusal_response(
+                &execbox_http::Refusal::too_large(MAX_REQUEST_BODY_BYTES),
+            ))
+        }
+        body => body,
+    };
     let body = body.map_err(|e| {
         ApiError(
             e.status(),

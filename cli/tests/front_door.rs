@@ -368,6 +368,16 @@ fn cases() -> Vec<Case> {
             runner: Refused(403, "FORBIDDEN"),
         },
         Case {
+            // Only the first Host would be checked, and a proxy may use the last.
+            name: "two Host headers",
+            auth: Some(BEARER),
+            host: None,
+            extra: &["Host: evil.example"],
+            serve: Refused(400, "BAD_REQUEST"),
+            mcp: Refused(400, "BAD_REQUEST"),
+            runner: Passes,
+        },
+        Case {
             name: "the allowed Origin",
             auth: Some(BEARER),
             host: None,
@@ -461,6 +471,51 @@ fn run_table(kind: Kind) {
         table.push_str(&format!("| a 64 MiB body | {} |\n", answer.status));
         if let Err(e) = check(&server, Expect::Refused(413, "PAYLOAD_TOO_LARGE"), &answer) {
             failures.push(format!("{kind:?}, a 64 MiB body: {e}"));
+        }
+    }
+    if kind != Kind::Runner {
+        // Without a token, an announced body is never read: 401 at once, whatever its size,
+        // and the connection is not held open for the body.
+        let path = if kind == Kind::Serve {
+            "/v1/executions"
+        } else {
+            "/mcp"
+        };
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Content-Length: 2000000\r\n\r\n{{"
+        );
+        let started = Instant::now();
+        let answer = send(&server.addr, head.as_bytes());
+        table.push_str(&format!(
+            "| no token, a 2 MB body announced and trickled | {} |\n",
+            answer.status
+        ));
+        if let Err(e) = check(&server, Expect::Refused(401, "UNAUTHORIZED"), &answer) {
+            failures.push(format!("{kind:?}, no token with a body: {e}"));
+        }
+        if started.elapsed() > HEAD_TIMEOUT * 3 {
+            failures.push(format!(
+                "{kind:?}, no token with a body: held {:?}",
+                started.elapsed()
+            ));
+        }
+    }
+    if kind == Kind::Serve {
+        // A chunked body announces no length: the limit holds all the same.
+        let chunk = "x".repeat(64 * 1024);
+        let mut request = format!(
+            "POST /v1/executions HTTP/1.1\r\nHost: {host}\r\nAuthorization: {BEARER}\r\n\
+             Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        );
+        for _ in 0..24 {
+            request.push_str(&format!("{:x}\r\n{chunk}\r\n", chunk.len()));
+        }
+        request.push_str("0\r\n\r\n");
+        let answer = send(&server.addr, request.as_bytes());
+        table.push_str(&format!("| a 1.5 MiB chunked body | {} |\n", answer.status));
+        if let Err(e) = check(&server, Expect::Refused(413, "PAYLOAD_TOO_LARGE"), &answer) {
+            failures.push(format!("{kind:?}, a chunked body over the limit: {e}"));
         }
     }
     if let Err(e) = trickled_heads_are_cut_and_others_are_served(&server) {

@@ -227,16 +227,26 @@ impl Hosts {
         let Ok((host, port)) = split_host_port(value) else {
             return false;
         };
-        if matches!(host.as_str(), "localhost" | "127.0.0.1" | "::1") {
-            return true;
+        // A host name, an IPv4 address, or an IPv6 one (the only kind in brackets); a port of
+        // digits that fits. Nothing else is a Host, loopback or not.
+        let bracketed = value.trim().starts_with('[');
+        if host.is_empty()
+            || host.contains(['@', '/', '\\', ' ', '?', '#'])
+            || bracketed != host.contains(':')
+        {
+            return false;
         }
         let port = match port {
             None => 80,
-            Some(p) => match p.parse::<u16>() {
+            Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => match p.parse::<u16>() {
                 Ok(p) => p,
                 Err(_) => return false,
             },
+            Some(_) => return false,
         };
+        if matches!(host.as_str(), "localhost" | "127.0.0.1" | "::1") {
+            return true;
+        }
         self.entries
             .iter()
             .any(|(h, p)| *h == host && (*p == Port::Any || *p == Port::Is(port)))
@@ -296,5 +306,16 @@ mod tests {
         assert!(!hosts.allows("internal") && hosts.allows("internal:8080"));
         assert!(!hosts.allows("evil.example:8080"));
         assert!(!hosts.allows("localhost.evil.example"));
+        // Malformed values with a loopback part are not loopback.
+        for bad in [
+            "localhost:80@evil",
+            "127.0.0.1:80/evil",
+            "[localhost]",
+            "localhost:abc",
+            "localhost:99999",
+            "",
+        ] {
+            assert!(!hosts.allows(bad), "{bad:?}");
+        }
     }
 }

@@ -10,6 +10,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use http_body_util::Limited;
 use tower_http::timeout::TimeoutBody;
 
 use crate::{bearer, same_secret, Hosts, Origins, Refusal};
@@ -111,27 +112,40 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
             .layer(middleware::from_fn_with_state(Arc::new(self), check::<C>))
     }
 
-    /// The door's decision on a request's headers: the caller, or the refusal.
-    pub fn decide(&self, headers: &axum::http::HeaderMap) -> Result<Caller<C>, Refusal> {
-        let text = |name: header::HeaderName| -> Result<Option<&str>, Refusal> {
-            match headers.get(&name) {
-                None => Ok(None),
-                Some(v) => v
-                    .to_str()
-                    .map(Some)
-                    .map_err(|_| Refusal::bad_request(format!("the {name} header is not text"))),
+    /// The door's decision on a request's target and headers: the caller, or the refusal.
+    /// Who is asking is settled (Host, Origin, token) before anything about the body, so a
+    /// request without a token is never read further.
+    pub fn decide(
+        &self,
+        uri: &axum::http::Uri,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<Caller<C>, Refusal> {
+        let one = |name: header::HeaderName| -> Result<Option<&str>, Refusal> {
+            let mut values = headers.get_all(&name).iter();
+            let Some(value) = values.next() else {
+                return Ok(None);
+            };
+            if values.next().is_some() {
+                return Err(Refusal::bad_request(format!(
+                    "the request has more than one {name} header"
+                )));
             }
+            value
+                .to_str()
+                .map(Some)
+                .map_err(|_| Refusal::bad_request(format!("the {name} header is not text")))
         };
-        match text(header::HOST)? {
-            None => return Err(Refusal::bad_request("the request has no Host header")),
-            Some(host) if !self.hosts.allows(host) => {
+        let host = one(header::HOST)?
+            .ok_or_else(|| Refusal::bad_request("the request has no Host header"))?;
+        // An absolute-form target names the host the request is for: it must be ours too.
+        for host in std::iter::once(host).chain(uri.authority().map(|a| a.as_str())) {
+            if !self.hosts.allows(host) {
                 return Err(Refusal::forbidden(format!(
                     "Host {host:?} is not this server's; start it with --allow-host to accept it"
-                )))
+                )));
             }
-            Some(_) => {}
         }
-        if let Some(origin) = text(header::ORIGIN)? {
+        if let Some(origin) = one(header::ORIGIN)? {
             if !self.origins.allows(origin) {
                 return Err(Refusal::forbidden(format!(
                     "requests from the browser origin {origin:?} are refused; start the server \
@@ -139,7 +153,31 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
                 )));
             }
         }
-        if let Some(content_length) = text(header::CONTENT_LENGTH)? {
+        let caller = match &self.tokens {
+            None => Caller(None),
+            Some(tokens) => {
+                let offered = headers
+                    .get_all(header::AUTHORIZATION)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .filter_map(bearer)
+                    .next();
+                match offered {
+                    None => {
+                        return Err(Refusal::unauthorized(
+                            "this server needs `Authorization: Bearer TOKEN`",
+                        ))
+                    }
+                    Some(token) => match tokens(token) {
+                        Some(caller) => Caller(Some(caller)),
+                        None => {
+                            return Err(Refusal::unauthorized("the bearer token is not valid here"))
+                        }
+                    },
+                }
+            }
+        };
+        if let Some(content_length) = one(header::CONTENT_LENGTH)? {
             match content_length.trim().parse::<u64>() {
                 Ok(n) if n > self.max_body_bytes as u64 => {
                     return Err(Refusal::too_large(self.max_body_bytes))
@@ -148,24 +186,7 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
                 Err(_) => return Err(Refusal::bad_request("Content-Length is not a number")),
             }
         }
-        let Some(tokens) = &self.tokens else {
-            return Ok(Caller(None));
-        };
-        let offered = headers
-            .get_all(header::AUTHORIZATION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .filter_map(bearer)
-            .next();
-        match offered {
-            None => Err(Refusal::unauthorized(
-                "this server needs `Authorization: Bearer TOKEN`",
-            )),
-            Some(token) => match tokens(token) {
-                Some(caller) => Ok(Caller(Some(caller))),
-                None => Err(Refusal::unauthorized("the bearer token is not valid here")),
-            },
-        }
+        Ok(caller)
     }
 }
 
@@ -189,7 +210,7 @@ async fn check<C: Clone + Send + Sync + 'static>(
     request: Request,
     next: Next,
 ) -> Response {
-    let caller = match door.decide(request.headers()) {
+    let caller = match door.decide(request.uri(), request.headers()) {
         Ok(caller) => caller,
         Err(refusal) => {
             tracing::debug!(
@@ -197,14 +218,17 @@ async fn check<C: Clone + Send + Sync + 'static>(
                 "refused at the door: {}",
                 refusal.message
             );
+            // Only a caller past every other check is answered a 413 at all.
             if refusal.status == 413 {
-                drain(request, door.body_timeout).await;
+                drain(request, door.body_timeout.min(MAX_DRAIN_TIME)).await;
             }
             return refusal_response(&refusal);
         }
     };
-    let timeout = door.body_timeout;
-    let mut request = request.map(|body| Body::new(TimeoutBody::new(timeout, body)));
+    let (timeout, max) = (door.body_timeout, door.max_body_bytes);
+    // The limit holds whatever the transfer coding (a chunked body announces no length).
+    let mut request =
+        request.map(|body| Body::new(Limited::new(TimeoutBody::new(timeout, body), max)));
     request.extensions_mut().insert(caller);
     next.run(request).await
 }
@@ -214,8 +238,11 @@ async fn check<C: Clone + Send + Sync + 'static>(
 /// answer instead of a reset connection; a larger one is not read at all.
 const MAX_DRAINED_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Reads and discards `request`'s body when it is small enough ([`MAX_DRAINED_BYTES`]), each
-/// piece within `timeout`.
+/// The longest a refused body is read for, in all.
+const MAX_DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// Reads and discards `request`'s body when it is small enough ([`MAX_DRAINED_BYTES`]), for
+/// at most `timeout` in all.
 async fn drain(request: Request, timeout: Duration) {
     use http_body_util::BodyExt as _;
     let announced = request
@@ -226,20 +253,21 @@ async fn drain(request: Request, timeout: Duration) {
         return;
     }
     let mut body = request.into_body();
-    let mut read = 0u64;
-    while read <= MAX_DRAINED_BYTES {
-        match tokio::time::timeout(timeout, body.frame()).await {
-            Ok(Some(Ok(frame))) => {
-                read += frame.data_ref().map_or(0, |d| d.len() as u64);
+    let all = async {
+        let mut read = 0u64;
+        while read <= MAX_DRAINED_BYTES {
+            match body.frame().await {
+                Some(Ok(frame)) => read += frame.data_ref().map_or(0, |d| d.len() as u64),
+                _ => return,
             }
-            _ => return,
         }
-    }
+    };
+    let _ = tokio::time::timeout(timeout, all).await;
 }
 
 /// The answer to a refusal: its status, the JSON body, and `WWW-Authenticate: Bearer` for a
 /// `401`.
-pub(crate) fn refusal_response(refusal: &Refusal) -> Response {
+pub fn refusal_response(refusal: &Refusal) -> Response {
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
     let mut response = (status, refusal.body()).into_response();
     let headers = response.headers_mut();

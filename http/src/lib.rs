@@ -35,6 +35,6 @@ pub use refusal::Refusal;
 pub use token::{bearer, same_secret};
 
 #[cfg(feature = "server")]
-pub use layer::{Caller, FrontDoor, TokenCheck};
+pub use layer::{refusal_response, Caller, FrontDoor, TokenCheck};
 #[cfg(feature = "server")]
 pub use serve::{serve, ServeOptions, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
