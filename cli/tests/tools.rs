@@ -584,6 +584,36 @@ async fn a_setsid_grandchild_of_a_command_tool_is_gone_when_the_call_ends() {
 }
 
 #[tokio::test]
+async fn a_call_ends_soon_after_its_command_exits_even_if_an_escaped_process_holds_stdout() {
+    let dir = TempDir::new("keepout");
+    // A grandchild that leaves the group and clears its environment (out of the supervisor's
+    // reach, as SECURITY.md says) and keeps stdout open.
+    let script = format!(
+        "setsid env -i sh -c 'echo $$ > {}; exec sleep 60' &\n\
+         while [ ! -s {} ]; do sleep 0.01; done\necho '{{\"ok\": true}}'\n",
+        dir.join("escaped.pid").display(),
+        dir.join("escaped.pid").display()
+    );
+    let tools = command_tools(&dir, &[("keepout", "", &script)]);
+    let started = std::time::Instant::now();
+    let (code, message) = err(tools.dispatch(&call("t", "keepout", None), ctx()).await);
+    let escaped = read_pid(&dir.join("escaped.pid"));
+    if let Some(pid) = escaped {
+        let _ = support::process::signal(pid, libc::SIGKILL);
+    }
+    assert_eq!(code, ErrorCode::ToolError);
+    assert!(
+        message.contains("still holds its stdout or stderr open"),
+        "{message}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the call waited {:?}, not its 30 s limit",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn a_command_that_ignores_stdin_still_succeeds() {
     let dir = TempDir::new("nostdin");
     let tools = command_tools(&dir, &[("quick", "", "echo '{\"ok\": true}'\n")]);

@@ -104,6 +104,9 @@ pub const MAX_ERROR_STDERR_LINES: usize = 10;
 /// An error message about invalid stdout quotes at most its first this many bytes.
 pub const MAX_QUOTED_STDOUT_BYTES: usize = 200;
 
+/// How long the pipes may stay open after the command exited and what it left was killed.
+const PIPE_GRACE: Duration = Duration::from_millis(500);
+
 /// How long to wait for a killed process to be reaped before leaving it to tokio.
 const REAP_GRACE: Duration = Duration::from_secs(1);
 
@@ -263,13 +266,26 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
             status
         };
         let all = async {
-            let ((), out, err, status) = tokio::join!(
-                write,
-                read_capped(stdout, MAX_STDOUT_BYTES, Keep::Head),
-                read_capped(stderr, MAX_STDERR_BYTES, Keep::Tail),
-                exited
-            );
-            (out, err, status)
+            let reads = async {
+                tokio::join!(
+                    read_capped(stdout, MAX_STDOUT_BYTES, Keep::Head),
+                    read_capped(stderr, MAX_STDERR_BYTES, Keep::Tail)
+                )
+            };
+            tokio::pin!(reads);
+            let process = async { tokio::join!(write, exited).1 };
+            tokio::pin!(process);
+            let (status, outputs) = tokio::select! {
+                outputs = &mut reads => (process.await, Some(outputs)),
+                status = &mut process => (status, None),
+            };
+            // Exited and swept: the pipes end at once, unless something we could not reach
+            // still holds them; it gets a moment, not the call's whole time limit.
+            let outputs = match outputs {
+                Some(outputs) => Some(outputs),
+                None => tokio::time::timeout(PIPE_GRACE, &mut reads).await.ok(),
+            };
+            (outputs, status)
         };
         tokio::select! {
             biased;
@@ -286,7 +302,14 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
     group.kill();
     let _ = child.start_kill();
     let (out, err, status) = match finished {
-        Ok(done) => done,
+        Ok((Some((out, err)), status)) => (out, err, status),
+        Ok((None, _)) => {
+            return Err(ToolError::tool(format!(
+                "exited, but a process it started still holds its stdout or stderr open \
+                 ({PIPE_GRACE:?} later); start background processes with their output \
+                 redirected (`cmd >/dev/null 2>&1 &`)"
+            )))
+        }
         Err(stop) => {
             let _ = tokio::time::timeout(REAP_GRACE, child.wait()).await;
             return Err(match stop {

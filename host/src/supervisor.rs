@@ -11,14 +11,20 @@
 //!   to init, but both still carry the marker;
 //! - every descendant of those, by parent links, marker or not.
 //!
+//! Each process found is stopped first (SIGSTOP) and the search repeated until it finds no one
+//! new; a process that left the group is killed with its whole new group when every member of
+//! that group is ours; then all are killed.
+//!
 //! [`kill_all`] does the same for every group this process started, for an exit that cannot
 //! wait; [`kill_marked`] finds the processes of a dead owner by a variable of its choosing (the
 //! capability store's recovery uses `EXECBOX_EXECUTION_ID`).
 //!
 //! How far it reaches: on Linux the sweep reads `/proc` (only processes started after the
 //! group, so it stays cheap on a busy machine); elsewhere it kills the process group only. A
-//! descendant that both leaves the group and clears its environment (an `exec` with an empty
-//! environment) and whose parent has exited escapes the sweep. A cgroup v2 per group would
+//! descendant that both leaves the group and hides its mark (an `exec` with an empty
+//! environment, or a process title written over its environment) and whose parent has exited
+//! escapes the sweep, and so can a chain of processes that each fork and exit faster than one
+//! look at `/proc` (each living well under a millisecond). A cgroup v2 per group would
 //! catch it too, where the host is given a delegated cgroup; these machines run cgroup v1, so
 //! the sweep is the mechanism, and the limit is documented in SECURITY.md.
 
@@ -189,20 +195,27 @@ struct ProcStat {
     start: u64,
 }
 
-/// SIGKILLs every process started at or after `since` that matches `wanted` in its
-/// environment, is in group `pgid`, or descends from one that does; repeated while it finds
-/// any (a process may fork while we look). Never this process.
+/// Kills every process started at or after `since` that matches `wanted` in its environment,
+/// is in group `pgid`, or descends from one that does; returns how many outside the group.
+///
+/// A process that forks between our look at `/proc` and our signal would slip past a plain
+/// kill (its child, re-parented when it dies, may carry on forking). So each one found is
+/// first stopped (SIGSTOP: a stopped process cannot fork or exit by itself, so its children
+/// stay linked to it), and the look is repeated until it finds no one new, within a time
+/// budget; then every stopped process is killed. Never this process.
 fn sweep(wanted: &Match, pgid: Option<u32>, since: u64) -> usize {
     let me = std::process::id();
-    let mut killed_total = 0;
-    let mut killed: HashSet<u32> = HashSet::new();
-    for _round in 0..4 {
+    let deadline = std::time::Instant::now() + SWEEP_BUDGET;
+    let mut stopped: HashSet<u32> = HashSet::new();
+    let mut outside_group: HashSet<u32> = HashSet::new();
+    let mut confirmed = false;
+    loop {
         let procs = snapshot(since);
         let in_group = |p: &ProcStat| Some(p.pgrp) == pgid;
         let mut targets: HashSet<u32> = procs
             .iter()
             .filter(|p| p.pid != me)
-            .filter(|p| in_group(p) || environ_matches(p.pid, wanted))
+            .filter(|p| stopped.contains(&p.pid) || in_group(p) || environ_matches(p.pid, wanted))
             .map(|p| p.pid)
             .collect();
         // Descendants by parent links, to a fixed point.
@@ -217,27 +230,65 @@ fn sweep(wanted: &Match, pgid: Option<u32>, since: u64) -> usize {
                 break;
             }
         }
-        // The group itself had its signal; what is left are the processes that left it.
-        let group_members: HashSet<u32> = procs
+        let new: Vec<u32> = targets.difference(&stopped).copied().collect();
+        if new.is_empty() {
+            // Something left the group: look once more a moment later, since a process in
+            // the middle of `exec` shows no environment, and one whose parent just died no
+            // parent link, for an instant.
+            if outside_group.is_empty() || confirmed {
+                break;
+            }
+            confirmed = true;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
+        }
+        confirmed = false;
+        // A process that left the group usually leads a group of its own (`setsid`), which
+        // its children share however fast they fork away: that group is killed at once, in
+        // one step the kernel does not let a fork slip through, when every member of it is
+        // ours (never a group some other process of the session is in).
+        let mut groups_killed = HashSet::new();
+        for p in procs
             .iter()
-            .filter(|p| in_group(p))
-            .map(|p| p.pid)
-            .collect();
-        targets.retain(|pid| !killed.contains(pid) && !group_members.contains(pid));
-        if targets.is_empty() {
+            .filter(|p| targets.contains(&p.pid) && !in_group(p))
+        {
+            let ours = procs
+                .iter()
+                .filter(|q| q.pgrp == p.pgrp)
+                .all(|q| targets.contains(&q.pid));
+            if ours && groups_killed.insert(p.pgrp) {
+                signal_group(p.pgrp, Signal::Kill);
+            }
+        }
+        for &pid in &new {
+            signal_pid(pid, libc_signal::STOP);
+            stopped.insert(pid);
+            if procs.iter().any(|p| p.pid == pid && !in_group(p)) {
+                outside_group.insert(pid);
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(
+                stopped = stopped.len(),
+                "supervised processes kept appearing; killing those found"
+            );
             break;
         }
-        for &pid in &targets {
-            kill_pid(pid);
-        }
-        killed_total += targets.len();
-        killed.extend(targets);
     }
-    if killed_total > 0 {
-        tracing::debug!(killed = killed_total, "killed supervised processes");
+    for &pid in &stopped {
+        signal_pid(pid, libc_signal::KILL);
     }
-    killed_total
+    if !outside_group.is_empty() {
+        tracing::debug!(
+            killed = outside_group.len(),
+            "killed supervised processes outside their group"
+        );
+    }
+    outside_group.len()
 }
+
+/// How long one sweep may keep finding new processes before it kills those it has.
+const SWEEP_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The processes started at or after `since` (clock ticks after boot).
 #[cfg(target_os = "linux")]
@@ -310,9 +361,21 @@ fn signal_group(pgid: u32, signal: Signal) {
 #[cfg(not(unix))]
 fn signal_group(_pgid: u32, _signal: Signal) {}
 
+/// The signals a sweep sends, as numbers (`libc` off Unix has none).
+mod libc_signal {
+    #[cfg(unix)]
+    pub const STOP: i32 = libc::SIGSTOP;
+    #[cfg(unix)]
+    pub const KILL: i32 = libc::SIGKILL;
+    #[cfg(not(unix))]
+    pub const STOP: i32 = 19;
+    #[cfg(not(unix))]
+    pub const KILL: i32 = 9;
+}
+
 #[cfg(unix)]
 #[allow(unsafe_code)]
-fn kill_pid(pid: u32) {
+fn signal_pid(pid: u32, signal: i32) {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return;
     };
@@ -321,12 +384,12 @@ fn kill_pid(pid: u32) {
     }
     // SAFETY: kill(2) has no memory-safety preconditions.
     unsafe {
-        libc::kill(pid, libc::SIGKILL);
+        libc::kill(pid, signal);
     }
 }
 
 #[cfg(not(unix))]
-fn kill_pid(_pid: u32) {}
+fn signal_pid(_pid: u32, _signal: i32) {}
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
@@ -385,6 +448,38 @@ mod tests {
         );
         let _ = child.wait().await;
         assert!(wait_dead(grandchild).await, "the setsid grandchild is gone");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_fan_out_of_setsid_descendants_is_killed() {
+        let dir = std::env::temp_dir().join(format!("execbox-fan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pids = dir.join("pids");
+        // 20 grandchildren, each in a session of its own, some of them with children.
+        let script = format!(
+            "for i in $(seq 20); do setsid sh -c 'echo $$ >> {pids}; sleep 60 & exec sleep 60' & done; wait",
+            pids = pids.display()
+        );
+        let (mut child, group) = spawn(Command::new("sh").args(["-c", &script])).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        let started = loop {
+            let found: Vec<u32> = std::fs::read_to_string(&pids)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            if found.len() == 20 {
+                break found;
+            }
+            assert!(Instant::now() < until, "the fan-out never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(group.kill() >= 20);
+        let _ = child.wait().await;
+        for pid in started {
+            assert!(wait_dead(pid).await, "{pid} outlived the kill");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
