@@ -37,6 +37,11 @@ pub fn load_token(file: Option<&Path>) -> Result<Option<String>, TokenError> {
     if token.is_empty() {
         return Err(TokenError::Empty { origin: source });
     }
+    // A client's `Bearer TOKEN` is read trimmed: a token with spaces or control characters
+    // could never match, and the server would refuse everyone without saying why.
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(TokenError::Unusable { origin: source });
+    }
     Ok(Some(token))
 }
 
@@ -54,6 +59,13 @@ pub enum TokenError {
     /// `EXECBOX_TOKEN` is set but is not valid Unicode.
     #[error("EXECBOX_TOKEN: environment variable was not valid unicode")]
     NotUnicode,
+    /// The token holds spaces, line breaks or control characters (beyond the one trailing
+    /// newline of a file), which no `Authorization` header can carry.
+    #[error("the bearer token from {origin} contains spaces, line breaks or control characters; a token is one word (e.g. from `openssl rand -hex 32`)")]
+    Unusable {
+        /// Where it came from: the token file or `EXECBOX_TOKEN`.
+        origin: String,
+    },
     /// The token is empty: never taken as "no token".
     #[error("the bearer token from {origin} is empty")]
     Empty {
