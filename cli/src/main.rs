@@ -74,9 +74,12 @@ fn report(error: &anyhow::Error) -> String {
 
 fn types(args: &TypesArgs) -> anyhow::Result<ExitCode> {
     let mut set = run::load_tools(Some(&args.tools))?;
-    if args.policy.policy.is_some() {
-        let enforcement = args.policy.options().open()?;
-        set = set.visible_to(&enforcement);
+    if let Some(path) = &args.policy.policy {
+        // Only who sees what: no audit log or state file is opened to print declarations.
+        let policy = execbox_policy::Policy::load(path)?;
+        let principal = policy.principal(args.policy.principal.as_deref())?;
+        let limits = std::sync::Arc::new(execbox_policy::RateLimits::in_memory());
+        set = set.visible_to(&execbox_policy::Enforcement::new(principal, limits));
     }
     let text = if args.prompt {
         let options = RuntimeOptions {
