@@ -5,7 +5,10 @@
 //! - start → completed: `POST /v1/executions`, then `GET /v1/executions/{id}/wait`, one at a
 //!   time, after a warm-up (target: p50 ≤ 2 ms);
 //! - 1,000 executions started at once (at most 256 requests in flight), each waited for;
-//!   then every one is looked up in the database: it must be there, in a terminal status.
+//!   then every one is looked up in the database: it must be there, in a terminal status;
+//! - where the time of one goes: each of the two HTTP requests alone, the same start → wait in
+//!   this process through a `CapabilityManager` over its own SQLite store (no HTTP), and the
+//!   same `1 + 1` through a `PooledExecutor` alone (no manager, no store).
 //!
 //! Prints a table.
 
@@ -28,6 +31,16 @@ fn ms(d: Duration) -> String {
 }
 
 async fn start_and_wait(client: &reqwest::Client, url: &str) -> (String, Value) {
+    let (id, outcome, _) = timed_start_and_wait(client, url).await;
+    (id, outcome)
+}
+
+/// The same, with the time of each request: (start, wait).
+async fn timed_start_and_wait(
+    client: &reqwest::Client,
+    url: &str,
+) -> (String, Value, (Duration, Duration)) {
+    let t = Instant::now();
     let started: Value = client
         .post(format!("{url}/v1/executions"))
         .json(&json!({"capability": "trivial"}))
@@ -41,6 +54,8 @@ async fn start_and_wait(client: &reqwest::Client, url: &str) -> (String, Value) 
         .as_str()
         .expect("an execution id")
         .to_string();
+    let start = t.elapsed();
+    let t = Instant::now();
     let outcome: Value = client
         .get(format!("{url}/v1/executions/{id}/wait?timeoutMs=300000"))
         .send()
@@ -49,7 +64,52 @@ async fn start_and_wait(client: &reqwest::Client, url: &str) -> (String, Value) 
         .json()
         .await
         .expect("a JSON answer");
-    (id, outcome)
+    (id, outcome, (start, t.elapsed()))
+}
+
+/// p50 of start → wait through a manager in this process, and of the executor alone.
+async fn in_process(project: &std::path::Path) -> (Duration, Duration) {
+    use execbox_capabilities::{
+        CapabilityManager, ManagerOptions, Registry, RegistryRoots, StartRequest,
+    };
+    use execbox_host::{ExecuteRequest, Executor, PoolOptions, PooledExecutor, RunnerCommand};
+    let runner = RunnerCommand::new(env!("CARGO_BIN_EXE_execbox")).arg("runner");
+    let pool = PoolOptions {
+        size: 2,
+        ..PoolOptions::default()
+    };
+    let executor = std::sync::Arc::new(PooledExecutor::new(runner, pool).unwrap());
+    let store = ExecutionStore::open(project.join("in-process.db")).unwrap();
+    let roots = RegistryRoots::discover(project, Some(project));
+    let manager = CapabilityManager::new(
+        Registry::load(roots),
+        store,
+        executor.clone(),
+        ManagerOptions::default(),
+    );
+    let mut managed = Vec::with_capacity(ROUNDS);
+    let mut direct = Vec::with_capacity(ROUNDS);
+    for round in 0..WARM_UP + ROUNDS {
+        let t = Instant::now();
+        let id = manager
+            .start(StartRequest::new("trivial", Value::Null), None)
+            .await
+            .unwrap();
+        let outcome = manager.wait(&id, None).await.unwrap().unwrap();
+        let elapsed = t.elapsed();
+        assert!(outcome.success);
+        let t = Instant::now();
+        let result = executor.execute(ExecuteRequest::new("1 + 1")).await;
+        let alone = t.elapsed();
+        assert!(result.is_ok());
+        if round >= WARM_UP {
+            managed.push(elapsed);
+            direct.push(alone);
+        }
+    }
+    managed.sort();
+    direct.sort();
+    (percentile(&managed, 0.5), percentile(&direct, 0.5))
 }
 
 fn main() {
@@ -103,13 +163,19 @@ fn main() {
             start_and_wait(&client, &url).await;
         }
         let mut latencies = Vec::with_capacity(ROUNDS);
+        let (mut starts, mut waits) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
         for _ in 0..ROUNDS {
             let t = Instant::now();
-            let (_, outcome) = start_and_wait(&client, &url).await;
+            let (_, outcome, (start, wait)) = timed_start_and_wait(&client, &url).await;
             latencies.push(t.elapsed());
+            starts.push(start);
+            waits.push(wait);
             assert_eq!(outcome["status"], "completed", "{outcome}");
         }
         latencies.sort();
+        starts.sort();
+        waits.sort();
+        let split = (percentile(&starts, 0.5), percentile(&waits, 0.5));
 
         let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         let t = Instant::now();
@@ -133,9 +199,10 @@ fn main() {
             }
             ids.push(id);
         }
-        (latencies, (t.elapsed(), ids, completed))
+        (latencies, (t.elapsed(), ids, completed, split))
     });
-    let (wall, ids, completed) = concurrent;
+    let (wall, ids, completed, (start_p50, wait_p50)) = concurrent;
+    let (managed_p50, direct_p50) = runtime.block_on(in_process(&dir));
 
     // Every execution is in the database, in a terminal status.
     let store = ExecutionStore::open(&db).expect("open the database");
@@ -172,6 +239,22 @@ fn main() {
     println!(
         "| start → completed, p99 | {} |",
         ms(percentile(&latencies, 0.99))
+    );
+    println!(
+        "| … of which `POST /v1/executions` (the start), p50 | {} |",
+        ms(start_p50)
+    );
+    println!(
+        "| … of which `GET …/wait` (until the outcome), p50 | {} |",
+        ms(wait_p50)
+    );
+    println!(
+        "| the same start → wait in process (manager and SQLite store, no HTTP), p50 | {} |",
+        ms(managed_p50)
+    );
+    println!(
+        "| `1 + 1` on the pooled runners alone (no manager, no store), p50 | {} |",
+        ms(direct_p50)
     );
     println!(
         "| {CONCURRENT} concurrent executions: wall time | {} |",
