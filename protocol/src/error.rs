@@ -1,4 +1,5 @@
-//! The stable error vocabulary of the protocol: seven codes and the `{code, message}` body.
+//! The stable error vocabulary of the protocol: seven codes and the `{code, message}` body, with
+//! the optional name and location of a guest error.
 
 use std::fmt;
 
@@ -72,12 +73,44 @@ pub const TIMEOUT_MESSAGE: &str = "Execution timed out";
 pub const MEMORY_LIMIT_MESSAGE: &str = "Execution exceeded its memory limit";
 
 /// The `error` object of `done` and of a failing `tool_result`.
+///
+/// `message` is the error's own message, as the spec and the reference implementation have it:
+/// for a thrown `Error` its `.message`, for another thrown value its string form, for a trusted
+/// host code the host's text. Where an uncaught guest error came from travels beside it, in
+/// optional fields a host may ignore: `name` (`"TypeError"`) and `location` (line, column, the
+/// line itself and where the caret goes). [`ErrorBody::text`] renders them all for a reader.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// One of the seven codes.
     pub code: ErrorCode,
     /// Human-readable text; never parsed for meaning.
     pub message: String,
+    /// The name of the thrown error (`"TypeError"`, `"SyntaxError"`, whatever a guest set),
+    /// when it had one. Guest-controlled: it never changes the code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Where in the program as sent the error was thrown, when the runner knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<ErrorLocation>,
+}
+
+/// A place in the program as the host sent it (after a Markdown fence is removed, line 1 is the
+/// fence's first line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorLocation {
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column, in characters.
+    pub column: u32,
+    /// The text of that line (tabs shown as spaces); a line over 120 characters is shown as a
+    /// window around the column, cut ends marked `…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The 1-based character position in `source` the caret points at: `column`, unless the
+    /// line was cut to a window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caret: Option<u32>,
 }
 
 impl ErrorBody {
@@ -86,6 +119,8 @@ impl ErrorBody {
         ErrorBody {
             code,
             message: message.into(),
+            name: None,
+            location: None,
         }
     }
 
@@ -98,11 +133,55 @@ impl ErrorBody {
     pub fn memory_limit() -> Self {
         ErrorBody::new(ErrorCode::MemoryLimit, MEMORY_LIMIT_MESSAGE)
     }
+
+    /// The same error, naming what was thrown.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The same error, thrown at `location`.
+    pub fn with_location(mut self, location: ErrorLocation) -> Self {
+        self.location = Some(location);
+        self
+    }
+
+    /// The error as people and models read it (without its code): the name, the message, and
+    /// where it was thrown with the line and a caret, e.g.
+    ///
+    /// ```text
+    /// SyntaxError: unexpected token in expression: ';' (line 2, column 11)
+    ///   2 | const b = ;
+    ///     |           ^
+    /// ```
+    pub fn text(&self) -> String {
+        let mut out = match self.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(name) if self.message.is_empty() => name.to_owned(),
+            Some(name) => format!("{name}: {}", self.message),
+            None => self.message.clone(),
+        };
+        let Some(at) = &self.location else {
+            return out;
+        };
+        out.push_str(&format!(" (line {}, column {})", at.line, at.column));
+        if let Some(source) = &at.source {
+            let gutter = at.line.to_string();
+            let pad = " ".repeat(gutter.len());
+            let caret = " ".repeat(at.caret.unwrap_or(at.column).max(1) as usize - 1);
+            // The source line is guest text: it must not break the layout it is shown in.
+            let source: String = source
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            out.push_str(&format!("\n  {gutter} | {source}\n  {pad} | {caret}^"));
+        }
+        out
+    }
 }
 
 impl fmt::Display for ErrorBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
+        write!(f, "{}: {}", self.code, self.text())
     }
 }
 
@@ -120,5 +199,44 @@ mod tests {
             assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
         }
         assert_eq!(ErrorCode::parse("Timeout"), None);
+    }
+
+    #[test]
+    fn text_renders_name_message_and_location() {
+        let error = ErrorBody::new(
+            ErrorCode::RuntimeError,
+            "unexpected token in expression: ';'",
+        )
+        .with_name("SyntaxError")
+        .with_location(ErrorLocation {
+            line: 2,
+            column: 11,
+            source: Some("const b = ;".into()),
+            caret: Some(11),
+        });
+        assert_eq!(
+            error.text(),
+            "SyntaxError: unexpected token in expression: ';' (line 2, column 11)\n  2 | const b = ;\n    |           ^"
+        );
+        let json = serde_json::to_value(&error).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "code": "runtime_error",
+                "message": "unexpected token in expression: ';'",
+                "name": "SyntaxError",
+                "location": {"line": 2, "column": 11, "source": "const b = ;", "caret": 11}
+            })
+        );
+        // A host's error has neither: the wire shape stays `{code, message}`.
+        let plain = serde_json::to_string(&ErrorBody::timeout()).unwrap();
+        assert_eq!(
+            plain,
+            r#"{"code":"timeout","message":"Execution timed out"}"#
+        );
+        assert_eq!(ErrorBody::timeout().text(), TIMEOUT_MESSAGE);
+        // A name with an empty message is shown alone.
+        let bare = ErrorBody::new(ErrorCode::RuntimeError, "").with_name("TypeError");
+        assert_eq!(bare.text(), "TypeError");
     }
 }

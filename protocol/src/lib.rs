@@ -12,6 +12,10 @@
 //! | runner → host | `done` | `id`, `ok`, `durationMs`, `logs`, `result?` when ok, `error` when not |
 //! | host → runner | `cancel` | `id` |
 //!
+//! An `error` is `{code, message}` and, for an uncaught guest error, optionally `name` and
+//! `location` (`{line, column, source?, caret?}`, see [`ErrorLocation`]); `message` is the
+//! error's own message, never a rendering of the others (that is [`ErrorBody::text`]).
+//!
 //! An omitted `input` or `result` means JavaScript `undefined`. Additive changes (a new
 //! optional field, a new message a peer may ignore) are compatible; renaming or retyping a
 //! field, a new error code, or a new required field is breaking.
@@ -36,7 +40,7 @@ pub mod names;
 mod options;
 mod safety;
 
-pub use error::{ErrorBody, ErrorCode, MEMORY_LIMIT_MESSAGE, TIMEOUT_MESSAGE};
+pub use error::{ErrorBody, ErrorCode, ErrorLocation, MEMORY_LIMIT_MESSAGE, TIMEOUT_MESSAGE};
 pub use framing::{
     peek_envelope, Envelope, Frame, LineFramer, DEFAULT_MAX_MESSAGE_BYTES, PEEK_BYTES,
 };

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::error::{ErrorBody, ErrorCode};
+use crate::error::{ErrorBody, ErrorCode, ErrorLocation};
 use crate::manifest::{expected, json_kind, ProviderManifest};
 use crate::options::RuntimeOptions;
 
@@ -118,7 +118,16 @@ impl Message {
             r.map_or(0, |r| r.get().len())
         }
         fn error(e: Option<&ErrorBody>) -> usize {
-            e.map_or(0, |e| text(&e.message).saturating_add(64))
+            e.map_or(0, |e| {
+                let name = e.name.as_deref().map_or(0, text);
+                let location = e.location.as_ref().map_or(0, |l| {
+                    l.source.as_deref().map_or(0, text).saturating_add(96)
+                });
+                text(&e.message)
+                    .saturating_add(64)
+                    .saturating_add(name)
+                    .saturating_add(location)
+            })
         }
         const OVERHEAD: usize = 160;
         let body = match self {
@@ -385,7 +394,21 @@ impl<'a> Fields<'a> {
             }
             None => return Err(self.invalid(kind, "error.message", "is required")),
         };
-        Ok(ErrorBody { code, message })
+        // The name and location only present an error: one that is not well-formed is left
+        // out rather than failing the message that carries it.
+        let name = match obj.get("name") {
+            Some(Value::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let location = obj
+            .get("location")
+            .and_then(|l| serde_json::from_value::<ErrorLocation>(l.clone()).ok());
+        Ok(ErrorBody {
+            code,
+            message,
+            name,
+            location,
+        })
     }
 }
 
