@@ -1,12 +1,16 @@
-//! Error locations in the code as the user wrote it: `(line L, column C)` and the line itself.
+//! Error locations in the code as the user wrote it: line, column, the line itself and where the
+//! caret goes, as the structured `location` of a wire error (see `ErrorLocation`).
 //!
-//! The format, documented in docs/errors.md, is the same for syntax errors and uncaught errors:
+//! Hosts render it, for the same syntax errors and uncaught errors, as documented in
+//! docs/errors.md:
 //!
 //! ```text
 //! SyntaxError: unexpected token in expression: ';' (line 2, column 11)
 //!   2 | const b = ;
 //!     |           ^
 //! ```
+
+use execbox_protocol::{ErrorBody, ErrorLocation};
 
 use crate::normalize::{fence_body, Compiled};
 
@@ -44,9 +48,9 @@ impl Locator {
     }
 
     /// `TypeError: not a function` at a call `ns.name(` where `ns` is a provider without a
-    /// tool `name` becomes `TypeError: ns.name is not a function; ns has: a, b`.
-    fn missing_tool(&self, message: &str, line: u32, column: u32) -> Option<String> {
-        if message != "TypeError: not a function" {
+    /// tool `name`: the message `ns.name is not a function; ns has: a, b`.
+    fn missing_tool(&self, name: &str, message: &str, line: u32, column: u32) -> Option<String> {
+        if name != "TypeError" || message != "not a function" {
             return None;
         }
         let text = self.body.lines().nth(line.saturating_sub(1) as usize)?;
@@ -68,30 +72,35 @@ impl Locator {
             tools.join(", ")
         };
         Some(format!(
-            "TypeError: {namespace}.{name} is not a function; {namespace} has: {has}"
+            "{namespace}.{name} is not a function; {namespace} has: {has}"
         ))
     }
 
-    /// `message` with the location of the innermost guest frame of `stack` (a QuickJS stack
-    /// or a syntax error's), or `message` alone when the stack names no guest frame.
-    pub(crate) fn locate(&self, message: &str, stack: &str) -> String {
-        match innermost_guest_frame(stack) {
-            Some((line, column)) => {
-                let (line, column) = self.compiled.user_position(line, column);
-                match self.missing_tool(message, line, column) {
-                    Some(better) => self.at(&better, line, column),
-                    None => self.at(message, line, column),
-                }
-            }
-            None => message.to_owned(),
+    /// `error` located at the innermost guest frame of `stack` (a QuickJS stack or a syntax
+    /// error's); unchanged when the stack names no guest frame.
+    pub(crate) fn locate(&self, mut error: ErrorBody, stack: &str) -> ErrorBody {
+        let Some((line, column)) = innermost_guest_frame(stack) else {
+            return error;
+        };
+        let (line, column) = self.compiled.user_position(line, column);
+        let name = error.name.as_deref().unwrap_or_default();
+        if let Some(better) = self.missing_tool(name, &error.message, line, column) {
+            error.message = better;
         }
+        error.with_location(self.at(line, column))
     }
 
-    /// `message (line L, column C)`, then the line and a caret under the column.
-    pub(crate) fn at(&self, message: &str, line: u32, column: u32) -> String {
-        let mut out = format!("{message} (line {line}, column {column})");
+    /// The location `line`, `column` with the line's text (a window of it around the column
+    /// when it is long) and the caret's place in that text.
+    pub(crate) fn at(&self, line: u32, column: u32) -> ErrorLocation {
+        let mut location = ErrorLocation {
+            line,
+            column,
+            source: None,
+            caret: None,
+        };
         let Some(text) = self.body.lines().nth(line.saturating_sub(1) as usize) else {
-            return out;
+            return location;
         };
         let chars: Vec<char> = text.chars().collect();
         let col = (column.max(1) - 1) as usize;
@@ -113,11 +122,10 @@ impl Locator {
         if end < chars.len() {
             shown.push('…');
         }
-        let gutter = line.to_string();
-        let pad = " ".repeat(gutter.len());
-        let caret = " ".repeat(col - start + usize::from(start > 0));
-        out.push_str(&format!("\n  {gutter} | {shown}\n  {pad} | {caret}^"));
-        out
+        let caret = col - start + usize::from(start > 0) + 1;
+        location.source = Some(shown);
+        location.caret = Some(u32::try_from(caret).unwrap_or(u32::MAX));
+        location
     }
 }
 
@@ -197,30 +205,43 @@ mod tests {
     }
 
     #[test]
-    fn the_message_shows_the_line_and_a_caret() {
+    fn the_location_has_the_line_and_the_caret() {
         let code = "```js\nconst a = 1;\nconst b = ;\n```";
         let locator = Locator::new(code, normalize(code).compiled(true));
         assert_eq!(
-            locator.at("SyntaxError: unexpected token", 2, 11),
-            "SyntaxError: unexpected token (line 2, column 11)\n  2 | const b = ;\n    |           ^"
+            locator.at(2, 11),
+            ErrorLocation {
+                line: 2,
+                column: 11,
+                source: Some("const b = ;".into()),
+                caret: Some(11)
+            }
         );
-        // A line past the code has no snippet.
-        assert_eq!(locator.at("x", 9, 1), "x (line 9, column 1)");
+        // A line past the code has no source.
+        assert_eq!(locator.at(9, 1).source, None);
     }
 
     #[test]
     fn long_lines_are_shown_around_the_column() {
         let code = format!("{}boom{}", "a".repeat(300), "b".repeat(300));
         let locator = Locator::new(&code, normalize(&code).compiled(true));
-        let message = locator.at("E", 1, 301);
-        let lines: Vec<&str> = message.lines().collect();
+        let location = locator.at(1, 301);
+        let source = location.source.clone().unwrap();
         assert!(
-            lines[1].contains("boom") && lines[1].chars().count() < 140,
-            "{message}"
+            source.contains("boom") && source.chars().count() < 140,
+            "{location:?}"
         );
-        let caret = lines[2].chars().position(|c| c == '^').unwrap();
-        let under: String = lines[1].chars().skip(caret).take(4).collect();
-        assert_eq!(under, "boom", "{message}");
+        let caret = location.caret.unwrap() as usize - 1;
+        let under: String = source.chars().skip(caret).take(4).collect();
+        assert_eq!(under, "boom", "{location:?}");
+        // The rendering puts the caret under the same character.
+        let text = ErrorBody::new(execbox_protocol::ErrorCode::RuntimeError, "m")
+            .with_location(location)
+            .text();
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines[2].chars().position(|c| c == '^').unwrap();
+        let under: String = lines[1].chars().skip(at).take(4).collect();
+        assert_eq!(under, "boom", "{text}");
     }
 
     #[test]
@@ -231,24 +252,19 @@ mod tests {
             "docs".into(),
             vec!["search".into(), "read_file".into()],
         )]);
-        let message = locator.at(
-            &locator
-                .missing_tool("TypeError: not a function", 2, 21)
+        assert_eq!(
+            locator
+                .missing_tool("TypeError", "not a function", 2, 21)
                 .unwrap(),
-            2,
-            21,
-        );
-        assert!(
-            message.starts_with("TypeError: docs.searchDocs is not a function; docs has: search, read_file (line 2, column 21)"),
-            "{message}"
+            "docs.searchDocs is not a function; docs has: search, read_file"
         );
         // Calls of existing tools and of other objects are left alone.
         assert_eq!(
-            locator.missing_tool("TypeError: not a function", 1, 21),
+            locator.missing_tool("TypeError", "not a function", 1, 21),
             None
         );
         assert_eq!(
-            locator.missing_tool("TypeError: cannot read property", 2, 21),
+            locator.missing_tool("TypeError", "cannot read property", 2, 21),
             None
         );
         assert_eq!(member_calls("x.y (1); a.b.c(2)").len(), 1);

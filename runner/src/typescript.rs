@@ -20,7 +20,18 @@ pub(crate) enum StripError {
         /// 1-based column.
         column: u32,
     },
-    /// Not valid TypeScript either (nor JavaScript): the JavaScript error is the one to show.
+    /// Not valid TypeScript either: the parser's first error and where it is (1-based, in the
+    /// code given). Shown instead of the JavaScript parser's when it is further in.
+    #[cfg_attr(not(feature = "typescript"), allow(dead_code))]
+    Syntax {
+        /// The parser's words, e.g. `Expression expected`.
+        message: String,
+        /// 1-based line in the code given.
+        line: u32,
+        /// 1-based column.
+        column: u32,
+    },
+    /// Not valid TypeScript either, with nothing known of why: the JavaScript error stands.
     Invalid,
 }
 
@@ -126,9 +137,7 @@ pub(crate) fn strip(body: &str) -> Result<String, StripError> {
             Ok(stripped.to_owned())
         }
         Err(error) => {
-            if !matches!(error.code, swc_ts_fast_strip::ErrorCode::UnsupportedSyntax) {
-                return Err(StripError::Invalid);
-            }
+            let unsupported = matches!(error.code, swc_ts_fast_strip::ErrorCode::UnsupportedSyntax);
             let found = found.lock().map(|f| f.clone()).unwrap_or_default();
             let Some((what, at)) = found.into_iter().next() else {
                 return Err(StripError::Invalid);
@@ -146,6 +155,19 @@ pub(crate) fn strip(body: &str) -> Result<String, StripError> {
                 }
                 None => (1, 1),
             };
+            if !unsupported {
+                // Past the body: the parser reached the closing brace of the prefix's function.
+                let lines = body.lines().count().max(1) as u32;
+                if line > lines || at.is_none() {
+                    return Err(StripError::Invalid);
+                }
+                let message = what.trim_end_matches('.').to_owned();
+                return Err(StripError::Syntax {
+                    message,
+                    line,
+                    column,
+                });
+            }
             let what = what
                 .trim_end_matches(" in strip-only mode")
                 .trim_end_matches('.')
@@ -194,7 +216,26 @@ mod tests {
             strip("class A { constructor(private x: number) {} }"),
             Err(StripError::Unsupported { line: 1, .. })
         ));
-        assert_eq!(strip("const a = ;"), Err(StripError::Invalid));
+        assert!(matches!(
+            strip("const a = ;"),
+            Err(StripError::Syntax { line: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn a_syntax_error_is_reported_where_the_typescript_parser_found_it() {
+        let code = "const total: number = 1;\nconst label: string = \"a\";\nconst broken = ;\nreturn total;";
+        match strip(code) {
+            Err(StripError::Syntax {
+                message,
+                line,
+                column,
+            }) => {
+                assert_eq!((line, column), (3, 16), "{message}");
+                assert!(!message.is_empty());
+            }
+            other => panic!("expected a syntax error on line 3, got {other:?}"),
+        }
     }
 
     #[test]

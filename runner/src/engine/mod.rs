@@ -552,30 +552,41 @@ fn start_guest(
     };
     install().map_err(|e| engine_failure(ctx, e, "installing the providers"))?;
 
-    if let Some(at) = exec.code.find('\0') {
-        let line = exec.code[..at].matches('\n').count() + 1;
-        let column = exec.code[..at]
+    if exec.code.contains('\0') {
+        // Counted in the program as written: inside its fence when it has one.
+        let body = fenced_program(&exec.code);
+        let text = if body.contains('\0') {
+            body
+        } else {
+            &exec.code
+        };
+        let at = text.find('\0').unwrap_or_default();
+        let line = text[..at].matches('\n').count() + 1;
+        let column = text[..at]
             .rsplit('\n')
             .next()
             .map_or(0, |l| l.chars().count())
             + 1;
-        return Err(ErrorBody::new(
-            ErrorCode::RuntimeError,
-            format!(
-                "SyntaxError: the code contains a NUL character (U+0000) at line {line}, \
-                 column {column}; write it as \\0 or \\u0000 inside a string literal"
-            ),
-        ));
+        let (line, column) = (
+            u32::try_from(line).unwrap_or(u32::MAX),
+            u32::try_from(column).unwrap_or(u32::MAX),
+        );
+        let message = "the code contains a NUL character (U+0000); write it as \\0 or \\u0000 \
+                       inside a string literal";
+        return Err(syntax_error_at(exec, message.into(), line, column));
     }
     // TypeScript is erased first when the fence says so, and otherwise only when the code
     // does not compile as JavaScript: plain JavaScript pays nothing for it.
     let mut stripped: Option<String> = None;
+    // Declared TypeScript that its parser refuses: shown if JavaScript's parser refuses it too.
+    let mut refused_as_typescript: Option<StripError> = None;
     if typescript::is_typescript_fence(&exec.code) {
         match typescript::strip(fenced_program(&exec.code)) {
             Ok(js) => stripped = Some(js),
             Err(failure @ StripError::Unsupported { .. }) => {
                 return Err(not_erasable(exec, &failure));
             }
+            Err(syntax @ StripError::Syntax { .. }) => refused_as_typescript = Some(syntax),
             Err(StripError::Invalid) => {}
         }
     }
@@ -584,6 +595,11 @@ fn start_guest(
         Ok(compiled) => compiled,
         Err((failure, fallback)) if stripped.is_some() => {
             return Err(located(exec, stripped.as_deref(), fallback, &failure))
+        }
+        Err((failure, fallback)) if refused_as_typescript.is_some() => {
+            let javascript = located(exec, None, fallback, &failure);
+            let typescript = refused_as_typescript.unwrap_or(StripError::Invalid);
+            return Err(later_error(exec, javascript, &typescript));
         }
         // Too large to be erased: the JavaScript error is the one to show.
         Err((failure, fallback))
@@ -603,6 +619,10 @@ fn start_guest(
             },
             Err(unsupported @ StripError::Unsupported { .. }) => {
                 return Err(not_erasable(exec, &unsupported))
+            }
+            Err(syntax @ StripError::Syntax { .. }) => {
+                let javascript = located(exec, None, fallback, &failure);
+                return Err(later_error(exec, javascript, &syntax));
             }
             _ => return Err(located(exec, None, fallback, &failure)),
         },
@@ -649,22 +669,46 @@ fn not_erasable(exec: &Execute, failure: &StripError) -> ErrorBody {
         return ErrorBody::new(ErrorCode::RuntimeError, "TypeScript could not be erased");
     };
     let text = if what.starts_with("a TypeScript program over") {
-        format!("SyntaxError: {what}; send it as JavaScript")
+        format!("{what}; send it as JavaScript")
     } else {
         format!(
-            "SyntaxError: {what}: only type annotations that can be erased are run (no enum, \
-             namespace or parameter property); write plain JavaScript for it"
+            "{what}: only type annotations that can be erased are run (no enum, namespace or \
+             parameter property); write plain JavaScript for it"
         )
     };
+    syntax_error_at(exec, text, *line, *column)
+}
+
+/// A `SyntaxError` at a position of the program as written (the fenced body).
+fn syntax_error_at(exec: &Execute, message: String, line: u32, column: u32) -> ErrorBody {
     let locator = LazyLocator {
         exec,
         stripped: None,
         fallback: true,
     };
-    ErrorBody::new(
-        ErrorCode::RuntimeError,
-        locator.get().at(&text, *line, *column),
-    )
+    ErrorBody::new(ErrorCode::RuntimeError, message)
+        .with_name("SyntaxError")
+        .with_location(locator.get().at(line, column))
+}
+
+/// The error to show for a program that compiles neither as JavaScript (`javascript`) nor as
+/// TypeScript (`typescript`, the parser's complaint): the one that got further into the
+/// program. A JavaScript parser stopped by a type annotation before a later syntax error
+/// would point at the wrong line; plain JavaScript keeps its own parser's words.
+fn later_error(exec: &Execute, javascript: ErrorBody, typescript: &StripError) -> ErrorBody {
+    let StripError::Syntax {
+        message,
+        line,
+        column,
+    } = typescript
+    else {
+        return javascript;
+    };
+    let js_at = javascript.location.as_ref().map(|l| (l.line, l.column));
+    if js_at.is_some_and(|at| at >= (*line, *column)) {
+        return javascript;
+    }
+    syntax_error_at(exec, message.clone(), *line, *column)
 }
 
 /// What it takes to locate an error of the running program; the [`Locator`] is built only
@@ -694,7 +738,7 @@ impl LazyLocator<'_> {
     }
 }
 
-/// A compile failure as a wire error: the syntax error's text and stack, located.
+/// A compile failure as a wire error: the syntax error's name and message, located.
 fn located(
     exec: &Execute,
     stripped: Option<&str>,
@@ -702,13 +746,21 @@ fn located(
     failure: &CompileFailure,
 ) -> ErrorBody {
     match failure {
-        CompileFailure::Syntax { text, stack } => {
+        CompileFailure::Syntax {
+            name,
+            message,
+            stack,
+        } => {
             let locator = LazyLocator {
                 exec,
                 stripped,
                 fallback,
             };
-            ErrorBody::new(ErrorCode::RuntimeError, locator.get().locate(text, stack))
+            let mut error = ErrorBody::new(ErrorCode::RuntimeError, message.clone());
+            if !name.is_empty() {
+                error = error.with_name(name.clone());
+            }
+            locator.get().locate(error, stack)
         }
         CompileFailure::Other(body) => body.clone(),
     }
@@ -716,8 +768,12 @@ fn located(
 
 /// Why the guest program did not compile.
 enum CompileFailure {
-    /// A syntax error: `Name: message` and the stack QuickJS gave it.
-    Syntax { text: String, stack: String },
+    /// A syntax error: its name, its message and the stack QuickJS gave it.
+    Syntax {
+        name: String,
+        message: String,
+        stack: String,
+    },
     /// Anything else, already a wire error.
     Other(ErrorBody),
 }
@@ -740,12 +796,11 @@ fn compile<'js>(ctx: &Ctx<'js>, compiled: &Compiled) -> Result<Value<'js>, Compi
                     ),
                     None => (String::new(), format!("{thrown:?}"), String::new()),
                 };
-                let text = if name.is_empty() {
-                    message
-                } else {
-                    format!("{name}: {message}")
-                };
-                CompileFailure::Syntax { text, stack }
+                CompileFailure::Syntax {
+                    name,
+                    message,
+                    stack,
+                }
             }
             other => {
                 CompileFailure::Other(engine_failure(ctx, other, "compiling the guest program"))
@@ -814,6 +869,17 @@ fn poll_outcome(
     Some(Err(error_body(&array, 1, locator)?))
 }
 
+/// The longest error name kept: a guest sets it, and it is a name, not a message.
+const MAX_NAME_CHARS: usize = 200;
+
+/// `name` cut to [`MAX_NAME_CHARS`], the cut marked with `…`.
+fn shortened(name: String) -> String {
+    match name.char_indices().nth(MAX_NAME_CHARS) {
+        Some((at, _)) => format!("{}…", &name[..at]),
+        None => name,
+    }
+}
+
 /// The error of a `describe` array from `at`: `[code, message, name, stack]`. An uncaught
 /// guest error (`runtime_error`) gets its name and the location of its innermost guest frame;
 /// a trusted code keeps the host's message as it is.
@@ -825,19 +891,17 @@ fn error_body(
     let code: String = described.get(at).ok()?;
     let message: String = described.get(at + 1).ok()?;
     let code = ErrorCode::parse(&code).unwrap_or(ErrorCode::RuntimeError);
+    let mut error = ErrorBody::new(code, message);
     if code != ErrorCode::RuntimeError {
-        return Some(ErrorBody::new(code, message));
+        return Some(error);
     }
     let name: Option<String> = described.get(at + 2).ok().flatten();
+    if let Some(name) = name.filter(|n| !n.is_empty()) {
+        error = error.with_name(shortened(name));
+    }
     let stack: Option<String> = described.get(at + 3).ok().flatten();
-    let text = match name.filter(|n| !n.is_empty() && !message.starts_with(n.as_str())) {
-        Some(name) if message.is_empty() => name,
-        Some(name) => format!("{name}: {message}"),
-        None => message,
-    };
-    let text = match (locator, stack) {
-        (Some(locator), Some(stack)) => locator.get().locate(&text, &stack),
-        _ => text,
-    };
-    Some(ErrorBody::new(code, text))
+    Some(match (locator, stack) {
+        (Some(locator), Some(stack)) => locator.get().locate(error, &stack),
+        _ => error,
+    })
 }
