@@ -101,6 +101,6 @@ pub(crate) async fn run(run: ScriptRun<'_>) -> RunOutcome {
             "capability `{name}` ran past its time limit of {} ms and was stopped",
             run.timeout.as_millis()
         )),
-        Err(e) => RunOutcome::Failed(format!("{}: {}", e.code, e.message)),
+        Err(e) => RunOutcome::Failed(e.to_string()),
     }
 }

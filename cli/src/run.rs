@@ -144,11 +144,7 @@ fn print(result: &ExecuteResult, json: bool) {
             let _ = writeln!(stderr, "execbox: execution cancelled");
         }
         Err(error) => {
-            let _ = writeln!(
-                stderr,
-                "execbox: execution failed: {}: {}",
-                error.code, error.message
-            );
+            let _ = writeln!(stderr, "execbox: execution failed: {error}");
         }
     }
 }

@@ -356,7 +356,7 @@ fn answer(result: &execbox_host::ExecuteResult, max_chars: usize) -> CallToolRes
         ),
         Ok(None) => format!("{{\"ok\":true,\"logs\":{logs_text}}}"),
         Err(error) => {
-            let error = json!({"code": error.code.as_str(), "message": error.message});
+            let error = json!({"code": error.code.as_str(), "message": error.text()});
             format!("{{\"ok\":false,\"error\":{error},\"logs\":{logs_text}}}")
         }
     };
@@ -371,7 +371,7 @@ fn answer(result: &execbox_host::ExecuteResult, max_chars: usize) -> CallToolRes
         if let Some(error) = result.error() {
             structured.insert(
                 "error".into(),
-                json!({"code": error.code.as_str(), "message": error.message}),
+                json!({"code": error.code.as_str(), "message": error.text()}),
             );
         }
         structured.insert("logs".into(), logs);
@@ -385,7 +385,7 @@ fn answer(result: &execbox_host::ExecuteResult, max_chars: usize) -> CallToolRes
         let mut structured = Map::new();
         structured.insert("ok".into(), ok.into());
         if let Some(error) = result.error() {
-            let message = super::content::one_line(&error.message, max_chars / 2);
+            let message = super::content::one_line(&error.text(), max_chars / 2);
             structured.insert(
                 "error".into(),
                 json!({"code": error.code.as_str(), "message": message}),
