@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -44,6 +44,11 @@ impl Drop for Server {
 
 impl Server {
     fn start(kind: Kind) -> Server {
+        Server::start_with(kind, &[])
+    }
+
+    /// The server of `kind` with `extra` flags (`execbox serve` and `execbox mcp --http` only).
+    fn start_with(kind: Kind, extra: &[&str]) -> Server {
         let dir = TempDir::new(&format!("front-door-{kind:?}"));
         let token_file = dir.join("token");
         std::fs::write(&token_file, TOKEN).unwrap();
@@ -66,6 +71,7 @@ impl Server {
                     .args(["--policy", policy.to_str().unwrap()])
                     .args(["--header-timeout", &timeout])
                     .args(["--allow-origin", ALLOWED_ORIGIN])
+                    .args(extra)
                     .env("EXECBOX_HOME", dir.path())
                     .env_remove("RUST_LOG")
                     .stdin(Stdio::null())
@@ -90,6 +96,7 @@ impl Server {
                     .args(["--token-file", token_file.to_str().unwrap()])
                     .args(["--header-timeout", &timeout])
                     .args(["--allow-origin", ALLOWED_ORIGIN])
+                    .args(extra)
                     .env_remove("EXECBOX_TOKEN")
                     .env_remove("RUST_LOG")
                     .stdin(Stdio::null())
@@ -580,6 +587,59 @@ fn trickled_heads_are_cut_and_others_are_served(server: &Server) -> Result<(), S
         return Err(format!("closed after {latest:?}, before the head timeout"));
     }
     Ok(())
+}
+
+/// Review finding M4: more half-sent request heads (no token yet) than the server takes
+/// connections must not lock everyone out. With `--max-connections 16`, 48 connections send
+/// half a head and stop; a real request made right after is answered at once (the oldest idle
+/// connection makes room for it), and the half-sent ones are all closed.
+fn half_sent_heads_beyond_the_connection_cap_do_not_lock_out_a_request(kind: Kind) {
+    let server = Server::start_with(kind, &["--max-connections", "16"]);
+    let host = server.addr.clone();
+    let half: Vec<TcpStream> = (0..48)
+        .map(|_| {
+            let mut s = TcpStream::connect(&server.addr).unwrap();
+            s.write_all(b"POST /v1/executions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ")
+                .unwrap();
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    let answer = send(
+        &server.addr,
+        server.request(Some(BEARER), &host, &[]).as_bytes(),
+    );
+    let waited = started.elapsed();
+    check(&server, Expect::Passes, &answer)
+        .unwrap_or_else(|e| panic!("{kind:?}: a request behind 48 half-sent heads: {e}"));
+    // The request evicts the oldest half-sent head: it is served at once, not after the head
+    // timeout.
+    assert!(
+        waited < HEAD_TIMEOUT,
+        "{kind:?}: the request waited {waited:?}"
+    );
+    for mut s in half {
+        s.set_read_timeout(Some(HEAD_TIMEOUT * 4 + Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 256];
+        match s.read(&mut buf) {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                panic!("{kind:?}: a half-sent head was never closed")
+            }
+            // Closed, answered (408 or 431) or reset: it holds nothing any more.
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn execbox_serve_is_not_locked_out_by_half_sent_heads() {
+    half_sent_heads_beyond_the_connection_cap_do_not_lock_out_a_request(Kind::Serve);
+}
+
+#[test]
+fn execbox_mcp_http_is_not_locked_out_by_half_sent_heads() {
+    half_sent_heads_beyond_the_connection_cap_do_not_lock_out_a_request(Kind::Mcp);
 }
 
 #[test]

@@ -17,12 +17,15 @@
 //!   [`ServeOptions::header_timeout`] (also the idle time allowed between requests of a
 //!   kept-alive connection), a body within [`ServeOptions::body_timeout`] per frame, bodies are
 //!   at most [`FrontDoor::max_body_bytes`] (`413`), and at most
-//!   [`ServeOptions::max_connections`] connections are open at once.
+//!   [`ServeOptions::max_connections`] connections are open at once ([`ConnectionSlots`]: when
+//!   all are taken, the oldest connection without a request in progress makes room, so
+//!   half-sent heads cannot lock anyone out).
 //! - **One error shape** ([`Refusal`]): `{"error": {"code", "message"}}` with
 //!   `UNAUTHORIZED`, `FORBIDDEN`, `PAYLOAD_TOO_LARGE`, `BAD_REQUEST`.
 
 mod allowlist;
 mod refusal;
+mod slots;
 mod token;
 
 #[cfg(feature = "server")]
@@ -32,6 +35,7 @@ mod serve;
 
 pub use allowlist::{AllowlistError, Hosts, Origins};
 pub use refusal::Refusal;
+pub use slots::{Busy, ConnectionSlots, Evict, Full, Slot};
 pub use token::{bearer, same_secret};
 
 #[cfg(feature = "server")]

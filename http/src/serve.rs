@@ -1,18 +1,25 @@
-//! The connection loop of the door: at most so many connections, a request head within its
-//! time (which is also the idle time of a kept-alive connection), upgrades allowed, and a
-//! prompt, bounded shutdown.
+//! The connection loop of the door: at most so many connections (the oldest idle one making
+//! room for a newcomer, see [`ConnectionSlots`]), a request head within its time (which is also
+//! the idle time of a kept-alive connection), upgrades allowed, and a prompt, bounded shutdown.
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tower::Service;
+
+use crate::slots::{Busy, ConnectionSlots, Slot};
 
 /// The default [`ServeOptions::header_timeout`]: 10 s.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,8 +39,10 @@ pub struct ServeOptions {
     /// response was sent; otherwise the connection is closed (a half-sent head, or an idle
     /// kept-alive connection, holds nothing longer). Default [`DEFAULT_HEADER_TIMEOUT`].
     pub header_timeout: Duration,
-    /// At most this many connections are open at once; one more is closed as soon as it is
-    /// accepted (and logged), so the process keeps descriptors to answer with. Default
+    /// At most this many connections are open at once, so the process keeps descriptors to
+    /// answer with. One more evicts the connection that has waited longest without a request
+    /// in progress (a half-sent head, an idle keep-alive); when every connection carries a
+    /// request, the newcomer is closed as soon as it is accepted (and logged). Default
     /// [`DEFAULT_MAX_CONNECTIONS`].
     pub max_connections: usize,
     /// On shutdown, connections get this long to finish their requests before they are
@@ -59,7 +68,7 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let slots = ConnectionSlots::new(options.max_connections);
     let connections = TaskTracker::new();
     let mut refused_logged = false;
     loop {
@@ -76,20 +85,28 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            if !refused_logged {
-                tracing::warn!(
-                    max = options.max_connections,
-                    "too many open connections; closing new ones until some end"
-                );
-                refused_logged = true;
+        let evicted = CancellationToken::new();
+        let evict = evicted.clone();
+        let slot = match slots.admit(Box::new(move || evict.cancel())) {
+            Ok(slot) => Arc::new(slot),
+            Err(full) => {
+                if !refused_logged {
+                    tracing::warn!(
+                        max = full.max,
+                        "every connection carries a request; closing new ones until some end"
+                    );
+                    refused_logged = true;
+                }
+                drop(stream);
+                continue;
             }
-            drop(stream);
-            continue;
         };
         refused_logged = false;
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        let service = TowerToHyperService::new(Requests {
+            router: router.clone(),
+            slot: slot.clone(),
+        });
         let shutdown = shutdown.clone();
         let header_timeout = options.header_timeout;
         connections.spawn(async move {
@@ -106,6 +123,10 @@ pub async fn serve(
             tokio::pin!(connection);
             let ended = tokio::select! {
                 ended = connection.as_mut() => ended,
+                () = evicted.cancelled() => {
+                    tracing::debug!(%peer, "closing an idle connection to make room for a new one");
+                    return;
+                }
                 () = shutdown.cancelled() => {
                     connection.as_mut().graceful_shutdown();
                     connection.await
@@ -124,4 +145,58 @@ pub async fn serve(
         tracing::debug!("connections still open after the shutdown grace; dropping them");
     }
     Ok(())
+}
+
+/// The router, for one connection: every request marks the connection busy (never evicted)
+/// until its response body has been sent or dropped.
+#[derive(Clone)]
+struct Requests {
+    router: Router,
+    slot: Arc<Slot>,
+}
+
+impl Service<hyper::Request<Incoming>> for Requests {
+    type Response = hyper::Response<Body>;
+    type Error = Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: hyper::Request<Incoming>) -> Self::Future {
+        let busy = self.slot.busy();
+        let mut router = self.router.clone();
+        Box::pin(async move {
+            let response = router.call(request).await?;
+            Ok(response.map(|body| Body::new(WhileBusy { body, _busy: busy })))
+        })
+    }
+}
+
+/// A response body that keeps its connection busy until it is done.
+struct WhileBusy {
+    body: Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for WhileBusy {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
