@@ -24,7 +24,8 @@ use std::time::Instant;
 
 use execbox_protocol::names::check_provider_name;
 use execbox_protocol::{
-    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Message, Started, ToolResult,
+    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Message, Received, Started,
+    ToolResult,
 };
 
 use crate::control::{busy_done, Control};
@@ -677,18 +678,20 @@ fn handle_stray(
         }
         Inbound::Invalid(error) => tracing::warn!("ignoring message: {error}"),
         Inbound::Oversized { len, prefix } => {
-            let envelope = peek_envelope(&prefix);
             let limit = limits.max_message_bytes;
-            if envelope.kind.as_deref() == Some("execute") {
-                let id = envelope.id.unwrap_or_default();
-                tracing::warn!(%id, len, limit, "rejecting oversized execute");
-                reject(
-                    &id,
-                    ErrorCode::ValidationError,
-                    format!("execute message of {len} bytes exceeds the limit of {limit} bytes"),
-                );
-            } else {
-                tracing::warn!(len, limit, kind = ?envelope.kind, "ignoring oversized message");
+            // The protocol's rule, which the `--listen` supervisor counts executions by.
+            match (Received::Oversized { len, prefix }).answered_execute() {
+                Some(id) => {
+                    tracing::warn!(%id, len, limit, "rejecting oversized execute");
+                    reject(
+                        &id,
+                        ErrorCode::ValidationError,
+                        format!(
+                            "execute message of {len} bytes exceeds the limit of {limit} bytes"
+                        ),
+                    );
+                }
+                None => tracing::warn!(len, limit, "ignoring oversized message"),
             }
         }
         Inbound::NotUtf8 { len } => {
