@@ -28,6 +28,7 @@ use execbox_protocol::{
     ToolResult,
 };
 
+use crate::ceilings::Ceilings;
 use crate::control::{busy_done, Control};
 use crate::engine::{Engine, Event, RunLimits, ENGINE_STACK_BYTES};
 use crate::transport::oversized;
@@ -341,21 +342,24 @@ impl std::fmt::Debug for SessionInput {
     }
 }
 
-/// Limits of a session that are not per-execution options.
+/// Limits of a session that are not per-execution options, and the ceilings on those options.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
     /// The largest message accepted or sent, in bytes.
     pub max_message_bytes: usize,
     /// Tool calls of one execution sent and not yet answered, at most.
     pub max_pending_tool_calls: usize,
+    /// The largest `execute.options` accepted; an `execute` over one is refused with
+    /// `validation_error` before it starts.
+    pub ceilings: Ceilings,
 }
 
 /// Default of [`SessionLimits::max_pending_tool_calls`] (`--max-pending-tool-calls`).
 pub const DEFAULT_MAX_PENDING_TOOL_CALLS: usize = 64;
 
 impl Default for SessionLimits {
-    /// [`DEFAULT_MAX_MESSAGE_BYTES`](execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES) and
-    /// [`DEFAULT_MAX_PENDING_TOOL_CALLS`], the runner's flag defaults.
+    /// [`DEFAULT_MAX_MESSAGE_BYTES`](execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES),
+    /// [`DEFAULT_MAX_PENDING_TOOL_CALLS`] and [`Ceilings::default`], the runner's flag defaults.
     fn default() -> Self {
         SessionLimits::new(execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES)
     }
@@ -367,6 +371,7 @@ impl SessionLimits {
         SessionLimits {
             max_message_bytes,
             max_pending_tool_calls: DEFAULT_MAX_PENDING_TOOL_CALLS,
+            ceilings: Ceilings::default(),
         }
     }
 
@@ -432,6 +437,17 @@ fn take_turn(
                             ErrorCode::ValidationError,
                             format!("invalid execute message: {field} {reason}"),
                         )),
+                    }));
+                    continue;
+                }
+                if let Err(message) = limits.ceilings.check(&exec.options) {
+                    tracing::warn!(id = %exec.id, "rejecting execute: {message}");
+                    control.forget(&exec.id);
+                    out.send(&Message::Done(Done {
+                        id: exec.id.clone(),
+                        duration_ms: 0,
+                        logs: Vec::new(),
+                        outcome: Err(ErrorBody::new(ErrorCode::ValidationError, message)),
                     }));
                     continue;
                 }

@@ -15,6 +15,8 @@
 //! - `--idle-timeout-ms`: a session with no execution in flight and no frame from its client;
 //! - `outbound_bound`: runner output waiting for a client that does not read (1008);
 //! - `--max-message-bytes` + 4 KiB: one frame from the client (1009);
+//! - `--max-memory-limit-bytes`, `--max-timeout-ms`, `--max-log-lines`, `--max-log-chars`:
+//!   what one execution may ask for, enforced by each session's runner process;
 //! - accept errors (EMFILE...) back off from 5 ms to 1 s, with one warning per second at most.
 //!
 //! The same port answers plain `GET /livez`, `/readyz` and `/metrics` (`http.rs`, `metrics.rs`),
@@ -47,6 +49,7 @@ pub(crate) use auth::Auth;
 pub use auth::{load_token, TokenError};
 pub(crate) use child::ChildCommand;
 
+use crate::ceilings::Ceilings;
 use crate::lockdown::Sandbox;
 use backoff::{suppressed_note, Backoff, RateLimited};
 use child::{Spawner, Warm};
@@ -70,6 +73,9 @@ pub(crate) struct ListenOptions {
     pub(crate) max_message_bytes: usize,
     /// `--max-pending-tool-calls`: passed to each runner process.
     pub(crate) max_pending_tool_calls: u32,
+    /// `--max-timeout-ms`, `--max-memory-limit-bytes`, `--max-log-lines`, `--max-log-chars`:
+    /// passed to each runner process, which refuses an `execute` asking for more.
+    pub(crate) ceilings: Ceilings,
     /// `--handshake-timeout-ms`: how long a connection may take to complete its upgrade.
     pub(crate) handshake_timeout: Duration,
     /// `--idle-timeout-ms`: how long a session may stay with no execution in flight and no
@@ -182,6 +188,7 @@ pub(crate) fn serve(
             child,
             options.max_message_bytes,
             options.max_pending_tool_calls,
+            options.ceilings,
             options.insecure_no_sandbox,
             metrics.pids(),
         );
