@@ -132,7 +132,7 @@ pub(crate) enum Cut<'a> {
 /// Cuts one complete line (its newline removed) by the framing rules under `limit`: a
 /// trailing `\r` goes, a line over `limit` is oversized, a blank one carries nothing, and the
 /// rest is text or not UTF-8. The one place those rules live: [`LineFramer`] applies them to a
-/// stream, [`crate::classify_line`] to a line a relay holds.
+/// stream, [`crate::answered_execute`] to a line a relay holds.
 pub(crate) fn cut_line(line: &[u8], limit: usize) -> Cut<'_> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.len() > limit {

@@ -19,7 +19,7 @@
 //! The core types: [`Message`] (one of the six, with [`Message::decode`] / [`Message::encode`]),
 //! [`ErrorCode`] (the fixed vocabulary), [`RuntimeOptions`] (limits with per-field defaults),
 //! [`LineFramer`] (size-checked NDJSON framing), and [`Received`] (what a runner makes of a line,
-//! [`classify_line`] for a relay that counts its executions). This crate does no I/O.
+//! [`answered_execute`] for a relay that counts its executions). This crate does no I/O.
 //!
 //! ```
 //! use execbox_protocol::{Message, ErrorCode};
@@ -48,6 +48,6 @@ pub use message::{
     ToolResult,
 };
 pub use options::RuntimeOptions;
-pub use received::{classify_line, Received};
+pub use received::{answered_execute, Received};
 pub use safety::{check_transport_safe, UnsafeValue, MAX_NESTING_DEPTH};
 pub use serde_json::value::RawValue;

@@ -4,12 +4,12 @@
 //! A line goes through the framing rules ([`LineFramer`](crate::LineFramer): size, blank,
 //! UTF-8) and then [`Message::decode`]; [`Received::answered_execute`] says whether the runner
 //! owes it exactly one `done`. A relay that counts executions in flight with
-//! [`classify_line`] therefore counts exactly the `execute`s the runner answers: a line with
+//! [`answered_execute`] therefore counts exactly the `execute`s the runner answers: a line with
 //! trailing garbage, a NUL after the object, or a `type` past the first 4 KiB is counted the
 //! way the runner reads it.
 
 use crate::framing::{cut_line, peek_envelope, Cut, Frame};
-use crate::message::{DecodeError, Message};
+use crate::message::{decode_if_execute, DecodeError, Message};
 
 /// One line a runner read, classified.
 #[derive(Debug)]
@@ -75,20 +75,25 @@ impl Received {
     }
 }
 
-/// What a runner with message size limit `limit` makes of `line` (one complete line, its
-/// newline removed), by the same rules [`LineFramer`](crate::LineFramer) and
-/// [`Received::from_frame`] apply to its input; `None` for a blank line, which it skips.
-/// Borrows the line: a relay classifies what it is about to forward without copying it.
-pub fn classify_line(line: &[u8], limit: usize) -> Option<Received> {
-    Some(match cut_line(line, limit) {
-        Cut::Blank => return None,
-        Cut::Text(text) => Received::from_text(text),
-        Cut::NotUtf8(len) => Received::NotUtf8 { len },
+/// The id of the `done` a runner with message size limit `limit` owes for `line` (one
+/// complete line, its newline removed) when it is an `execute`: exactly what
+/// [`Received::answered_execute`] says of the line the runner frames and decodes, by the same
+/// steps ([`LineFramer`](crate::LineFramer)'s rules, then [`Message::decode`]'s), and `None`
+/// for anything else. For a relay that counts executions in flight: it borrows the line, and
+/// decodes nothing of a line that is not an `execute` past its `type`.
+pub fn answered_execute(line: &[u8], limit: usize) -> Option<String> {
+    match cut_line(line, limit) {
+        Cut::Blank | Cut::NotUtf8(_) => None,
+        Cut::Text(text) => match decode_if_execute(text)? {
+            Ok(execute) => Some(execute.id),
+            Err(error) => Received::Invalid(error).answered_execute(),
+        },
         Cut::Oversized(len, prefix) => Received::Oversized {
             len,
             prefix: prefix.to_vec(),
-        },
-    })
+        }
+        .answered_execute(),
+    }
 }
 
 #[cfg(test)]
@@ -109,7 +114,7 @@ mod tests {
     }
 
     fn answered(line: &[u8], limit: usize) -> Option<String> {
-        let relay = classify_line(line, limit).and_then(|r| r.answered_execute());
+        let relay = answered_execute(line, limit);
         let runner = through_framer(line, limit).and_then(|r| r.answered_execute());
         assert_eq!(relay, runner, "relay and runner disagree on {line:?}");
         relay
@@ -147,6 +152,5 @@ mod tests {
         );
         assert_eq!(answered(b"   \t", 1000), None);
         assert_eq!(answered(br#"{"type":"cancel","id":"e1"}"#, 1000), None);
-        assert!(classify_line(b"  ", 1000).is_none());
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use execbox_protocol::{classify_line, peek_envelope, PEEK_BYTES};
+use execbox_protocol::{answered_execute, peek_envelope, PEEK_BYTES};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
@@ -497,7 +497,7 @@ async fn read_client(
         }
         // What the runner will make of this very line, by the rules it reads it with: an
         // execute it owes a `done` is in flight until that `done`; anything it drops is not.
-        let answered = classify_line(&line, max_message_bytes).and_then(|r| r.answered_execute());
+        let answered = answered_execute(&line, max_message_bytes);
         {
             let mut a = lock(&activity);
             a.last = Instant::now();
