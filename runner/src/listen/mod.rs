@@ -290,7 +290,7 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
                     server.metrics.rejected(Rejection::TooManyHandshakes);
                     if let Some(suppressed) = too_many.allow(Instant::now()) {
                         tracing::warn!(
-                            %peer,
+                            newer = %peer,
                             "{MAX_PENDING_HANDSHAKES} handshakes pending: closing the oldest \
                              connection still sending its request head{}",
                             suppressed_note(suppressed)
