@@ -109,26 +109,66 @@ impl LineFramer {
         self.ready.pop_front()
     }
 
-    fn finish_line(&mut self, mut line: Vec<u8>) {
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
-        if line.len() > self.limit {
-            let len = line.len();
-            line.truncate(PEEK_BYTES);
-            self.ready.push_back(Frame::Oversized { len, prefix: line });
-            return;
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return; // blank lines carry nothing
-        }
-        match String::from_utf8(line) {
-            Ok(s) => self.ready.push_back(Frame::Line(s)),
-            Err(e) => self.ready.push_back(Frame::InvalidUtf8 {
-                len: e.as_bytes().len(),
-            }),
+    fn finish_line(&mut self, line: Vec<u8>) {
+        if let Some(frame) = frame_line(line, self.limit) {
+            self.ready.push_back(frame);
         }
     }
+}
+
+/// One line as the framing rules cut it, borrowed: what [`LineFramer`] makes a [`Frame`] of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut<'a> {
+    /// Nothing but whitespace: carries nothing, and is skipped.
+    Blank,
+    /// Valid UTF-8 within the limit (a trailing `\r` removed).
+    Text(&'a str),
+    /// Not valid UTF-8, within the limit: its length in bytes.
+    NotUtf8(usize),
+    /// Over the limit: its length, and its first [`PEEK_BYTES`].
+    Oversized(usize, &'a [u8]),
+}
+
+/// Cuts one complete line (its newline removed) by the framing rules under `limit`: a
+/// trailing `\r` goes, a line over `limit` is oversized, a blank one carries nothing, and the
+/// rest is text or not UTF-8. The one place those rules live: [`LineFramer`] applies them to a
+/// stream, [`crate::answered_execute`] to a line a relay holds.
+pub(crate) fn cut_line(line: &[u8], limit: usize) -> Cut<'_> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.len() > limit {
+        return Cut::Oversized(line.len(), &line[..PEEK_BYTES.min(line.len())]);
+    }
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Cut::Blank;
+    }
+    match std::str::from_utf8(line) {
+        Ok(text) => Cut::Text(text),
+        Err(_) => Cut::NotUtf8(line.len()),
+    }
+}
+
+/// The [`Frame`] a complete line makes (`None` for a blank line), by [`cut_line`]'s rules.
+fn frame_line(mut line: Vec<u8>, limit: usize) -> Option<Frame> {
+    let frame = match cut_line(&line, limit) {
+        Cut::Blank => return None,
+        Cut::NotUtf8(len) => Frame::InvalidUtf8 { len },
+        Cut::Oversized(len, prefix) => Frame::Oversized {
+            len,
+            prefix: prefix.to_vec(),
+        },
+        Cut::Text(text) => {
+            let len = text.len();
+            line.truncate(len);
+            // Checked by `cut_line`: converting the buffer itself saves a copy of the line.
+            match String::from_utf8(line) {
+                Ok(text) => Frame::Line(text),
+                Err(e) => Frame::InvalidUtf8 {
+                    len: e.as_bytes().len(),
+                },
+            }
+        }
+    };
+    Some(frame)
 }
 
 /// What can be read of a message from its first bytes: top-level string fields only.

@@ -22,7 +22,8 @@
 //!
 //! The core types: [`Message`] (one of the six, with [`Message::decode`] / [`Message::encode`]),
 //! [`ErrorCode`] (the fixed vocabulary), [`RuntimeOptions`] (limits with per-field defaults),
-//! and [`LineFramer`] (size-checked NDJSON framing). This crate does no I/O.
+//! [`LineFramer`] (size-checked NDJSON framing), and [`Received`] (what a runner makes of a line,
+//! [`answered_execute`] for a relay that counts its executions). This crate does no I/O.
 //!
 //! ```
 //! use execbox_protocol::{Message, ErrorCode};
@@ -38,6 +39,7 @@ mod manifest;
 mod message;
 pub mod names;
 mod options;
+mod received;
 mod safety;
 
 pub use error::{ErrorBody, ErrorCode, ErrorLocation, MEMORY_LIMIT_MESSAGE, TIMEOUT_MESSAGE};
@@ -50,5 +52,6 @@ pub use message::{
     ToolResult,
 };
 pub use options::RuntimeOptions;
+pub use received::{answered_execute, Received};
 pub use safety::{check_transport_safe, UnsafeValue, MAX_NESTING_DEPTH};
 pub use serde_json::value::RawValue;

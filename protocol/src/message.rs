@@ -212,19 +212,12 @@ impl Message {
     /// Decoding never recurses into guest- or tool-chosen payloads, so a deeply nested
     /// `result` costs neither stack nor a parse tree.
     pub fn decode(line: &str) -> Result<Message, DecodeError> {
-        let fields: HashMap<String, &RawValue> =
-            serde_json::from_str(line).map_err(|e| match serde_json::from_str::<Value>(line) {
+        let fields =
+            Fields::parse(line).map_err(|e| match serde_json::from_str::<Value>(line) {
                 Ok(v) => DecodeError::NotAnObject(json_kind(&v)),
                 Err(_) => DecodeError::NotJson(e.to_string()),
             })?;
-        let fields = Fields { map: fields };
-        let kind = match fields.get("type") {
-            None => return Err(DecodeError::MissingType),
-            Some(raw) => match serde_json::from_str::<String>(raw.get()) {
-                Ok(kind) => kind,
-                Err(_) => return Err(DecodeError::MissingType),
-            },
-        };
+        let kind = fields.kind()?;
         match kind.as_str() {
             "execute" => decode_execute(&fields).map(Message::Execute),
             "cancel" => Ok(Message::Cancel(Cancel {
@@ -239,6 +232,15 @@ impl Message {
             _ => Err(DecodeError::UnknownType(kind)),
         }
     }
+}
+
+/// What [`Message::decode`] makes of `line` when it is an `execute` (the same steps, so the
+/// same answer); `None` when it is anything else, or no message at all, without decoding
+/// further: no payload is copied, and a line that is not an object is not parsed again to
+/// say what it is.
+pub(crate) fn decode_if_execute(line: &str) -> Option<Result<Execute, DecodeError>> {
+    let fields = Fields::parse(line).ok()?;
+    (fields.kind().ok()? == "execute").then(|| decode_execute(&fields))
 }
 
 /// Why a line is not a valid message.
@@ -294,6 +296,19 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// The top-level fields of a JSON object, each left raw.
+    fn parse(line: &'a str) -> Result<Fields<'a>, serde_json::Error> {
+        Ok(Fields {
+            map: serde_json::from_str(line)?,
+        })
+    }
+
+    /// The string `type` field.
+    fn kind(&self) -> Result<String, DecodeError> {
+        let raw = self.get("type").ok_or(DecodeError::MissingType)?;
+        serde_json::from_str::<String>(raw.get()).map_err(|_| DecodeError::MissingType)
+    }
+
     fn get(&self, name: &str) -> Option<&'a RawValue> {
         self.map.get(name).copied()
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES;
 
+use crate::ceilings::Ceilings;
 use crate::listen::{ChildCommand, ListenOptions};
 use crate::lockdown::Sandbox;
 use crate::session::SessionLimits;
@@ -63,6 +64,32 @@ pub struct RunnerArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_pending_tool_calls: u32,
 
+    /// The largest `timeoutMs` an execute may ask for; one asking more is refused with a
+    /// `validation_error` naming this flag. At least the default `timeoutMs` (5000). With
+    /// --listen, passed to each session's runner.
+    #[arg(long, value_name = "MS", default_value_t = crate::ceilings::DEFAULT_MAX_TIMEOUT_MS)]
+    pub max_timeout_ms: u64,
+
+    /// The largest `memoryLimitBytes` (the guest's heap) an execute may ask for; one asking
+    /// more is refused with a `validation_error` naming this flag. At least the default
+    /// `memoryLimitBytes` (67108864). With --listen, passed to each session's runner: size it
+    /// so --max-sessions guests fit the memory the runner has.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::ceilings::DEFAULT_MAX_MEMORY_LIMIT_BYTES)]
+    pub max_memory_limit_bytes: u64,
+
+    /// The largest `maxLogLines` an execute may ask for; one asking more is refused with a
+    /// `validation_error` naming this flag. At least the default `maxLogLines` (100). With
+    /// --listen, passed to each session's runner.
+    #[arg(long, value_name = "N", default_value_t = crate::ceilings::DEFAULT_MAX_LOG_LINES)]
+    pub max_log_lines: u64,
+
+    /// The largest `maxLogChars` an execute may ask for (kept logs live in the runner's own
+    /// memory, outside the guest's limit); one asking more is refused with a
+    /// `validation_error` naming this flag. At least the default `maxLogChars` (64000). With
+    /// --listen, passed to each session's runner.
+    #[arg(long, value_name = "N", default_value_t = crate::ceilings::DEFAULT_MAX_LOG_CHARS)]
+    pub max_log_chars: u64,
+
     /// DANGEROUS: serve without the OS lockdown (Landlock, seccomp, rlimits), which is otherwise
     /// installed before any guest input is read, and without which the runner refuses to start.
     /// QuickJS still confines the guest, but a bug in the engine would then give guest code
@@ -114,6 +141,10 @@ impl Default for RunnerArgs {
             insecure_no_auth: false,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_pending_tool_calls: crate::session::DEFAULT_MAX_PENDING_TOOL_CALLS as u32,
+            max_timeout_ms: crate::ceilings::DEFAULT_MAX_TIMEOUT_MS,
+            max_memory_limit_bytes: crate::ceilings::DEFAULT_MAX_MEMORY_LIMIT_BYTES,
+            max_log_lines: crate::ceilings::DEFAULT_MAX_LOG_LINES,
+            max_log_chars: crate::ceilings::DEFAULT_MAX_LOG_CHARS,
             insecure_no_sandbox: false,
             drain_timeout: Duration::from_secs(30),
             log_format: LogFormat::Text,
@@ -136,9 +167,17 @@ pub fn run(
     if let Some(action) = &args.lockdown_probe {
         std::process::exit(crate::lockdown::probe(action));
     }
+    let ceilings = Ceilings {
+        timeout_ms: args.max_timeout_ms,
+        memory_limit_bytes: args.max_memory_limit_bytes,
+        max_log_lines: args.max_log_lines,
+        max_log_chars: args.max_log_chars,
+    };
+    ceilings.check_flags().map_err(anyhow::Error::msg)?;
     let limits = SessionLimits {
         max_message_bytes: args.max_message_bytes,
         max_pending_tool_calls: args.max_pending_tool_calls as usize,
+        ceilings,
     };
     let sandbox = if args.insecure_no_sandbox {
         tracing::warn!(
@@ -158,6 +197,7 @@ pub fn run(
                 max_sessions: args.max_sessions,
                 max_message_bytes: args.max_message_bytes,
                 max_pending_tool_calls: args.max_pending_tool_calls,
+                ceilings,
                 handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
                 idle_timeout: Duration::from_millis(args.idle_timeout_ms),
                 auth: crate::listen::Auth {

@@ -6,7 +6,8 @@
 //!   [`Outbound`] sink for what the runner sends, fed [`Inbound`] items (decoded messages, or
 //!   the transport's close) in arrival order. It answers each `execute` with `started` and
 //!   exactly one `done`, asks for tool calls, and applies a `cancel` at once, even in a tight
-//!   loop; [`SessionLimits`] bounds its messages and pending tool calls. Every execution runs
+//!   loop; [`SessionLimits`] bounds its messages and pending tool calls, and its
+//!   [`Ceilings`] the limits an `execute` may ask for. Every execution runs
 //!   in a fresh QuickJS sandbox with its own memory budget and deadline, one at a time, on
 //!   one of the session's engine threads ([`DEFAULT_ENGINES`]), which take turns so that
 //!   building the next sandbox overlaps the next execution.
@@ -48,6 +49,7 @@
 //! assert!(sent[1].ends_with(r#""result":"answer: 42"}"#), "{}", sent[1]);
 //! ```
 
+mod ceilings;
 #[cfg(feature = "cli")]
 mod cli;
 mod control;
@@ -63,6 +65,10 @@ mod stdio;
 mod transport;
 mod typescript;
 
+pub use ceilings::{
+    Ceilings, DEFAULT_MAX_LOG_CHARS, DEFAULT_MAX_LOG_LINES, DEFAULT_MAX_MEMORY_LIMIT_BYTES,
+    DEFAULT_MAX_TIMEOUT_MS,
+};
 #[cfg(feature = "cli")]
 pub use cli::{init_tracing, parse_duration, run, DurationError, LogFormat, RunnerArgs};
 #[cfg(feature = "cli")]

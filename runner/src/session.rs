@@ -24,9 +24,11 @@ use std::time::Instant;
 
 use execbox_protocol::names::check_provider_name;
 use execbox_protocol::{
-    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Message, Started, ToolResult,
+    peek_envelope, DecodeError, Done, ErrorBody, ErrorCode, Execute, Message, Received, Started,
+    ToolResult,
 };
 
+use crate::ceilings::Ceilings;
 use crate::control::{busy_done, Control};
 use crate::engine::{Engine, Event, RunLimits, ENGINE_STACK_BYTES};
 use crate::transport::oversized;
@@ -340,21 +342,24 @@ impl std::fmt::Debug for SessionInput {
     }
 }
 
-/// Limits of a session that are not per-execution options.
+/// Limits of a session that are not per-execution options, and the ceilings on those options.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
     /// The largest message accepted or sent, in bytes.
     pub max_message_bytes: usize,
     /// Tool calls of one execution sent and not yet answered, at most.
     pub max_pending_tool_calls: usize,
+    /// The largest `execute.options` accepted; an `execute` over one is refused with
+    /// `validation_error` before it starts.
+    pub ceilings: Ceilings,
 }
 
 /// Default of [`SessionLimits::max_pending_tool_calls`] (`--max-pending-tool-calls`).
 pub const DEFAULT_MAX_PENDING_TOOL_CALLS: usize = 64;
 
 impl Default for SessionLimits {
-    /// [`DEFAULT_MAX_MESSAGE_BYTES`](execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES) and
-    /// [`DEFAULT_MAX_PENDING_TOOL_CALLS`], the runner's flag defaults.
+    /// [`DEFAULT_MAX_MESSAGE_BYTES`](execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES),
+    /// [`DEFAULT_MAX_PENDING_TOOL_CALLS`] and [`Ceilings::default`], the runner's flag defaults.
     fn default() -> Self {
         SessionLimits::new(execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES)
     }
@@ -366,6 +371,7 @@ impl SessionLimits {
         SessionLimits {
             max_message_bytes,
             max_pending_tool_calls: DEFAULT_MAX_PENDING_TOOL_CALLS,
+            ceilings: Ceilings::default(),
         }
     }
 
@@ -431,6 +437,17 @@ fn take_turn(
                             ErrorCode::ValidationError,
                             format!("invalid execute message: {field} {reason}"),
                         )),
+                    }));
+                    continue;
+                }
+                if let Err(message) = limits.ceilings.check(&exec.options) {
+                    tracing::warn!(id = %exec.id, "rejecting execute: {message}");
+                    control.forget(&exec.id);
+                    out.send(&Message::Done(Done {
+                        id: exec.id.clone(),
+                        duration_ms: 0,
+                        logs: Vec::new(),
+                        outcome: Err(ErrorBody::new(ErrorCode::ValidationError, message)),
                     }));
                     continue;
                 }
@@ -677,18 +694,20 @@ fn handle_stray(
         }
         Inbound::Invalid(error) => tracing::warn!("ignoring message: {error}"),
         Inbound::Oversized { len, prefix } => {
-            let envelope = peek_envelope(&prefix);
             let limit = limits.max_message_bytes;
-            if envelope.kind.as_deref() == Some("execute") {
-                let id = envelope.id.unwrap_or_default();
-                tracing::warn!(%id, len, limit, "rejecting oversized execute");
-                reject(
-                    &id,
-                    ErrorCode::ValidationError,
-                    format!("execute message of {len} bytes exceeds the limit of {limit} bytes"),
-                );
-            } else {
-                tracing::warn!(len, limit, kind = ?envelope.kind, "ignoring oversized message");
+            // The protocol's rule, which the `--listen` supervisor counts executions by.
+            match (Received::Oversized { len, prefix }).answered_execute() {
+                Some(id) => {
+                    tracing::warn!(%id, len, limit, "rejecting oversized execute");
+                    reject(
+                        &id,
+                        ErrorCode::ValidationError,
+                        format!(
+                            "execute message of {len} bytes exceeds the limit of {limit} bytes"
+                        ),
+                    );
+                }
+                None => tracing::warn!(len, limit, "ignoring oversized message"),
             }
         }
         Inbound::NotUtf8 { len } => {

@@ -5,7 +5,7 @@
 //! engine all name these types, and this module names none of them. The public types are
 //! re-exported with the [`Session`](crate::Session) that uses them.
 
-use execbox_protocol::{DecodeError, Frame, Message};
+use execbox_protocol::{DecodeError, Frame, Message, Received};
 
 /// Where a session sends what the runner emits (`started`, `tool_call`, `done`). Implemented
 /// by transports: stdout, a channel, a recorder.
@@ -39,20 +39,25 @@ pub enum Inbound {
 }
 
 impl Inbound {
-    /// Classifies one framed line.
+    /// Classifies one framed line, by the protocol's rules ([`Received`]): what a relay in
+    /// front of the runner counts by is exactly what the runner acts on.
     pub fn from_frame(frame: Frame) -> Inbound {
-        match frame {
-            Frame::Line(line) => Inbound::from_text(&line),
-            Frame::InvalidUtf8 { len } => Inbound::NotUtf8 { len },
-            Frame::Oversized { len, prefix } => Inbound::Oversized { len, prefix },
-        }
+        Received::from_frame(frame).into()
     }
 
     /// Decodes one message text.
     pub fn from_text(text: &str) -> Inbound {
-        match Message::decode(text) {
-            Ok(message) => Inbound::Message(message),
-            Err(error) => Inbound::Invalid(error),
+        Received::from_text(text).into()
+    }
+}
+
+impl From<Received> for Inbound {
+    fn from(received: Received) -> Inbound {
+        match received {
+            Received::Message(message) => Inbound::Message(message),
+            Received::Invalid(error) => Inbound::Invalid(error),
+            Received::Oversized { len, prefix } => Inbound::Oversized { len, prefix },
+            Received::NotUtf8 { len } => Inbound::NotUtf8 { len },
         }
     }
 }

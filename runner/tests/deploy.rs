@@ -276,3 +276,100 @@ fn the_service_hpa_and_pdb_select_the_runner_pods() {
         .collect();
     assert!(served.contains(&"execbox_sessions_active"), "{served:?}");
 }
+
+/// The runner's per-session memory besides the guest's heap: the process (about 6 MiB idle)
+/// with room for a message or two in flight.
+const SESSION_OVERHEAD_BYTES: u64 = 8 << 20;
+/// The supervisor and the two warm runner processes.
+const SUPERVISOR_BYTES: u64 = 32 << 20;
+
+/// The ceiling flags every shipped runner sets explicitly (review finding m6).
+const CEILING_FLAGS: [&str; 4] = [
+    "--max-memory-limit-bytes",
+    "--max-timeout-ms",
+    "--max-log-lines",
+    "--max-log-chars",
+];
+
+/// A Kubernetes memory quantity (`768Mi`, `1Gi`, `512M`, plain bytes) in bytes.
+fn quantity_bytes(quantity: &str) -> u64 {
+    let units: [(&str, u64); 6] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("K", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+    ];
+    for (suffix, scale) in units {
+        if let Some(n) = quantity.strip_suffix(suffix) {
+            return n.parse::<u64>().unwrap() * scale;
+        }
+    }
+    quantity.parse().unwrap()
+}
+
+/// The Dockerfile's `CMD`, exec form (continuation lines joined).
+fn dockerfile_cmd() -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/Dockerfile");
+    let text = std::fs::read_to_string(path).unwrap().replace("\\\n", " ");
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CMD "))
+        .expect("a CMD");
+    serde_json::from_str(line).expect("CMD in exec form")
+}
+
+/// Checks that `args` set every ceiling, and that `--max-sessions` sessions at them fit
+/// `memory_limit` bytes.
+fn check_ceilings(origin: &str, args: &[String], memory_limit: u64) {
+    let flags = Flags::try_parse_from(
+        std::iter::once("execbox-runner".to_owned()).chain(args.iter().cloned()),
+    )
+    .unwrap_or_else(|e| panic!("{origin}: not runner flags: {e}"))
+    .runner;
+    for flag in CEILING_FLAGS {
+        assert!(
+            args.iter().any(|a| a == flag),
+            "{origin}: {flag} must be set explicitly"
+        );
+    }
+    let per_session = flags.max_memory_limit_bytes
+        + SESSION_OVERHEAD_BYTES
+        // Kept log characters live in the runner's heap, up to 3 bytes each in UTF-8.
+        + 3 * flags.max_log_chars;
+    let needed = flags.max_sessions as u64 * per_session + SUPERVISOR_BYTES;
+    assert!(
+        needed <= memory_limit,
+        "{origin}: --max-sessions {} at --max-memory-limit-bytes {} and --max-log-chars {} need \
+         about {needed} bytes, over the memory limit of {memory_limit}",
+        flags.max_sessions,
+        flags.max_memory_limit_bytes,
+        flags.max_log_chars
+    );
+    assert!(
+        flags.max_timeout_ms <= 3_600_000,
+        "{origin}: --max-timeout-ms over an hour"
+    );
+}
+
+/// Review finding m6: a client's `memoryLimitBytes` of 1 TiB was accepted by the shipped pod
+/// (768 MiB for 8 sessions). The Deployment and the Dockerfile now set every ceiling, sized
+/// so that `--max-sessions` sessions at them fit the memory limit.
+#[test]
+fn the_manifests_set_the_option_ceilings_and_their_sessions_fit_the_memory_limit() {
+    let m = load();
+    let container = runner(&m.deployments[0]);
+    let limits = container
+        .resources
+        .as_ref()
+        .unwrap()
+        .limits
+        .as_ref()
+        .unwrap();
+    let memory = quantity_bytes(&limits["memory"].0);
+    let args = container.args.clone().unwrap_or_default();
+    check_ceilings("deploy/k8s/deployment.yaml", &args, memory);
+    // The container image runs the same limits; `docker run --memory` is given the pod's.
+    check_ceilings("deploy/Dockerfile", &dockerfile_cmd(), memory);
+}

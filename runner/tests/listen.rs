@@ -386,3 +386,64 @@ async fn frames_with_raw_newlines_and_binary_frames_are_one_message_each() {
     assert_eq!(recv(&mut ws).await["type"], "started");
     assert_eq!(recv(&mut ws).await["result"], "bin");
 }
+
+/// Review finding m4: the supervisor counted a frame as an execution in flight when its first
+/// bytes looked like an `execute`, while the runner drops a line that does not decode (an
+/// object followed by another, by U+0000, by any garbage): no `done` ever came, and the idle
+/// timeout never closed the session. Both now classify a frame with the protocol's one rule.
+#[tokio::test]
+async fn execute_with_trailing_garbage_is_not_counted_in_flight_so_the_idle_timeout_closes_it() {
+    let runner = Listener::spawn(&["--idle-timeout-ms", "400"]);
+    let good = execute("g", "1 + 1", json!({})).to_string();
+    for tail in [
+        " {}",
+        "\u{0}",
+        " garbage",
+        "}",
+        "\u{0}{\"type\":\"cancel\"}",
+    ] {
+        let mut ws = connect(&runner.url).await;
+        ws.send(Frame::text(format!("{good}{tail}"))).await.unwrap();
+        // `next` panics after PATIENCE of silence: a session stuck with a phantom execution.
+        match next(&mut ws).await {
+            Err(Some((code, reason))) => {
+                assert_eq!(code, CloseCode::Away, "{tail:?}: {reason}");
+                assert!(reason.contains("idle"), "{tail:?}: {reason}");
+            }
+            other => panic!("{tail:?}: expected the idle close, got {other:?}"),
+        }
+    }
+    // A well-formed execute on a fresh session still runs.
+    one_plus_one(&runner.url, Instant::now() + PATIENCE)
+        .await
+        .unwrap();
+}
+
+/// Review finding m4, the other way round: an `execute` whose `type` comes after 4 KiB of
+/// code was not counted in flight (the supervisor read only the first 4 KiB), so a session
+/// waiting on a tool was closed as idle. The supervisor now decodes the frame as the runner does.
+#[tokio::test]
+async fn execute_whose_type_comes_late_is_in_flight_while_it_waits_on_a_tool() {
+    let runner = Listener::spawn(&["--idle-timeout-ms", "400"]);
+    let mut ws = connect(&runner.url).await;
+    let code = format!("/*{}*/ (await tools.echo(1)) + 1", "x".repeat(6000));
+    let frame = json!({
+        "code": code,
+        "options": {"timeoutMs": 10000},
+        "providers": [{"name": "tools", "tools": {"echo": {"safeName": "echo"}}}],
+        "id": "late",
+        "type": "execute",
+    });
+    // Keys keep their order (`preserve_order`): `type` is last, past the first 4 KiB.
+    let text = frame.to_string();
+    assert!(text.find("\"type\"").unwrap() > 4096, "{}", &text[..100]);
+    ws.send(Frame::text(text)).await.unwrap();
+    assert_eq!(recv(&mut ws).await["type"], "started");
+    let call = recv(&mut ws).await;
+    assert_eq!(call["type"], "tool_call", "{call}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let result = json!({"type": "tool_result", "callId": call["callId"], "ok": true, "result": 41});
+    send(&mut ws, result).await;
+    let done = recv(&mut ws).await;
+    assert_eq!(done["result"], 42, "{done}");
+}

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, Mutex};
 
+use crate::ceilings::Ceilings;
+
 use super::backoff::{suppressed_note, Backoff, RateLimited};
 use super::metrics::Pids;
 
@@ -62,12 +64,13 @@ pub(crate) struct Spawner {
 }
 
 impl Spawner {
-    /// `--max-message-bytes`, `--max-pending-tool-calls` and, when set,
-    /// `--insecure-no-sandbox` are passed to each child.
+    /// `--max-message-bytes`, `--max-pending-tool-calls`, the ceilings on `execute.options`
+    /// and, when set, `--insecure-no-sandbox` are passed to each child.
     pub fn new(
         command: ChildCommand,
         max_message_bytes: usize,
         max_pending_tool_calls: u32,
+        ceilings: Ceilings,
         insecure_no_sandbox: bool,
         pids: Pids,
     ) -> Spawner {
@@ -76,6 +79,14 @@ impl Spawner {
             max_message_bytes.to_string().into(),
             "--max-pending-tool-calls".into(),
             max_pending_tool_calls.to_string().into(),
+            "--max-timeout-ms".into(),
+            ceilings.timeout_ms.to_string().into(),
+            "--max-memory-limit-bytes".into(),
+            ceilings.memory_limit_bytes.to_string().into(),
+            "--max-log-lines".into(),
+            ceilings.max_log_lines.to_string().into(),
+            "--max-log-chars".into(),
+            ceilings.max_log_chars.to_string().into(),
         ];
         if insecure_no_sandbox {
             passed.push("--insecure-no-sandbox".into());

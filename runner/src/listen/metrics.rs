@@ -42,7 +42,8 @@ pub(crate) enum Rejection {
     HandshakeTimeout,
     /// The request or the upgrade was malformed, or the connection failed during it.
     HandshakeFailed,
-    /// [`super::MAX_PENDING_HANDSHAKES`] connections were already in their handshake.
+    /// [`super::MAX_PENDING_HANDSHAKES`] connections were already in their handshake: the
+    /// oldest one still sending its request head was evicted, or a new one refused.
     TooManyHandshakes,
     /// No runner process could be started (1011).
     NoRunner,

@@ -9,11 +9,14 @@
 //! watchdog's grace: the slot is released only once the session's process is reaped.
 //! What bounds what:
 //! - `--max-sessions`: sessions served at once (more are closed with 1013 after the upgrade);
-//! - `MAX_PENDING_HANDSHAKES` and `--handshake-timeout-ms`: connections not yet upgraded
-//!   (more are closed at accept);
+//! - `MAX_PENDING_HANDSHAKES` and `--handshake-timeout-ms`: connections not yet upgraded; a
+//!   new one evicts the oldest still reading its request head (`pending.rs`), so the health
+//!   probes are answered whatever a flood of slow connections does;
 //! - `--idle-timeout-ms`: a session with no execution in flight and no frame from its client;
 //! - `outbound_bound`: runner output waiting for a client that does not read (1008);
 //! - `--max-message-bytes` + 4 KiB: one frame from the client (1009);
+//! - `--max-memory-limit-bytes`, `--max-timeout-ms`, `--max-log-lines`, `--max-log-chars`:
+//!   what one execution may ask for, enforced by each session's runner process;
 //! - accept errors (EMFILE...) back off from 5 ms to 1 s, with one warning per second at most.
 //!
 //! The same port answers plain `GET /livez`, `/readyz` and `/metrics` (`http.rs`, `metrics.rs`),
@@ -27,6 +30,7 @@ mod backoff;
 pub(crate) mod child;
 mod http;
 mod metrics;
+mod pending;
 mod relay;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -37,7 +41,7 @@ use execbox_protocol::PEEK_BYTES;
 use futures_util::SinkExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 
@@ -45,14 +49,18 @@ pub(crate) use auth::Auth;
 pub use auth::{load_token, TokenError};
 pub(crate) use child::ChildCommand;
 
+use crate::ceilings::Ceilings;
 use crate::lockdown::Sandbox;
 use backoff::{suppressed_note, Backoff, RateLimited};
 use child::{Spawner, Warm};
 use metrics::{Metrics, Rejection};
+use pending::{Admission, Pending, Ticket};
 
-/// At most this many connections may be in their WebSocket handshake at once; further ones
-/// are closed as soon as they are accepted. With `--handshake-timeout-ms`, this bounds what a
-/// flood of raw connections can hold.
+/// At most this many connections may be in their WebSocket handshake at once. A new one evicts
+/// the oldest still reading its request head; when all of them have read theirs (they are
+/// upgrading), a new one is closed as soon as it is accepted. With `--handshake-timeout-ms`,
+/// this bounds what a flood of raw connections can hold, and a probe that sends its head at
+/// once is still read.
 pub(crate) const MAX_PENDING_HANDSHAKES: usize = 64;
 
 /// How a listening runner serves sessions.
@@ -65,6 +73,9 @@ pub(crate) struct ListenOptions {
     pub(crate) max_message_bytes: usize,
     /// `--max-pending-tool-calls`: passed to each runner process.
     pub(crate) max_pending_tool_calls: u32,
+    /// `--max-timeout-ms`, `--max-memory-limit-bytes`, `--max-log-lines`, `--max-log-chars`:
+    /// passed to each runner process, which refuses an `execute` asking for more.
+    pub(crate) ceilings: Ceilings,
     /// `--handshake-timeout-ms`: how long a connection may take to complete its upgrade.
     pub(crate) handshake_timeout: Duration,
     /// `--idle-timeout-ms`: how long a session may stay with no execution in flight and no
@@ -95,7 +106,7 @@ pub(crate) enum Phase {
 struct Server {
     options: ListenOptions,
     sessions: Arc<Semaphore>,
-    handshakes: Arc<Semaphore>,
+    handshakes: Arc<Pending>,
     warm: Warm,
     metrics: Arc<Metrics>,
     phase: watch::Receiver<Phase>,
@@ -177,6 +188,7 @@ pub(crate) fn serve(
             child,
             options.max_message_bytes,
             options.max_pending_tool_calls,
+            options.ceilings,
             options.insecure_no_sandbox,
             metrics.pids(),
         );
@@ -184,7 +196,7 @@ pub(crate) fn serve(
         let drain_timeout = options.drain_timeout;
         let server = Arc::new(Server {
             sessions: Arc::new(Semaphore::new(options.max_sessions.max(1))),
-            handshakes: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
+            handshakes: Pending::new(MAX_PENDING_HANDSHAKES),
             warm: Warm::start(Arc::new(spawner)),
             metrics,
             phase,
@@ -272,17 +284,34 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
                 continue;
             }
         };
-        let Ok(handshake) = server.handshakes.clone().try_acquire_owned() else {
-            server.metrics.rejected(Rejection::TooManyHandshakes);
-            if let Some(suppressed) = too_many.allow(Instant::now()) {
-                tracing::warn!(
-                    %peer,
-                    "closing a connection: {MAX_PENDING_HANDSHAKES} handshakes already pending{}",
-                    suppressed_note(suppressed)
-                );
+        let handshake = match server.handshakes.admit() {
+            Admission::Admitted { ticket, evicted } => {
+                if evicted {
+                    server.metrics.rejected(Rejection::TooManyHandshakes);
+                    if let Some(suppressed) = too_many.allow(Instant::now()) {
+                        tracing::warn!(
+                            newer = %peer,
+                            "{MAX_PENDING_HANDSHAKES} handshakes pending: closing the oldest \
+                             connection still sending its request head{}",
+                            suppressed_note(suppressed)
+                        );
+                    }
+                }
+                ticket
             }
-            drop(stream);
-            continue;
+            Admission::Full => {
+                server.metrics.rejected(Rejection::TooManyHandshakes);
+                if let Some(suppressed) = too_many.allow(Instant::now()) {
+                    tracing::warn!(
+                        %peer,
+                        "closing a connection: {MAX_PENDING_HANDSHAKES} handshakes already \
+                         pending, all past their request head{}",
+                        suppressed_note(suppressed)
+                    );
+                }
+                drop(stream);
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         tokio::spawn(connection(server.clone(), stream, peer, handshake));
@@ -303,11 +332,20 @@ async fn connection(
     server: Arc<Server>,
     mut stream: TcpStream,
     peer: SocketAddr,
-    handshake: OwnedSemaphorePermit,
+    mut handshake: Ticket,
 ) {
     let options = &server.options;
     let deadline = tokio::time::Instant::now() + options.handshake_timeout;
-    let head = tokio::time::timeout_at(deadline, http::read_head(&mut stream)).await;
+    let head = tokio::select! {
+        head = tokio::time::timeout_at(deadline, http::read_head(&mut stream)) => head,
+        () = handshake.evicted() => {
+            tracing::debug!(%peer, "closing a connection still sending its request head: evicted by a newer one");
+            return;
+        }
+    };
+    // Evicted just as its whole head arrived (`false`): it is served all the same, a moment
+    // past the bound, since what is left (an answer or the upgrade) takes no waiting on it.
+    handshake.head_read();
     let head = match head {
         Ok(Ok((http::Request::Upgrade, head))) => head,
         Ok(Ok((http::Request::Plain { method, path }, _))) => {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use execbox_protocol::{peek_envelope, PEEK_BYTES};
+use execbox_protocol::{answered_execute, peek_envelope, PEEK_BYTES};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
@@ -490,22 +490,20 @@ async fn read_client(
                 continue;
             }
         };
-        {
-            let mut a = lock(&activity);
-            a.last = Instant::now();
-            let head = &line[..PEEK_BYTES.min(line.len())];
-            // The runner answers every execute it can read; one that is not UTF-8 it drops.
-            let envelope = peek_envelope(head);
-            if envelope.kind.as_deref() == Some("execute") && std::str::from_utf8(&line).is_ok() {
-                a.in_flight += 1;
-                if let Some(id) = envelope.id {
-                    a.ids.push(id);
-                }
-            }
-        }
         for b in &mut line {
             if *b == b'\n' || *b == b'\r' {
                 *b = b' ';
+            }
+        }
+        // What the runner will make of this very line, by the rules it reads it with: an
+        // execute it owes a `done` is in flight until that `done`; anything it drops is not.
+        let answered = answered_execute(&line, max_message_bytes);
+        {
+            let mut a = lock(&activity);
+            a.last = Instant::now();
+            if let Some(id) = answered {
+                a.in_flight += 1;
+                a.ids.push(id);
             }
         }
         line.push(b'\n');
