@@ -79,6 +79,7 @@ impl ConnectionSlots {
     /// `evict` called, its slot given to this one); when all of them are busy, [`Full`].
     pub fn admit(&self, evict: Evict) -> Result<Slot, Full> {
         let mut state = self.lock();
+        let mut made_room = false;
         if state.open.len() >= self.inner.max {
             let idle = state
                 .open
@@ -92,6 +93,7 @@ impl ConnectionSlots {
             };
             if let Some(victim) = state.open.remove(&id) {
                 state.evicted += 1;
+                made_room = true;
                 (victim.evict)();
             }
         }
@@ -109,6 +111,7 @@ impl ConnectionSlots {
             slots: self.clone(),
             id,
             busy,
+            made_room,
         })
     }
 
@@ -126,9 +129,15 @@ pub struct Slot {
     slots: ConnectionSlots,
     id: u64,
     busy: Arc<AtomicUsize>,
+    made_room: bool,
 }
 
 impl Slot {
+    /// Whether admitting this connection evicted another.
+    pub fn made_room(&self) -> bool {
+        self.made_room
+    }
+
     /// Marks a request in progress on this connection until the guard is dropped: a busy
     /// connection is never evicted.
     pub fn busy(&self) -> Busy {
@@ -178,6 +187,7 @@ mod tests {
         let request = a.busy();
         let (_, evict_third) = flag();
         let c = slots.admit(evict_third).unwrap();
+        assert!(c.made_room() && !a.made_room());
         assert!(!first.load(Ordering::SeqCst));
         assert!(second.load(Ordering::SeqCst));
         assert_eq!((slots.open(), slots.evicted()), (2, 1));

@@ -10,7 +10,8 @@
 //! What bounds what:
 //! - `--max-sessions`: sessions served at once (more are closed with 1013 after the upgrade);
 //! - `MAX_PENDING_HANDSHAKES` and `--handshake-timeout-ms`: connections not yet upgraded; a
-//!   new one evicts the oldest still reading its request head (`pending.rs`), so the health
+//!   new one evicts the oldest still reading its request head (`execbox_http::ConnectionSlots`,
+//!   the front door's own), so the health
 //!   probes are answered whatever a flood of slow connections does;
 //! - `--idle-timeout-ms`: a session with no execution in flight and no frame from its client;
 //! - `outbound_bound`: runner output waiting for a client that does not read (1008);
@@ -30,18 +31,18 @@ mod backoff;
 pub(crate) mod child;
 mod http;
 mod metrics;
-mod pending;
 mod relay;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use execbox_http::{Busy, ConnectionSlots, Slot};
 use execbox_protocol::PEEK_BYTES;
 use futures_util::SinkExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 
@@ -54,7 +55,6 @@ use crate::lockdown::Sandbox;
 use backoff::{suppressed_note, Backoff, RateLimited};
 use child::{Spawner, Warm};
 use metrics::{Metrics, Rejection};
-use pending::{Admission, Pending, Ticket};
 
 /// At most this many connections may be in their WebSocket handshake at once. A new one evicts
 /// the oldest still reading its request head; when all of them have read theirs (they are
@@ -106,7 +106,7 @@ pub(crate) enum Phase {
 struct Server {
     options: ListenOptions,
     sessions: Arc<Semaphore>,
-    handshakes: Arc<Pending>,
+    handshakes: ConnectionSlots,
     warm: Warm,
     metrics: Arc<Metrics>,
     phase: watch::Receiver<Phase>,
@@ -196,7 +196,7 @@ pub(crate) fn serve(
         let drain_timeout = options.drain_timeout;
         let server = Arc::new(Server {
             sessions: Arc::new(Semaphore::new(options.max_sessions.max(1))),
-            handshakes: Pending::new(MAX_PENDING_HANDSHAKES),
+            handshakes: ConnectionSlots::new(MAX_PENDING_HANDSHAKES),
             warm: Warm::start(Arc::new(spawner)),
             metrics,
             phase,
@@ -284,9 +284,14 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
                 continue;
             }
         };
-        let handshake = match server.handshakes.admit() {
-            Admission::Admitted { ticket, evicted } => {
-                if evicted {
+        let evicted = Arc::new(Notify::new());
+        let evict = evicted.clone();
+        let handshake = match server
+            .handshakes
+            .admit(Box::new(move || evict.notify_one()))
+        {
+            Ok(slot) => {
+                if slot.made_room() {
                     server.metrics.rejected(Rejection::TooManyHandshakes);
                     if let Some(suppressed) = too_many.allow(Instant::now()) {
                         tracing::warn!(
@@ -297,9 +302,13 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
                         );
                     }
                 }
-                ticket
+                Handshake {
+                    slot,
+                    evicted,
+                    head_read: None,
+                }
             }
-            Admission::Full => {
+            Err(_full) => {
                 server.metrics.rejected(Rejection::TooManyHandshakes);
                 if let Some(suppressed) = too_many.allow(Instant::now()) {
                     tracing::warn!(
@@ -318,6 +327,16 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
     }
 }
 
+/// A connection's place among the pending handshakes ([`ConnectionSlots`], the front door's:
+/// the oldest connection still reading its head makes room for a new one).
+struct Handshake {
+    slot: Slot,
+    /// Notified when a newer connection evicts this one.
+    evicted: Arc<Notify>,
+    /// Held once the head is read: the connection is upgrading and no longer evicted.
+    head_read: Option<Busy>,
+}
+
 fn ws_config(max_message_bytes: usize) -> WebSocketConfig {
     // Frames a little over the limit still arrive whole, so the runner can refuse them with an
     // answer; larger ones end the session with 1009.
@@ -332,20 +351,21 @@ async fn connection(
     server: Arc<Server>,
     mut stream: TcpStream,
     peer: SocketAddr,
-    mut handshake: Ticket,
+    mut handshake: Handshake,
 ) {
     let options = &server.options;
     let deadline = tokio::time::Instant::now() + options.handshake_timeout;
     let head = tokio::select! {
         head = tokio::time::timeout_at(deadline, http::read_head(&mut stream)) => head,
-        () = handshake.evicted() => {
+        () = handshake.evicted.notified() => {
             tracing::debug!(%peer, "closing a connection still sending its request head: evicted by a newer one");
             return;
         }
     };
-    // Evicted just as its whole head arrived (`false`): it is served all the same, a moment
-    // past the bound, since what is left (an answer or the upgrade) takes no waiting on it.
-    handshake.head_read();
+    // Evicted just as its whole head arrived: it is served all the same, a moment past the
+    // bound, since what is left (an answer or the upgrade) takes no waiting on it. From now on
+    // it is never evicted.
+    handshake.head_read = Some(handshake.slot.busy());
     let head = match head {
         Ok(Ok((http::Request::Upgrade, head))) => head,
         Ok(Ok((http::Request::Plain { method, path }, _))) => {
