@@ -16,7 +16,8 @@
 //!   [`PolicyBuilder`]. [`Policy::principal`] resolves the caller into a [`Principal`];
 //! - [`RateLimits`] holds the counters (in memory, or in a SQLite state file processes share);
 //! - an [`Approver`] decides calls of tools that require approval ([`ApproveAll`],
-//!   [`DenyAll`], [`TerminalApprover`], or the embedding application's own);
+//!   [`DenyAll`], [`TerminalApprover`], or the embedding application's own); whatever shows
+//!   a question to a person passes its text through [`escape_for_display`];
 //! - an [`AuditLog`] appends one JSON line per event;
 //! - an [`Enforcement`] puts them together: which tools the principal may see, and for each
 //!   call the permission check, the rate limit, the approval and the audit line, in that
@@ -31,6 +32,7 @@ mod enforcement;
 mod file;
 mod grants;
 mod limits;
+mod shown;
 mod state;
 
 use std::collections::{BTreeMap, HashMap};
@@ -43,6 +45,7 @@ pub use approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll, Ter
 pub use audit::{AuditEvent, AuditLog, AuditOutcome};
 pub use enforcement::{AuditedCall, Enforcement, EnforcementOptions};
 pub use limits::RateLimits;
+pub use shown::escape_for_display;
 
 use execbox_host::yaml::{did_you_mean, YamlError};
 use execbox_host::{RateLimit, RateLimitError, ToolRequirements};
