@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::aliases::PermissionAliases;
 use super::approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll};
 use super::audit::{AuditEvent, AuditLog, AuditOutcome, InputDigest};
 use super::limits::RateLimits;
@@ -124,6 +125,7 @@ pub struct Enforcement {
     audit: Option<Arc<AuditLog>>,
     approver: Arc<dyn Approver>,
     approve_all: bool,
+    aliases: Option<PermissionAliases>,
 }
 
 impl std::fmt::Debug for Enforcement {
@@ -148,6 +150,7 @@ impl Enforcement {
             audit: None,
             approver: Arc::new(DenyAll),
             approve_all: false,
+            aliases: None,
         }
     }
 
@@ -167,6 +170,13 @@ impl Enforcement {
     /// Records every execution and call in `audit`.
     pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
         self.audit = Some(audit);
+        self
+    }
+
+    /// Counts a grant of an alias in `aliases` as a grant of its permission (a tool named by
+    /// another of its names; see [`PermissionAliases`]).
+    pub fn with_permission_aliases(mut self, aliases: PermissionAliases) -> Self {
+        self.aliases = Some(aliases);
         self
     }
 
@@ -311,9 +321,12 @@ impl Enforcement {
         })
     }
 
-    /// Whether the principal holds every permission a tool requires.
+    /// Whether the principal holds every permission a tool requires, itself or by an alias.
     fn may_call_tool(&self, requirements: &ToolRequirements) -> bool {
-        self.principal.may_call(requirements)
+        match &self.aliases {
+            Some(aliases) => aliases.may_call(&self.principal, requirements),
+            None => self.principal.may_call(requirements),
+        }
     }
 
     /// Counts the call. A check against a state file is a SQLite transaction that may wait

@@ -26,6 +26,7 @@
 //!
 //! A grant is exact (`weather:read`), a prefix (`docs:*`) or `*`; see `grants.rs`.
 
+mod aliases;
 mod approval;
 mod audit;
 mod enforcement;
@@ -41,6 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use aliases::PermissionAliases;
 pub use approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll, TerminalApprover};
 pub use audit::{AuditEvent, AuditLog, AuditOutcome};
 pub use enforcement::{AuditedCall, Enforcement, EnforcementOptions};
@@ -300,6 +302,18 @@ impl Policy {
     /// one of every caller.
     pub fn has_tokens(&self) -> bool {
         !self.0.tokens.is_empty()
+    }
+
+    /// Every exact grant (a permission, not a prefix nor `*`) that a principal or an
+    /// execution without one holds, sorted: what a front end checks against the names of its
+    /// tools.
+    pub fn exact_grants(&self) -> std::collections::BTreeSet<&str> {
+        self.0
+            .principals
+            .values()
+            .chain(std::iter::once(&self.0.default_grants))
+            .flat_map(|grants| grants.exact())
+            .collect()
     }
 
     /// Whether an execution must name a principal.
