@@ -80,6 +80,7 @@ async fn serve(
     };
     let upstream_options = UpstreamOptions {
         startup_timeout: Duration::from_secs(args.startup_timeout),
+        policy: enforcement.policy().cloned(),
         ..UpstreamOptions::default()
     };
     // Started in the background: the client's `initialize` is answered at once, and its

@@ -40,6 +40,9 @@ pub type GuardFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output =
 pub struct GuardedCall<'a> {
     /// The execution the call belongs to.
     pub execution_id: &'a str,
+    /// The runner's id of the call (`callId`), unique within the execution; empty when the
+    /// call has none (a call made outside a runner).
+    pub call_id: &'a str,
     /// `provider.tool` as the guest called it (the sandbox's name, a JavaScript identifier).
     pub tool: &'a str,
     /// The tool's own name, as its definition gives it (an MCP server's `delete-all`, a tools
@@ -61,6 +64,7 @@ impl<'a> GuardedCall<'a> {
     ) -> Self {
         GuardedCall {
             execution_id,
+            call_id: "",
             tool,
             original_name: tool.split_once('.').map_or(tool, |(_, name)| name),
             requirements,

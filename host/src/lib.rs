@@ -76,7 +76,7 @@ pub use guard::{
 };
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
-pub use names::{check_provider_name, sanitize_tool_name};
+pub use names::{assign_safe_names, check_provider_name, sanitize_tool_name};
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use prompt::model_prompt;
 pub use requirements::{

@@ -466,6 +466,7 @@ impl ToolSet {
         }
         let guarded = GuardedCall {
             execution_id: &ctx.execution_id,
+            call_id: &call.call_id,
             tool: &label,
             original_name: tool.tool.name(),
             requirements,

@@ -48,40 +48,15 @@ pub struct UpstreamConfig {
 
 /// The policy fields of one server in `mcp.json` (execbox's own; MCP clients have none):
 /// `"rateLimit": {"requests": 60, "window": "1m"}` limits each of its tools, per principal;
-/// `"requireApproval": ["create_issue"]` (tool names as the server lists them, or `["*"]`)
-/// makes those calls wait for an approval.
+/// `"requireApproval": ["create_issue"]` (tool names as the server lists them or as
+/// `execute_code`'s index shows them, or `["*"]`) makes those calls wait for an approval; a
+/// name that is no tool's, or means two, makes the server unavailable, saying why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UpstreamPolicy {
     /// At most this many calls of each tool per window, per principal.
     pub rate_limit: Option<RateLimit>,
     /// The tools whose calls need an approval; `*` is every tool.
     pub require_approval: Vec<String>,
-}
-
-impl UpstreamPolicy {
-    /// Whether a call of `tool` (as the server lists it) needs an approval: `*`, its name,
-    /// or the name the sandbox gives it (`create-issue` is `create_issue` there), so a name
-    /// copied from `execute_code`'s index is not silently ignored.
-    pub fn requires_approval(&self, tool: &str) -> bool {
-        self.require_approval
-            .iter()
-            .any(|t| t == "*" || t == tool || *t == sanitize_tool_name(tool))
-    }
-
-    /// The `requireApproval` entries that name none of `tools` (the server's listed names):
-    /// most likely typos, which would otherwise leave a tool without its approval.
-    pub fn unmatched_approvals<'a>(&'a self, tools: &[String]) -> Vec<&'a str> {
-        self.require_approval
-            .iter()
-            .filter(|t| {
-                *t != "*"
-                    && !tools
-                        .iter()
-                        .any(|n| n == *t || sanitize_tool_name(n) == **t)
-            })
-            .map(String::as_str)
-            .collect()
-    }
 }
 
 impl UpstreamConfig {
@@ -641,8 +616,7 @@ mod tests {
         .unwrap();
         let gh = &config.servers[0];
         assert_eq!(gh.policy.rate_limit, Some("3 per 1m".parse().unwrap()));
-        assert!(gh.policy.requires_approval("create_issue"));
-        assert!(!gh.policy.requires_approval("list_issues"));
+        assert_eq!(gh.policy.require_approval, ["create_issue"]);
         assert_eq!(gh.permission("create_issue"), "gh:create_issue");
         for (bad, expected) in [
             (

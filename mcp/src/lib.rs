@@ -31,6 +31,7 @@ mod approvals;
 mod catalog;
 mod config;
 mod content;
+mod names;
 mod serve_http;
 mod server;
 mod upstream;

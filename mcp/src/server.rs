@@ -86,8 +86,12 @@ impl CodeModeServer {
     pub fn new(
         upstreams: Upstreams,
         executor: Arc<dyn Executor>,
-        options: CodeModeOptions,
+        mut options: CodeModeOptions,
     ) -> CodeModeServer {
+        // A grant naming an upstream tool by its name in the index holds its permission.
+        options.enforcement = options
+            .enforcement
+            .with_permission_aliases(upstreams.permission_aliases());
         let inner = Arc::new(Inner {
             upstreams,
             executor,

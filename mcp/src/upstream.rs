@@ -32,10 +32,12 @@ use tokio::sync::{mpsc, watch};
 
 use execbox_host::supervisor::ProcessGroup;
 use execbox_host::{BoxFuture, Provider, Schema, Tool, ToolContext, ToolError, ToolHandler};
+use execbox_policy::{PermissionAliases, Policy};
 
 use super::catalog::{Catalog, NamespaceStatus};
 use super::config::{McpConfig, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
 use super::content::{one_line, result_value};
+use super::names::ToolNames;
 
 use super::upstream_process;
 
@@ -48,6 +50,10 @@ pub struct UpstreamOptions {
     /// For one refresh of a server's tools after `notifications/tools/list_changed`.
     /// Default 30 s.
     pub list_timeout: Duration,
+    /// The policy whose grants name upstream tools (`github:delete_all__2`): each grant of a
+    /// server's namespace must name exactly one of its tools, by the name the server lists or
+    /// the name `execute_code`'s index shows, else the server is unavailable, saying why.
+    pub policy: Option<Policy>,
 }
 
 impl Default for UpstreamOptions {
@@ -55,6 +61,7 @@ impl Default for UpstreamOptions {
         UpstreamOptions {
             startup_timeout: Duration::from_secs(60),
             list_timeout: Duration::from_secs(30),
+            policy: None,
         }
     }
 }
@@ -105,6 +112,8 @@ struct Hub {
     options: UpstreamOptions,
     /// How many servers have settled (connected or failed) and been published.
     settled: AtomicUsize,
+    /// The grants that name an upstream tool by its name in the index.
+    aliases: PermissionAliases,
 }
 
 struct Slot {
@@ -184,6 +193,7 @@ impl Upstreams {
             sinks: Arc::new(ProgressSinks::default()),
             options,
             settled: AtomicUsize::new(0),
+            aliases: PermissionAliases::new(),
         };
         let catalog = hub.build()?;
         *hub.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
@@ -193,9 +203,10 @@ impl Upstreams {
             let events = events.clone();
             let sinks = hub.sinks.clone();
             let options = hub.options.clone();
+            let aliases = hub.aliases.clone();
             let weak: Weak<Hub> = Arc::downgrade(&hub);
             tokio::spawn(async move {
-                let link = connect(index, &server, events.clone(), sinks, &options).await;
+                let link = connect(index, &server, events.clone(), sinks, &options, aliases).await;
                 if let Err(why) = &link {
                     eprintln!(
                         "execbox mcp: upstream {:?} is unavailable: {why}; the other servers \
@@ -239,6 +250,14 @@ impl Upstreams {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The grants of [`UpstreamOptions::policy`] that name an upstream tool by its name in
+    /// the index rather than the server's: give them to the enforcement
+    /// ([`Enforcement::with_permission_aliases`](execbox_policy::Enforcement::with_permission_aliases))
+    /// so that they hold the tool's permission. Kept current as tools change.
+    pub fn permission_aliases(&self) -> PermissionAliases {
+        self.0.aliases.clone()
     }
 
     /// The current tool set (upstream namespaces and local providers).
@@ -428,6 +447,9 @@ struct Link {
     namespace: String,
     /// What the policy adds to each tool (`mcp.json`'s `rateLimit`, `requireApproval`).
     policy: UpstreamPolicy,
+    /// The policy file's policy, whose grants may name this server's tools.
+    grants: Option<Policy>,
+    aliases: PermissionAliases,
     peer: Peer<RoleClient>,
     progress: ProgressDispatcher,
     description: Option<String>,
@@ -472,7 +494,7 @@ impl Link {
             .await
             .map_err(|e| format!("tools/list failed: {}", service_error_text(&e)))?;
         let mut seen = HashSet::new();
-        let mut tools = Vec::with_capacity(listed.len());
+        let mut kept = Vec::with_capacity(listed.len());
         for t in listed {
             let name = t.name.to_string();
             if !seen.insert(name.clone()) {
@@ -482,25 +504,30 @@ impl Link {
                 );
                 continue;
             }
-            tools.push(self.tool(t));
+            kept.push(t);
         }
-        let unmatched = self
-            .policy
-            .unmatched_approvals(&seen.iter().cloned().collect::<Vec<_>>());
-        if !unmatched.is_empty() {
-            eprintln!(
-                "execbox mcp: upstream {:?}: requireApproval names {} that the server does not list; check the names (execute_code's index shows them)",
-                self.name,
-                unmatched.join(", ")
-            );
-        }
+        // `requireApproval` and the policy's grants each reach exactly one tool, by the name
+        // the server lists or the name the index shows; anything else fails the listing.
+        let names = ToolNames::new(kept.iter().map(|t| t.name.to_string()).collect());
+        let approvals = names.approvals(&self.policy.require_approval)?;
+        let aliases = match &self.grants {
+            Some(policy) => names.grant_aliases(&self.namespace, policy.exact_grants())?,
+            None => Vec::new(),
+        };
+        let tools: Vec<Tool> = kept
+            .into_iter()
+            .zip(approvals)
+            .map(|(t, approval)| self.tool(t, approval))
+            .collect();
+        self.aliases.replace_group(&self.namespace, aliases);
         let count = tools.len();
         *lock(&self.tools) = tools;
         Ok(count)
     }
 
-    /// One upstream tool as a [`Tool`]: its schemas (when they compile), its description.
-    fn tool(self: &Arc<Self>, t: rmcp::model::Tool) -> Tool {
+    /// One upstream tool as a [`Tool`]: its schemas (when they compile), its description;
+    /// `approval`: whether `requireApproval` names it.
+    fn tool(self: &Arc<Self>, t: rmcp::model::Tool, approval: bool) -> Tool {
         let name = t.name.to_string();
         let handler = UpstreamTool {
             link: self.clone(),
@@ -509,7 +536,7 @@ impl Link {
         // Policy: the tool needs `namespace:tool`; the server's limits and approvals apply.
         let mut tool = Tool::from_handler(name.clone(), handler)
             .permissions([format!("{}:{name}", self.namespace)])
-            .requires_approval(self.policy.requires_approval(&name));
+            .requires_approval(approval);
         if let Some(limit) = self.policy.rate_limit {
             tool = tool.rate_limit(limit);
         }
@@ -818,6 +845,7 @@ async fn connect(
     events: mpsc::UnboundedSender<Event>,
     sinks: Arc<ProgressSinks>,
     options: &UpstreamOptions,
+    aliases: PermissionAliases,
 ) -> Result<Arc<Link>, String> {
     let client = UpstreamClient {
         index,
@@ -851,6 +879,8 @@ async fn connect(
         name: config.name.clone(),
         namespace: config.namespace.clone(),
         policy: config.policy.clone(),
+        grants: options.policy.clone(),
+        aliases,
         peer: running.peer().clone(),
         progress,
         description: server_description(running.peer()),

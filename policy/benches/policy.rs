@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use execbox_host::{RateLimit, Tool, ToolRequirements};
+use execbox_host::{GuardedCall, RateLimit, Tool, ToolRequirements};
 use execbox_policy::{AuditLog, Enforcement, Policy, RateLimits};
 use futures_util::FutureExt as _;
 use serde_json::{json, Value};
@@ -49,7 +49,7 @@ fn measure(
         .build()
         .unwrap();
     let call = || {
-        let admit = guard.admit_call("bench", "weather.get", tool, input);
+        let admit = guard.admit_call(GuardedCall::new("bench", "weather.get", tool, input));
         let admitted = if shared {
             runtime.block_on(admit)
         } else {

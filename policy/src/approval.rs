@@ -14,6 +14,8 @@ use serde_json::Value;
 
 use execbox_host::BoxFuture;
 
+use super::shown::escape_for_display;
+
 /// What an approver is asked.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -147,7 +149,7 @@ pub(crate) fn ask(
     out: &mut dyn Write,
 ) -> std::io::Result<Approval> {
     let shown = serde_json::to_string_pretty(&request.input).unwrap_or_default();
-    let mut shown = printable(&shown);
+    let mut shown = escape_for_display(&shown);
     if shown.chars().count() > MAX_SHOWN_INPUT_CHARS {
         shown = shown
             .chars()
@@ -156,14 +158,14 @@ pub(crate) fn ask(
             + "\n…(cut)";
     }
     let principal = match &request.principal {
-        Some(p) => format!(" by {}", printable(p)),
+        Some(p) => format!(" by {}", escape_for_display(p)),
         None => String::new(),
     };
     write!(
         out,
         "\nexecbox: execution {} asks to call {}{principal} with this input:\n{shown}\nApprove this call? [y/N] ",
-        printable(&request.execution_id),
-        printable(&request.tool),
+        escape_for_display(&request.execution_id),
+        escape_for_display(&request.tool),
     )?;
     out.flush()?;
     let mut line = String::new();
@@ -174,20 +176,6 @@ pub(crate) fn ask(
     } else {
         Approval::Denied
     })
-}
-
-/// `text` with control characters (terminal escape sequences among them) shown escaped, so
-/// that guest-chosen input cannot rewrite the question; line breaks of the layout are kept.
-fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push('\n'),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -231,7 +219,10 @@ mod tests {
             !question.contains('\u{1b}') && !question.contains('\u{9b}'),
             "{question:?}"
         );
-        assert!(question.contains("\\u001b[2J"), "{question}");
+        // serde_json writes ESC as `\u001b`, whose backslash is shown doubled; U+009B
+        // (which JSON leaves raw) is escaped.
+        assert!(question.contains("\\\\u001b[2J"), "{question}");
+        assert!(question.contains("\\u{009b}31m"), "{question}");
         assert_eq!(answer("y\n").0, Approval::Approved);
         assert_eq!(answer("YES\n").0, Approval::Approved);
         assert_eq!(answer(" yes \n").0, Approval::Approved);

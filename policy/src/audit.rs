@@ -5,14 +5,16 @@
 //! | field | presence | meaning |
 //! |---|---|---|
 //! | `ts` | always | when the event was recorded, RFC 3339 in UTC |
-//! | `event` | always | `execution_started`, `execution_finished`, `tool_call`, or for capabilities `capability_started`, `capability_stop_requested`, `capability_finished` |
+//! | `event` | always | `execution_started`, `execution_finished`, `tool_call_started`, `tool_call`, or for capabilities `capability_started`, `capability_stop_requested`, `capability_finished` |
 //! | `execution_id` | always | the execution |
 //! | `principal` | always | the principal's name, `null` without one |
 //! | `capability` | `capability_*` | the capability's name |
-//! | `tool` | `tool_call` | `provider.tool`, as the guest called it |
+//! | `tool` | `tool_call*` | `provider.tool`, as the guest called it |
+//! | `original_tool` | `tool_call*` | the tool's own name, as its definition gives it (an MCP server's `delete-all`) |
+//! | `call_id` | `tool_call*`, when the call has one | the runner's id of the call: pairs a `tool_call_started` line with its `tool_call` line |
 //! | `outcome` | `tool_call`, `execution_finished`, `capability_finished`; `capability_started` when refused | `ok`, `denied`, `rate_limited`, `approval_denied`, or the error code; for `capability_finished` the terminal status (`completed`, `failed`, `timeout`, `stopped`) |
 //! | `duration_ms` | `tool_call`, `execution_finished`, `capability_finished` | milliseconds, with microseconds as decimals |
-//! | `input_sha256` | `tool_call` | SHA-256 of the input as compact JSON, hex |
+//! | `input_sha256` | `tool_call*` | SHA-256 of the input as compact JSON, hex |
 //! | `input` | with `include_input: true` | the input itself (off by default: inputs carry secrets) |
 //! | `error` | when there is one | the error message |
 //!
@@ -22,10 +24,22 @@
 //! when [`AuditLog::record`] returns (it is not `fsync`ed: a power loss may lose the last
 //! lines, a crash of the process does not). A write that fails, or writes less than the whole
 //! line (a full disk), is an error: the caller fails the execution closed.
+//!
+//! A call that passed the policy's checks gets a `tool_call_started` line before it runs (if
+//! that line cannot be written, the call does not run), and a `tool_call` line with its
+//! outcome after. A refused call gets only its `tool_call` line.
+//!
+//! A write cut short leaves part of a line. It is ended with a line break at once if the file
+//! takes one more byte; if not, the next line written to the file, by this process or
+//! another, starts with the line break (a writer looks at the file's last byte first). A
+//! reader therefore finds at most that one fragment unreadable, never two lines glued
+//! together. Writers take turns for the look and the write: threads of a process by a mutex,
+//! processes by an advisory lock (`flock`) on the file, held for one `write(2)`.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use execbox_protocol::ErrorCode;
@@ -80,6 +94,8 @@ pub struct AuditEvent<'a> {
     principal: Option<&'a str>,
     capability: Option<&'a str>,
     tool: Option<&'a str>,
+    original_tool: Option<&'a str>,
+    call_id: Option<&'a str>,
     outcome: Option<AuditOutcome>,
     duration: Option<Duration>,
     input: Input<'a>,
@@ -111,6 +127,8 @@ impl<'a> AuditEvent<'a> {
             principal,
             capability: None,
             tool: None,
+            original_tool: None,
+            call_id: None,
             outcome: None,
             duration: None,
             input: Input::None,
@@ -149,6 +167,23 @@ impl<'a> AuditEvent<'a> {
             input: Input::Value(input),
             outcome: Some(outcome),
             duration: Some(duration),
+            ..Self::execution_started(execution_id, principal)
+        }
+    }
+
+    /// A call of `tool` (`provider.tool`) with `input` was admitted and is about to run:
+    /// written (and its write checked) before the tool runs, so that no call runs
+    /// unrecorded; its `tool_call` line follows with the outcome.
+    pub(crate) fn tool_call_started(
+        execution_id: &'a str,
+        principal: Option<&'a str>,
+        tool: &'a str,
+        input: &'a InputDigest,
+    ) -> Self {
+        AuditEvent {
+            event: "tool_call_started",
+            tool: Some(tool),
+            input: Input::Digested(input),
             ..Self::execution_started(execution_id, principal)
         }
     }
@@ -224,6 +259,20 @@ impl<'a> AuditEvent<'a> {
         self.error = Some(message);
         self
     }
+
+    /// Adds the tool's own name, as its definition gives it (an MCP server's `delete-all`,
+    /// which the guest calls `delete_all` or `delete_all__2`).
+    pub fn original_tool(mut self, name: &'a str) -> Self {
+        self.original_tool = Some(name);
+        self
+    }
+
+    /// Adds the runner's id of the call (`callId`), which pairs a `tool_call_started` line
+    /// with its `tool_call` line; ignored when empty.
+    pub fn call_id(mut self, call_id: &'a str) -> Self {
+        self.call_id = (!call_id.is_empty()).then_some(call_id);
+        self
+    }
 }
 
 /// The line as written.
@@ -237,6 +286,10 @@ struct Line<'a> {
     capability: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    original_tool: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     outcome: Option<AuditOutcome>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -255,6 +308,10 @@ struct Line<'a> {
 pub struct AuditLog {
     path: PathBuf,
     file: File,
+    /// The file could be opened for reading too (to look for a torn last line).
+    readable: bool,
+    /// Held by the thread writing a line.
+    turn: Mutex<()>,
     include_input: bool,
 }
 
@@ -263,17 +320,36 @@ impl AuditLog {
     /// the lines, not just their digest.
     pub fn open(path: impl AsRef<Path>, include_input: bool) -> Result<AuditLog, PolicyError> {
         let path = path.as_ref();
-        let mut options = OpenOptions::new();
-        options.append(true).create(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(path).map_err(|source| PolicyError::Audit {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let open = |read: bool| {
+            let mut options = OpenOptions::new();
+            options.append(true).create(true).read(read);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            options.open(path)
+        };
+        // Read access only serves to see whether the file ends in a torn line; a file that
+        // may only be appended to is used without it.
+        let (file, readable) = match open(true) {
+            Ok(file) => (file, true),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => (
+                open(false).map_err(|source| PolicyError::Audit {
+                    path: path.to_path_buf(),
+                    source,
+                })?,
+                false,
+            ),
+            Err(source) => {
+                return Err(PolicyError::Audit {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
         Ok(AuditLog {
             path: path.to_path_buf(),
             file,
+            readable,
+            turn: Mutex::new(()),
             include_input,
         })
     }
@@ -305,6 +381,8 @@ impl AuditLog {
             principal: event.principal,
             capability: event.capability,
             tool: event.tool,
+            original_tool: event.original_tool,
+            call_id: event.call_id,
             outcome: event.outcome,
             duration_ms: event
                 .duration
@@ -313,21 +391,64 @@ impl AuditLog {
             input,
             error: event.error,
         };
-        let mut bytes = serde_json::to_vec(&line).map_err(|e| fail(std::io::Error::other(e)))?;
+        let mut bytes = Vec::with_capacity(512);
+        serde_json::to_writer(&mut bytes, &line).map_err(|e| fail(std::io::Error::other(e)))?;
         bytes.push(b'\n');
+        // Writers take turns (threads of this process by the mutex, processes by an advisory
+        // lock on the file), so that none sees the end of a line still being written as torn.
+        let _turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
+        let locked = self.file.lock().is_ok();
+        let result = self.append(&bytes);
+        if locked {
+            let _ = self.file.unlock();
+        }
+        result.map_err(fail)
+    }
+
+    /// Writes one line, ending a torn last line first.
+    fn append(&self, line: &[u8]) -> std::io::Result<()> {
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        if self.ends_in_a_torn_line() {
+            // A line cut short by an earlier failed write (here or in another process) is
+            // ended first, so that this one stays whole and readable.
+            bytes.push(b'\n');
+        }
+        bytes.extend_from_slice(line);
         // One write(2) of the whole line: with O_APPEND the kernel places it at the end of the
-        // file atomically. A short write (a full disk) leaves a partial line and is an error.
-        let written = (&self.file).write(&bytes).map_err(fail)?;
+        // file atomically, so concurrent writers never interleave within a line.
+        let written = (&self.file).write(&bytes)?;
         if written != bytes.len() {
-            return Err(fail(std::io::Error::new(
+            // A short write (a full disk, a file size limit) left part of a line: end it now
+            // if the file takes one more byte; if not, the next line written ends it.
+            let _ = (&self.file).write(b"\n");
+            return Err(std::io::Error::new(
                 std::io::ErrorKind::WriteZero,
                 format!(
                     "only {written} of {} bytes of an audit line were written (disk full?)",
                     bytes.len()
                 ),
-            )));
+            ));
         }
         Ok(())
+    }
+
+    /// Whether the file's last byte is not a line break: the end of a line whose write failed
+    /// part way. Only a regular file that could be opened for reading can tell; anything
+    /// else (a pipe, a device) is taken as whole.
+    fn ends_in_a_torn_line(&self) -> bool {
+        #[cfg(unix)]
+        if self.readable {
+            use std::os::unix::fs::FileExt as _;
+            let Ok(meta) = self.file.metadata() else {
+                return false;
+            };
+            if !meta.is_file() || meta.len() == 0 {
+                return false;
+            }
+            let mut last = [0u8; 1];
+            return matches!(self.file.read_at(&mut last, meta.len() - 1), Ok(1) if last[0] != b'\n');
+        }
+        false
     }
 
     /// The digest of `input` (SHA-256 of its compact JSON), and the input itself when lines
@@ -494,6 +615,71 @@ mod tests {
         let got = lines(&path);
         assert_eq!(got.len(), 2000);
         assert!(got.iter().all(|l| l["input"] == big));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_line_torn_by_a_failed_write_is_ended_before_the_next_one() {
+        let path = temp_file("torn");
+        // What a write cut short by a full disk leaves, here or in another process.
+        std::fs::write(
+            &path,
+            "{\"ts\":\"2026-01-01T00:00:00Z\",\"event\":\"tool_ca",
+        )
+        .unwrap();
+        let log = AuditLog::open(&path, false).unwrap();
+        log.record(&AuditEvent::execution_started("e2", None))
+            .unwrap();
+        log.record(&AuditEvent::execution_started("e3", None))
+            .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(serde_json::from_str::<Value>(lines[0]).is_err(), "{text}");
+        for (line, id) in lines[1..].iter().zip(["e2", "e3"]) {
+            let line: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert_eq!(line["execution_id"], id);
+        }
+        assert!(text.ends_with("}\n"), "{text}");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_call_has_an_admitted_line_and_an_outcome_line_naming_both_tool_names() {
+        let path = temp_file("started");
+        let log = AuditLog::open(&path, true).unwrap();
+        let input = json!({"all": true});
+        let digest = log.digest(&input).unwrap();
+        log.record(
+            &AuditEvent::tool_call_started("e", Some("p"), "ops.delete_all__2", &digest)
+                .original_tool("delete_all")
+                .call_id("3"),
+        )
+        .unwrap();
+        log.record(
+            &AuditEvent::tool_call(
+                "e",
+                Some("p"),
+                "ops.delete_all__2",
+                &input,
+                AuditOutcome::Ok,
+                Duration::from_millis(2),
+            )
+            .original_tool("delete_all")
+            .call_id("3"),
+        )
+        .unwrap();
+        let got = lines(&path);
+        assert_eq!(got[0]["event"], "tool_call_started");
+        assert_eq!(got[1]["event"], "tool_call");
+        for line in &got {
+            assert_eq!(line["tool"], "ops.delete_all__2");
+            assert_eq!(line["original_tool"], "delete_all");
+            assert_eq!(line["call_id"], "3");
+            assert_eq!(line["input"], input);
+            assert_eq!(line["input_sha256"], got[0]["input_sha256"]);
+        }
+        assert!(got[0].get("outcome").is_none() && got[0].get("duration_ms").is_none());
         let _ = std::fs::remove_file(&path);
     }
 

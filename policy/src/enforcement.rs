@@ -11,7 +11,9 @@
 //!    <provider.tool>: <limit>; retry in <N> s`;
 //! 3. approval, for a tool that requires it: `tool_error` `<provider.tool>: approval denied`
 //!    (someone said no) or `<provider.tool>: approval required` (nobody could be asked);
-//! 4. the call runs; its admission audits its outcome before the result may be sent.
+//! 4. the call's `tool_call_started` line is written (if it cannot be, the call does not run
+//!    and the execution ends); the call runs; its admission audits its outcome before the
+//!    result may be sent.
 //!
 //! Checking the rate limit before asking for approval spares a person questions about calls
 //! that would be refused anyway; a call refused approval still counts against the limit.
@@ -20,16 +22,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use execbox_host::{
-    Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall, RateLimit,
-    ToolError, ToolRequirements,
-};
-use serde_json::Value;
-
+use super::aliases::PermissionAliases;
 use super::approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll};
 use super::audit::{AuditEvent, AuditLog, AuditOutcome, InputDigest};
 use super::limits::RateLimits;
 use super::{Policy, PolicyError, Principal};
+use execbox_host::{
+    Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall, RateLimit,
+    ToolError, ToolRequirements,
+};
 
 /// What the policy flags of a front end say (`--policy --principal --audit-log --state
 /// --approve-all`), before anything is opened; [`EnforcementOptions::open`] makes them an
@@ -124,6 +125,7 @@ pub struct Enforcement {
     audit: Option<Arc<AuditLog>>,
     approver: Arc<dyn Approver>,
     approve_all: bool,
+    aliases: Option<PermissionAliases>,
 }
 
 impl std::fmt::Debug for Enforcement {
@@ -148,6 +150,7 @@ impl Enforcement {
             audit: None,
             approver: Arc::new(DenyAll),
             approve_all: false,
+            aliases: None,
         }
     }
 
@@ -167,6 +170,13 @@ impl Enforcement {
     /// Records every execution and call in `audit`.
     pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
         self.audit = Some(audit);
+        self
+    }
+
+    /// Counts a grant of an alias in `aliases` as a grant of its permission (a tool named by
+    /// another of its names; see [`PermissionAliases`]).
+    pub fn with_permission_aliases(mut self, aliases: PermissionAliases) -> Self {
+        self.aliases = Some(aliases);
         self
     }
 
@@ -221,20 +231,21 @@ impl Enforcement {
         }
     }
 
-    /// Runs the checks for a call of `tool` (`provider.tool`, as the guest called it) with
-    /// `input`; see the module docs for the order and the messages.
-    pub async fn admit_call(
-        &self,
-        execution_id: &str,
-        tool: &str,
-        requirements: &ToolRequirements,
-        input: &Value,
-    ) -> Result<AuditedCall, GuardError> {
-        if !self.principal.may_call(requirements) {
+    /// Runs the checks for `call` (its `tool` is `provider.tool`, as the guest called it);
+    /// see the module docs for the order and the messages. An admitted call's
+    /// `tool_call_started` line is written before this returns: if it cannot be, the call is
+    /// not admitted ([`GuardError::Fatal`]).
+    pub async fn admit_call(&self, call: GuardedCall<'_>) -> Result<AuditedCall, GuardError> {
+        let GuardedCall {
+            execution_id,
+            tool,
+            requirements,
+            input,
+            ..
+        } = call;
+        if !self.may_call_tool(requirements) {
             return Err(self.refuse(
-                execution_id,
-                tool,
-                input,
+                &call,
                 AuditOutcome::Denied,
                 ToolError::tool(format!("{tool}: permission denied")),
             ));
@@ -244,9 +255,7 @@ impl Enforcement {
                 Ok(()) => {}
                 Err(e @ PolicyError::RateLimited { .. }) => {
                     return Err(self.refuse(
-                        execution_id,
-                        tool,
-                        input,
+                        &call,
                         AuditOutcome::RateLimited,
                         ToolError::tool(e.to_string()),
                     ))
@@ -257,13 +266,7 @@ impl Enforcement {
                         "{tool}: the host cannot check this tool's rate limit now \
                          (its rate-limit state is unavailable)"
                     ));
-                    return Err(self.refuse(
-                        execution_id,
-                        tool,
-                        input,
-                        AuditOutcome::Error(error.code),
-                        error,
-                    ));
+                    return Err(self.refuse(&call, AuditOutcome::Error(error.code), error));
                 }
             }
         }
@@ -281,16 +284,29 @@ impl Enforcement {
             };
             if let Some(why) = refused {
                 return Err(self.refuse(
-                    execution_id,
-                    tool,
-                    input,
+                    &call,
                     AuditOutcome::ApprovalDenied,
                     ToolError::tool(format!("{tool}: {why}")),
                 ));
             }
         }
         let digest = match &self.audit {
-            Some(log) => Some(log.digest(input).map_err(fatal)?),
+            Some(log) => {
+                let digest = log.digest(input).map_err(fatal)?;
+                // Written before the tool runs: a call that cannot be recorded does not run.
+                log.record(
+                    &AuditEvent::tool_call_started(
+                        execution_id,
+                        self.principal.name(),
+                        tool,
+                        &digest,
+                    )
+                    .original_tool(call.original_name)
+                    .call_id(call.call_id),
+                )
+                .map_err(fatal)?;
+                Some(digest)
+            }
             None => None,
         };
         Ok(AuditedCall {
@@ -298,9 +314,19 @@ impl Enforcement {
             execution_id: execution_id.to_owned(),
             principal: self.principal.name().map(Arc::from),
             tool: tool.to_owned(),
+            original_tool: call.original_name.to_owned(),
+            call_id: call.call_id.to_owned(),
             input: digest,
             started: Instant::now(),
         })
+    }
+
+    /// Whether the principal holds every permission a tool requires, itself or by an alias.
+    fn may_call_tool(&self, requirements: &ToolRequirements) -> bool {
+        match &self.aliases {
+            Some(aliases) => aliases.may_call(&self.principal, requirements),
+            None => self.principal.may_call(requirements),
+        }
     }
 
     /// Counts the call. A check against a state file is a SQLite transaction that may wait
@@ -328,20 +354,20 @@ impl Enforcement {
     /// Audits a refused call; an audit failure outranks the refusal.
     fn refuse(
         &self,
-        execution_id: &str,
-        tool: &str,
-        input: &Value,
+        call: &GuardedCall<'_>,
         outcome: AuditOutcome,
         error: ToolError,
     ) -> GuardError {
         let event = AuditEvent::tool_call(
-            execution_id,
+            call.execution_id,
             self.principal.name(),
-            tool,
-            input,
+            call.tool,
+            call.input,
             outcome,
             Duration::ZERO,
         )
+        .original_tool(call.original_name)
+        .call_id(call.call_id)
         .error(&error.message);
         match self.record(&event) {
             Ok(()) => GuardError::Refused(error),
@@ -357,7 +383,7 @@ fn fatal(error: PolicyError) -> GuardError {
 
 impl CallGuard for Enforcement {
     fn may_call(&self, requirements: &ToolRequirements) -> bool {
-        self.principal.may_call(requirements)
+        self.may_call_tool(requirements)
     }
 
     fn execution_started(&self, execution_id: &str) -> Result<(), GuardError> {
@@ -373,9 +399,7 @@ impl CallGuard for Enforcement {
         call: GuardedCall<'a>,
     ) -> GuardFuture<'a, Result<Box<dyn Admission>, GuardError>> {
         Box::pin(async move {
-            let admitted = self
-                .admit_call(call.execution_id, call.tool, call.requirements, call.input)
-                .await?;
+            let admitted = self.admit_call(call).await?;
             Ok(match admitted.input {
                 // Nothing to record: no allocation for the admission either.
                 None => Box::new(Admitted) as Box<dyn Admission>,
@@ -410,6 +434,8 @@ pub struct AuditedCall {
     execution_id: String,
     principal: Option<Arc<str>>,
     tool: String,
+    original_tool: String,
+    call_id: String,
     input: Option<InputDigest>,
     started: Instant,
 }
@@ -436,7 +462,9 @@ impl AuditedCall {
             &input,
             outcome,
             self.started.elapsed(),
-        );
+        )
+        .original_tool(&self.original_tool)
+        .call_id(&self.call_id);
         if let Err(e) = result {
             event = event.error(&e.message);
         }
@@ -463,6 +491,8 @@ impl Drop for AuditedCall {
             AuditOutcome::Status("cancelled"),
             self.started.elapsed(),
         )
+        .original_tool(&self.original_tool)
+        .call_id(&self.call_id)
         .error("the execution ended before the call did");
         if let Err(e) = audit.record(&event) {
             tracing::error!(tool = %self.tool, "cannot audit a cancelled call: {e}");
@@ -475,7 +505,7 @@ mod tests {
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use execbox_host::BoxFuture;
     use execbox_protocol::ErrorCode;
@@ -535,21 +565,23 @@ mod tests {
         let guard = Enforcement::new(alice, limits).with_audit(audit);
         let input = json!({"city": "Paris"});
         let admitted = guard
-            .admit_call(
+            .admit_call(GuardedCall::new(
                 "e1",
                 "weather.get",
                 &tool(&["weather:read"], None, false),
                 &input,
-            )
+            ))
             .await
             .unwrap();
         // The execution ends while the tool runs: its future, and the admission, are dropped.
         drop(admitted);
         let lines = read_lines(&file);
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        assert_eq!(lines[0]["tool"], "weather.get");
-        assert_eq!(lines[0]["outcome"], "cancelled");
-        assert_eq!(lines[0]["error"], "the execution ended before the call did");
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0]["event"], "tool_call_started");
+        assert_eq!(lines[1]["tool"], "weather.get");
+        assert_eq!(lines[1]["original_tool"], "get");
+        assert_eq!(lines[1]["outcome"], "cancelled");
+        assert_eq!(lines[1]["error"], "the execution ended before the call did");
         let _ = std::fs::remove_file(&file);
     }
 
@@ -565,12 +597,12 @@ mod tests {
 
         let e = refused(
             guard
-                .admit_call(
+                .admit_call(GuardedCall::new(
                     "e1",
                     "email.send",
                     &tool(&["email:send"], None, false),
                     &input,
-                )
+                ))
                 .await,
         );
         assert_eq!(
@@ -581,14 +613,14 @@ mod tests {
 
         let limited = tool(&["weather:read"], Some((1, 60)), false);
         guard
-            .admit_call("e1", "weather.get", &limited, &input)
+            .admit_call(GuardedCall::new("e1", "weather.get", &limited, &input))
             .await
             .unwrap()
             .finish(Ok(()))
             .unwrap();
         let e = refused(
             guard
-                .admit_call("e1", "weather.get", &limited, &input)
+                .admit_call(GuardedCall::new("e1", "weather.get", &limited, &input))
                 .await,
         );
         assert_eq!(
@@ -598,13 +630,23 @@ mod tests {
 
         let e = refused(
             guard
-                .admit_call("e1", "email.draft", &tool(&[], None, true), &input)
+                .admit_call(GuardedCall::new(
+                    "e1",
+                    "email.draft",
+                    &tool(&[], None, true),
+                    &input,
+                ))
                 .await,
         );
         assert_eq!(e.message, "email.draft: approval required");
 
         let admitted = guard
-            .admit_call("e1", "t.fails", &tool(&[], None, false), &input)
+            .admit_call(GuardedCall::new(
+                "e1",
+                "t.fails",
+                &tool(&[], None, false),
+                &input,
+            ))
             .await
             .unwrap();
         admitted
@@ -629,9 +671,11 @@ mod tests {
             [
                 ("execution_started", ""),
                 ("tool_call", "denied"),
+                ("tool_call_started", ""),
                 ("tool_call", "ok"),
                 ("tool_call", "rate_limited"),
                 ("tool_call", "approval_denied"),
+                ("tool_call_started", ""),
                 ("tool_call", "timeout"),
                 ("execution_finished", "ok"),
             ]
@@ -640,8 +684,8 @@ mod tests {
             .iter()
             .all(|l| l["execution_id"] == "e1" && l["principal"] == "alice"));
         assert_eq!(lines[1]["error"], "email.send: permission denied");
-        assert_eq!(lines[2]["input_sha256"], lines[3]["input_sha256"]);
-        assert_eq!(lines[5]["error"], "t.fails: timed out");
+        assert_eq!(lines[3]["input_sha256"], lines[4]["input_sha256"]);
+        assert_eq!(lines[7]["error"], "t.fails: timed out");
         let _ = std::fs::remove_file(&file);
     }
 
@@ -664,14 +708,17 @@ mod tests {
         let approve =
             Enforcement::new(principal.clone(), limits.clone()).with_approver(Arc::new(ApproveAll));
         approve
-            .admit_call("e1", "email.send", &needs, &input)
+            .admit_call(GuardedCall::new("e1", "email.send", &needs, &input))
             .await
             .unwrap()
             .finish(Ok(()))
             .unwrap();
         let recorder = Arc::new(Recorder(Default::default(), Approval::Denied));
         let deny = Enforcement::new(principal, limits).with_approver(recorder.clone());
-        let e = refused(deny.admit_call("e1", "email.send", &needs, &input).await);
+        let e = refused(
+            deny.admit_call(GuardedCall::new("e1", "email.send", &needs, &input))
+                .await,
+        );
         assert_eq!(e.message, "email.send: approval denied");
         let asked = recorder.0.lock().unwrap().clone();
         assert_eq!(asked.len(), 1);
@@ -681,11 +728,16 @@ mod tests {
         );
         assert_eq!(asked[0].input, input);
         // A tool without requirements never asks.
-        deny.admit_call("e1", "t.free", &ToolRequirements::default(), &input)
-            .await
-            .unwrap()
-            .finish(Ok(()))
-            .unwrap();
+        deny.admit_call(GuardedCall::new(
+            "e1",
+            "t.free",
+            &ToolRequirements::default(),
+            &input,
+        ))
+        .await
+        .unwrap()
+        .finish(Ok(()))
+        .unwrap();
         assert_eq!(recorder.0.lock().unwrap().len(), 1);
     }
 
@@ -698,12 +750,16 @@ mod tests {
         let limited = tool(&[], Some((1, 60)), false);
         let input = json!({});
         guard
-            .admit_call("e1", "t.x", &limited, &input)
+            .admit_call(GuardedCall::new("e1", "t.x", &limited, &input))
             .await
             .unwrap()
             .finish(Ok(()))
             .unwrap();
-        let e = refused(guard.admit_call("e1", "t.x", &limited, &input).await);
+        let e = refused(
+            guard
+                .admit_call(GuardedCall::new("e1", "t.x", &limited, &input))
+                .await,
+        );
         assert!(
             e.message
                 .starts_with("rate limit exceeded for t.x: 1 per 1m; retry in "),
@@ -713,6 +769,39 @@ mod tests {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
         }
+    }
+
+    #[tokio::test]
+    async fn an_admitted_call_is_audited_before_it_runs_and_after() {
+        let file = audit_file();
+        let audit = Arc::new(AuditLog::open(&file, false).unwrap());
+        let guard = Enforcement::new(
+            Policy::new().principal(None).unwrap(),
+            Arc::new(RateLimits::in_memory()),
+        )
+        .with_audit(audit);
+        let requirements = ToolRequirements::default();
+        let input = json!({"all": true});
+        let mut call = GuardedCall::new("e1", "ops.delete_all__2", &requirements, &input);
+        call.original_name = "delete_all";
+        call.call_id = "c7";
+        let admitted = guard.admit_call(call).await.unwrap();
+        // Before the tool runs, its line is out.
+        let before = read_lines(&file);
+        assert_eq!(before.len(), 1, "{before:?}");
+        admitted.finish(Ok(())).unwrap();
+        let lines = read_lines(&file);
+        let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+        assert_eq!(events, ["tool_call_started", "tool_call"]);
+        for line in &lines {
+            assert_eq!(line["tool"], "ops.delete_all__2", "{line}");
+            assert_eq!(line["original_tool"], "delete_all", "{line}");
+            assert_eq!(line["call_id"], "c7", "{line}");
+            assert_eq!(line["input_sha256"], lines[0]["input_sha256"], "{line}");
+        }
+        assert!(lines[0].get("outcome").is_none(), "{}", lines[0]);
+        assert_eq!(lines[1]["outcome"], "ok");
+        let _ = std::fs::remove_file(&file);
     }
 
     #[tokio::test]
@@ -731,13 +820,30 @@ mod tests {
             Err(GuardError::Fatal(_))
         ));
         let denied = guard
-            .admit_call("e1", "t.x", &tool(&["x:y"], None, false), &json!(null))
+            .admit_call(GuardedCall::new(
+                "e1",
+                "t.x",
+                &tool(&["x:y"], None, false),
+                &json!(null),
+            ))
             .await;
         assert!(matches!(denied, Err(GuardError::Fatal(_))), "{denied:?}");
+        // The admitted line cannot be written: the call is not admitted, so it never runs.
         let admitted = guard
-            .admit_call("e1", "t.x", &ToolRequirements::default(), &json!(null))
-            .await
-            .unwrap();
-        assert!(admitted.finish(Ok(())).is_err());
+            .admit_call(GuardedCall::new(
+                "e1",
+                "t.x",
+                &ToolRequirements::default(),
+                &json!(null),
+            ))
+            .await;
+        match admitted {
+            Err(GuardError::Fatal(message)) => assert!(
+                message.starts_with("cannot write the audit log /dev/full")
+                    && message.ends_with("refusing to run unaudited"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -68,6 +68,11 @@ impl Grants {
         }
     }
 
+    /// The exact grants (permissions, not prefixes).
+    pub(crate) fn exact(&self) -> impl Iterator<Item = &str> {
+        self.exact.iter().map(String::as_str)
+    }
+
     /// Whether these grants hold `permission`.
     pub(crate) fn holds(&self, permission: &str) -> bool {
         self.all

@@ -16,7 +16,8 @@
 //!   [`PolicyBuilder`]. [`Policy::principal`] resolves the caller into a [`Principal`];
 //! - [`RateLimits`] holds the counters (in memory, or in a SQLite state file processes share);
 //! - an [`Approver`] decides calls of tools that require approval ([`ApproveAll`],
-//!   [`DenyAll`], [`TerminalApprover`], or the embedding application's own);
+//!   [`DenyAll`], [`TerminalApprover`], or the embedding application's own); whatever shows
+//!   a question to a person passes its text through [`escape_for_display`];
 //! - an [`AuditLog`] appends one JSON line per event;
 //! - an [`Enforcement`] puts them together: which tools the principal may see, and for each
 //!   call the permission check, the rate limit, the approval and the audit line, in that
@@ -25,12 +26,14 @@
 //!
 //! A grant is exact (`weather:read`), a prefix (`docs:*`) or `*`; see `grants.rs`.
 
+mod aliases;
 mod approval;
 mod audit;
 mod enforcement;
 mod file;
 mod grants;
 mod limits;
+mod shown;
 mod state;
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,10 +42,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use aliases::PermissionAliases;
 pub use approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll, TerminalApprover};
 pub use audit::{AuditEvent, AuditLog, AuditOutcome};
 pub use enforcement::{AuditedCall, Enforcement, EnforcementOptions};
 pub use limits::RateLimits;
+pub use shown::escape_for_display;
 
 use execbox_host::yaml::{did_you_mean, YamlError};
 use execbox_host::{RateLimit, RateLimitError, ToolRequirements};
@@ -297,6 +302,18 @@ impl Policy {
     /// one of every caller.
     pub fn has_tokens(&self) -> bool {
         !self.0.tokens.is_empty()
+    }
+
+    /// Every exact grant (a permission, not a prefix nor `*`) that a principal or an
+    /// execution without one holds, sorted: what a front end checks against the names of its
+    /// tools.
+    pub fn exact_grants(&self) -> std::collections::BTreeSet<&str> {
+        self.0
+            .principals
+            .values()
+            .chain(std::iter::once(&self.0.default_grants))
+            .flat_map(|grants| grants.exact())
+            .collect()
     }
 
     /// Whether an execution must name a principal.

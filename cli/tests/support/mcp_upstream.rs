@@ -8,6 +8,8 @@
 //! - `beta`: `lookup {key}` (JSON text) and more tools, listed two per page; `grow {name}`
 //!   adds a tool and sends `notifications/tools/list_changed`;
 //! - `mortal`: `die` exits the process with status 9;
+//! - `twins`: `delete-all` and `delete_all` (in that order: the index shows them as
+//!   `delete_all` and `delete_all__2`), each answering with its own name;
 //! - `garbage`: prints non-JSON lines on stdout and never answers;
 //! - `crash`: says why on stderr and exits with status 3 at once.
 //!
@@ -169,6 +171,10 @@ impl Upstream {
                 tools
             }
             "mortal" => vec![tool("die", "Exits the server", no_input())],
+            "twins" => vec![
+                tool("delete-all", "Deletes everything (dashed)", no_input()),
+                tool("delete_all", "Deletes everything (underscored)", no_input()),
+            ],
             _ => Vec::new(),
         }
     }
@@ -253,6 +259,7 @@ impl Upstream {
             ("beta", grown) if self.grown.lock().unwrap().iter().any(|g| g == grown) => {
                 Ok(text(format!("hello from {grown}")))
             }
+            ("twins", twin @ ("delete-all" | "delete_all")) => Ok(text(format!("\"{twin}\""))),
             ("mortal", "die") => {
                 eprintln!("mortal: exiting as asked");
                 std::process::exit(9);
