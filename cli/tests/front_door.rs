@@ -5,6 +5,9 @@
 
 mod support;
 
+#[path = "front_door/listener_probes.rs"]
+mod listener_probes;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;

@@ -3,6 +3,9 @@
 
 mod support;
 
+#[path = "policy/approval_and_audit.rs"]
+mod approval_and_audit;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -6,6 +6,9 @@
 
 mod support;
 
+#[path = "listen/ceilings.rs"]
+mod ceilings;
+
 use std::io::Read;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};

@@ -5,12 +5,10 @@
 //! the option, the value, the ceiling and the flag.
 #![cfg(target_os = "linux")]
 
-mod support;
-
 use std::process::{Command, Stdio};
 
+use crate::support::{connect, execute, recv, send, Listener, Runner, RUNNER};
 use serde_json::{json, Value};
-use support::{connect, execute, recv, send, Listener, Runner, RUNNER};
 
 const TIB: u64 = 1 << 40;
 const CEILINGS: [&str; 4] = [

@@ -4,8 +4,6 @@
 
 #![allow(unsafe_code)]
 
-mod support;
-
 use std::io::{Read as _, Write as _};
 use std::os::fd::{FromRawFd as _, OwnedFd};
 use std::os::unix::process::CommandExt as _;
@@ -13,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::support::cli::{command, text, wait_output};
+use crate::support::temp::TempDir;
 use serde_json::{json, Value};
-use support::cli::{command, text, wait_output};
-use support::temp::TempDir;
 
 /// A tools file: `fs.touch {path}` creates the file `path`; `mail.send {to, body}` (requires
 /// approval) echoes its input.

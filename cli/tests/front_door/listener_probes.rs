@@ -2,16 +2,14 @@
 //! connections flood its handshake slots (review finding M2): 64 trickling connections used
 //! to make `/livez` and `/readyz` go silent, and the liveness probe would have restarted the pod.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::runners::ListeningRunner;
 use futures_util::{SinkExt, StreamExt};
-use support::runners::ListeningRunner;
 use tokio_tungstenite::tungstenite::Message as Frame;
 
 /// Trickling connections the attacker keeps open (more than the 64 handshake slots).
