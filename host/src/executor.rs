@@ -71,7 +71,9 @@ impl ExecuteRequest {
         self
     }
 
-    /// The wall-clock limit (default 5 s); rounded down to whole milliseconds.
+    /// The wall-clock limit (default 5 s); rounded down to whole milliseconds. It counts from
+    /// when the executor is given the request: time spent waiting for a runner of a
+    /// [`PooledExecutor`](crate::PooledExecutor) counts too.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.options.timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
         self
@@ -134,6 +136,10 @@ pub struct ExecuteResult {
     /// The caller's cancellation token ended the execution (the wire code is still
     /// `timeout`, as the protocol says for any aborted execution).
     pub cancelled: bool,
+    /// The time limit passed while the execution waited for a runner (every runner of a
+    /// [`PooledExecutor`](crate::PooledExecutor) was busy): the code never ran, and the error
+    /// is `timeout`.
+    pub queued_out: bool,
 }
 
 impl ExecuteResult {
@@ -145,6 +151,7 @@ impl ExecuteResult {
             logs: Vec::new(),
             duration_ms: 0,
             cancelled: false,
+            queued_out: false,
         }
     }
 
@@ -164,6 +171,11 @@ impl ExecuteResult {
     /// True when the caller's cancellation ended the execution, as opposed to its time limit.
     pub fn was_cancelled(&self) -> bool {
         self.cancelled
+    }
+
+    /// True when the time limit passed before a runner was free, so the code never ran.
+    pub fn was_queued_out(&self) -> bool {
+        self.queued_out
     }
 
     /// The error, if the execution failed.
