@@ -585,7 +585,9 @@ impl CapabilityManager {
                         params: &record.params,
                         execution_id: id,
                         parent_id: record.parent_id.as_deref(),
-                        timeout: limit.left(),
+                        // Started at once (nothing to wait for), with its whole limit, as
+                        // its envelope says.
+                        timeout: limit.limit,
                         cancel: cancel.clone(),
                     },
                     |pgid| {
