@@ -424,7 +424,7 @@ pub struct ServeArgs {
     /// The longest time limit an execution may ask for (timeoutMs; a longer one gets 400);
     /// a capability whose timeout_ms is longer runs with this one: 500ms, 90s, 15m (at most
     /// 1440m).
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = execbox_runner::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_max_timeout)]
     pub max_timeout: std::time::Duration,
     /// Also accept this Host (a name or name:port; repeatable). Loopback names are always
     /// accepted, and the address listened on when it is a specific one; others get 403.
@@ -438,6 +438,20 @@ pub struct ServeArgs {
     pub door: DoorArgs,
     #[command(flatten)]
     pub common: CapabilityArgs,
+}
+
+/// `--max-timeout`: a duration of at least 1ms and at most the longest capability time
+/// limit (24 hours).
+fn parse_max_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let max = execbox_capabilities::MAX_CAPABILITY_TIMEOUT_MS;
+    let duration = execbox_runner::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration.is_zero() || duration.as_millis() > u128::from(max) {
+        return Err(format!(
+            "expected at least 1ms and at most {}m (24 hours), got {text}",
+            max / 60_000
+        ));
+    }
+    Ok(duration)
 }
 
 impl ExecutionsCommand {
