@@ -309,6 +309,24 @@ impl CapabilityManager {
             principal.as_ref(),
             params,
         );
+        // Checked again when it is taken (`register`), under the same lock as the taking;
+        // checked here too so that a refusal is audited as one, not as a start.
+        let room = room_for(
+            &self.live(),
+            &self.0.options,
+            &id,
+            principal.as_ref(),
+            request.parent_id.as_deref(),
+            &def.name,
+        );
+        if let Err(e) = room {
+            self.audit(
+                AuditEvent::capability_started("-", record.principal.as_deref(), &def.name)
+                    .refused(AuditOutcome::RateLimited)
+                    .error(&e.message),
+            )?;
+            return Err(e);
+        }
         self.audit(AuditEvent::capability_started(
             &id,
             record.principal.as_deref(),
@@ -423,40 +441,14 @@ impl CapabilityManager {
     /// parent being stopped (the tree stop would miss it), nor past a bound.
     fn register(&self, record: &ExecutionRecord, mut entry: Live) -> Result<(), CapabilityError> {
         let mut live = self.live();
-        let options = &self.0.options;
-        let name = &record.capability;
-        let too_many = |message: String| Err(err(CapabilityErrorCode::TooManyExecutions, message));
-        if live.len() >= options.max_live {
-            return too_many(format!(
-                "{} executions are running, the most this server runs at once (`execbox serve --max-live`); wait for some to end (or stop some), then start `{name}` again",
-                live.len(),
-            ));
-        }
-        let owner = entry.principal.as_ref().and_then(Principal::name);
-        let owned = live
-            .values()
-            .filter(|l| l.principal.as_ref().and_then(Principal::name) == owner)
-            .count();
-        if owned >= options.max_live_per_principal {
-            let who = match owner {
-                Some(name) => format!("principal `{name}` runs"),
-                None => "anonymous callers run".to_string(),
-            };
-            return too_many(format!(
-                "{who} {owned} executions, the most one principal may run at once ({}, `execbox serve --max-live-per-principal`); wait for one of them to end (or stop one: POST /v1/executions/ID/stop), then start `{name}` again",
-                options.max_live_per_principal,
-            ));
-        }
-        if let Some(parent) = record.parent_id.as_deref().and_then(|p| live.get(p)) {
-            entry.tree = parent.tree.clone();
-        }
-        let in_tree = live.values().filter(|l| l.tree == entry.tree).count();
-        if in_tree >= options.max_live_per_tree {
-            return too_many(format!(
-                "the tree of execution {} runs {in_tree} executions (it and the capabilities started under it), the most one tree may run at once ({}, `execbox serve --max-live-per-tree`); wait for a nested capability to end before starting `{name}`, or start fewer at once",
-                entry.tree, options.max_live_per_tree,
-            ));
-        }
+        entry.tree = room_for(
+            &live,
+            &self.0.options,
+            &record.execution_id,
+            entry.principal.as_ref(),
+            record.parent_id.as_deref(),
+            &record.capability,
+        )?;
         if let Some(parent) = record.parent_id.as_deref().and_then(|p| live.get(p)) {
             if parent.stop_requested {
                 return Err(err(
@@ -885,6 +877,54 @@ impl CapabilityManager {
     pub fn running(&self) -> usize {
         self.live().len()
     }
+}
+
+/// Whether a new execution `id` of `principal` under `parent` fits the bounds on executions
+/// running at once (the manager's, the principal's, the tree's): the root of its tree (its
+/// running parent's root, else itself) if it does, `TOO_MANY_EXECUTIONS` naming the bound,
+/// the count and the flag if not.
+fn room_for(
+    live: &HashMap<String, Live>,
+    options: &ManagerOptions,
+    id: &str,
+    principal: Option<&Principal>,
+    parent: Option<&str>,
+    name: &str,
+) -> Result<String, CapabilityError> {
+    let too_many = |message: String| Err(err(CapabilityErrorCode::TooManyExecutions, message));
+    if live.len() >= options.max_live {
+        return too_many(format!(
+            "{} executions are running, the most this server runs at once (`execbox serve --max-live`); wait for some to end (or stop some), then start `{name}` again",
+            live.len(),
+        ));
+    }
+    let owner = principal.and_then(Principal::name);
+    let owned = live
+        .values()
+        .filter(|l| l.principal.as_ref().and_then(Principal::name) == owner)
+        .count();
+    if owned >= options.max_live_per_principal {
+        let who = match owner {
+            Some(name) => format!("principal `{name}` runs"),
+            None => "anonymous callers run".to_string(),
+        };
+        return too_many(format!(
+            "{who} {owned} executions, the most one principal may run at once ({}, `execbox serve --max-live-per-principal`); wait for one of them to end (or stop one: POST /v1/executions/ID/stop), then start `{name}` again",
+            options.max_live_per_principal,
+        ));
+    }
+    let tree = match parent.and_then(|p| live.get(p)) {
+        Some(parent) => parent.tree.clone(),
+        None => id.to_string(),
+    };
+    let in_tree = live.values().filter(|l| l.tree == tree).count();
+    if in_tree >= options.max_live_per_tree {
+        return too_many(format!(
+            "the tree of execution {tree} runs {in_tree} executions (it and the capabilities started under it), the most one tree may run at once ({}, `execbox serve --max-live-per-tree`); wait for a nested capability to end before starting `{name}`, or start fewer at once",
+            options.max_live_per_tree,
+        ));
+    }
+    Ok(tree)
 }
 
 /// The params of a start (`{}` for none), checked against the capability's `input_schema`.

@@ -194,11 +194,14 @@ async fn one_principal_at_its_bound_cannot_starve_another_or_an_admin() {
         ),
     )
     .unwrap();
+    let audit = roots.temp.join("audit.jsonl");
     let server = serve(
         &roots,
         &[
             "--policy",
             policy.to_str().unwrap(),
+            "--audit-log",
+            audit.to_str().unwrap(),
             "--max-live-per-principal",
             "3",
         ],
@@ -221,6 +224,16 @@ async fn one_principal_at_its_bound_cannot_starve_another_or_an_admin() {
     ] {
         assert!(message.contains(part), "{part:?} not in {message:?}");
     }
+    // Audited as a refusal, not as a start.
+    let refusals: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|e: &Value| e["event"] == "capability_started" && !e["outcome"].is_null())
+        .collect();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0]["outcome"], "rate_limited");
+    assert_eq!(refusals[0]["principal"], "alice");
     for token in ["bob-token", "root-token"] {
         let (status, body) = start(&client, &server, Some(token), hold.clone()).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{token}: {body}");
