@@ -260,7 +260,6 @@ impl Connection {
             logs: Vec::new(),
             duration_ms: started.elapsed().as_millis() as u64,
             cancelled: false,
-            queued_out: false,
         };
         if self.broken {
             return fail(
@@ -402,7 +401,6 @@ impl Connection {
             logs,
             duration_ms: started.elapsed().as_millis() as u64,
             cancelled: by_caller,
-            queued_out: false,
         }
     }
 }
@@ -561,7 +559,6 @@ impl ExecuteResult {
             logs: done.logs,
             duration_ms: done.duration_ms,
             cancelled: false,
-            queued_out: false,
         }
     }
 }

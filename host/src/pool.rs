@@ -230,17 +230,6 @@ impl PoolInner {
 
     /// The end of an execution whose time limit passed while it waited for a runner.
     fn queued_out(&self, limit: Duration) -> ExecuteResult {
-        let size = self.options.size.max(1);
-        ExecuteResult {
-            queued_out: true,
-            ..ExecuteResult::failed(
-                ErrorCode::Timeout,
-                format!(
-                    "the execution waited its whole time limit of {} ms for a runner and never ran: all {size} runner{} of the pool were busy",
-                    limit.as_millis(),
-                    if size == 1 { "" } else { "s" },
-                ),
-            )
-        }
+        ExecuteResult::queued_out(limit.as_millis(), self.options.size.max(1))
     }
 }
