@@ -30,7 +30,10 @@ mod store;
 
 pub use config::{DEFAULT_CAPABILITY_TIMEOUT_MS, MAX_CAPABILITY_TIMEOUT_MS};
 pub use external_executor::{MAX_EXECUTOR_STDERR_BYTES, MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE};
-pub use manager::{CapabilityManager, ManagerOptions, DEFAULT_MAX_DEPTH, EVENT_CAPACITY};
+pub use manager::{
+    CapabilityManager, ManagerOptions, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LIVE,
+    DEFAULT_MAX_LIVE_PER_PRINCIPAL, DEFAULT_MAX_LIVE_PER_TREE, EVENT_CAPACITY,
+};
 pub use records::{
     CapabilityError, CapabilityErrorCode, ExecutionEvent, ExecutionEventKind, ExecutionFilter,
     ExecutionOutcome, ExecutionRecord, ExecutionStatus, StartRequest, StatusChange,

@@ -33,6 +33,14 @@ pub const DEFAULT_MAX_DEPTH: u32 = 4;
 /// The default bound on executions running at once in one manager.
 pub const DEFAULT_MAX_LIVE: usize = 1024;
 
+/// The default bound on executions one principal runs at once (nested ones included): a
+/// sixteenth of [`DEFAULT_MAX_LIVE`], so one principal cannot take the whole server.
+pub const DEFAULT_MAX_LIVE_PER_PRINCIPAL: usize = 64;
+
+/// The default bound on executions one tree runs at once: an execution started without a
+/// running parent and every capability it starts, down the whole tree.
+pub const DEFAULT_MAX_LIVE_PER_TREE: usize = 16;
+
 /// How many events a slow subscriber may fall behind before it misses some.
 pub const EVENT_CAPACITY: usize = 4096;
 
@@ -42,20 +50,39 @@ pub struct ManagerOptions {
     /// The deepest nesting allowed: a capability started by a capability started by ... is
     /// refused (`INVALID_REQUEST`) past this depth. Default [`DEFAULT_MAX_DEPTH`].
     pub max_depth: u32,
-    /// The most executions running at once (nested ones included); a start past it is
-    /// refused (`INVALID_REQUEST`), so a program fanning out `capabilities.run` cannot grow
-    /// without bound. Default [`DEFAULT_MAX_LIVE`].
+    /// The most executions running at once in this manager (nested ones included); a start
+    /// past it is refused (`TOO_MANY_EXECUTIONS`), so a program fanning out
+    /// `capabilities.run` cannot grow without bound. Default [`DEFAULT_MAX_LIVE`].
     pub max_live: usize,
+    /// The most executions one principal runs at once (nested ones included; anonymous
+    /// callers are one principal); a start past it is refused (`TOO_MANY_EXECUTIONS`), so
+    /// one caller cannot take all of [`ManagerOptions::max_live`] from the others. Default
+    /// [`DEFAULT_MAX_LIVE_PER_PRINCIPAL`].
+    pub max_live_per_principal: usize,
+    /// The most executions one tree runs at once: an execution started without a running
+    /// parent, and the capabilities it starts, and theirs. A start past it is refused
+    /// (`TOO_MANY_EXECUTIONS`; to a script, an error of `capabilities.run`). As each nested
+    /// script runs in a runner of its own, this also bounds the runner processes one request
+    /// can start. Default [`DEFAULT_MAX_LIVE_PER_TREE`].
+    pub max_live_per_tree: usize,
+    /// The longest time limit an execution may ask for (`timeoutMs`), in milliseconds: a
+    /// longer one is refused (`INVALID_REQUEST`), and a capability whose own `timeout_ms` is
+    /// longer runs with this one. Default [`MAX_CAPABILITY_TIMEOUT_MS`] (24 hours).
+    pub max_timeout_ms: u64,
     /// The policy: who holds which permissions (starting a capability needs every
     /// permission it lists; without a policy file, any caller may start any capability), the
     /// rate-limit counters and approver of scripts' tool calls, and the audit log where
     /// starts, stop requests, ends and the tool calls of scripts are recorded.
     pub enforcement: Enforcement,
-    /// Runs nested script capabilities (those with an execution as parent); the manager's
-    /// executor when `None`. A parent holds its runner while it waits for its child, so
-    /// with a bounded executor (a [`PooledExecutor`](crate::PooledExecutor) of N runners)
-    /// N waiting parents would leave no runner for their children: give nested runs an
-    /// unbounded one, such as a [`ProcessExecutor`](crate::ProcessExecutor), as the CLI does.
+    /// Runs nested script capabilities (those with a running execution as parent); the
+    /// manager's executor when `None`. A parent holds its runner while it waits for its
+    /// child, so an executor whose children wait for a runner (a
+    /// [`PooledExecutor`](execbox_host::PooledExecutor) of N runners) could leave N waiting
+    /// parents with no runner for their children: give nested runs one that never waits,
+    /// such as [`PooledExecutor::overflowing`](execbox_host::PooledExecutor::overflowing)
+    /// of the same pool (a free pooled runner, else an extra one), as the CLI does, or a
+    /// [`ProcessExecutor`](execbox_host::ProcessExecutor). How many run at once is bounded
+    /// by [`ManagerOptions::max_live_per_tree`].
     pub nested_executor: Option<Arc<dyn Executor>>,
 }
 
@@ -63,6 +90,10 @@ impl std::fmt::Debug for ManagerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManagerOptions")
             .field("max_depth", &self.max_depth)
+            .field("max_live", &self.max_live)
+            .field("max_live_per_principal", &self.max_live_per_principal)
+            .field("max_live_per_tree", &self.max_live_per_tree)
+            .field("max_timeout_ms", &self.max_timeout_ms)
             .field("enforcement", &self.enforcement)
             .field("nested_executor", &self.nested_executor.is_some())
             .finish()
@@ -74,6 +105,9 @@ impl Default for ManagerOptions {
         ManagerOptions {
             max_depth: DEFAULT_MAX_DEPTH,
             max_live: DEFAULT_MAX_LIVE,
+            max_live_per_principal: DEFAULT_MAX_LIVE_PER_PRINCIPAL,
+            max_live_per_tree: DEFAULT_MAX_LIVE_PER_TREE,
+            max_timeout_ms: MAX_CAPABILITY_TIMEOUT_MS,
             enforcement: Enforcement::unrestricted(),
             nested_executor: None,
         }
@@ -122,6 +156,8 @@ struct Inner {
 struct Live {
     capability: String,
     parent: Option<String>,
+    /// The root of its tree: itself, or its running parent's root.
+    tree: String,
     depth: u32,
     principal: Option<Principal>,
     cancel: CancellationToken,
@@ -229,13 +265,19 @@ impl CapabilityManager {
     /// [`Policy::principal_for_token`]); without one, the policy's default permissions apply.
     ///
     /// Fails before anything runs with `CAPABILITY_NOT_FOUND`, `EXECUTOR_NOT_FOUND`,
-    /// `PERMISSION_DENIED`, or `INVALID_REQUEST` (params failing `input_schema`, a bad time
-    /// limit, nesting deeper than [`ManagerOptions::max_depth`]).
+    /// `PERMISSION_DENIED`, `INVALID_REQUEST` (params failing `input_schema`, a bad time
+    /// limit or one above [`ManagerOptions::max_timeout_ms`], nesting deeper than
+    /// [`ManagerOptions::max_depth`]), or `TOO_MANY_EXECUTIONS` (a bound on executions running
+    /// at once: [`ManagerOptions::max_live`], `max_live_per_principal`, `max_live_per_tree`).
+    ///
+    /// The time limit runs from here: time the execution then spends waiting for a runner
+    /// counts, and one that waits past it ends `timeout` without having run.
     pub async fn start(
         &self,
         request: StartRequest,
         principal: Option<Principal>,
     ) -> Result<String, CapabilityError> {
+        let accepted = Instant::now();
         let registry = self.registry();
         let (capability, executor) =
             registry.resolve(&request.capability, request.capability_type.as_deref())?;
@@ -251,7 +293,12 @@ impl CapabilityManager {
         }
         let depth = self.depth_of(def, request.parent_id.as_deref())?;
         let params = checked_params(def, request.params)?;
-        let timeout_ms = time_limit(request.timeout_ms, &capability.config, &executor.config)?;
+        let timeout_ms = time_limit(
+            request.timeout_ms,
+            self.0.options.max_timeout_ms,
+            &capability.config,
+            &executor.config,
+        )?;
 
         let id = new_id();
         let record = starting_record(
@@ -262,6 +309,24 @@ impl CapabilityManager {
             principal.as_ref(),
             params,
         );
+        // Checked again when it is taken (`register`), under the same lock as the taking;
+        // checked here too so that a refusal is audited as one, not as a start.
+        let room = room_for(
+            &self.live(),
+            &self.0.options,
+            &id,
+            principal.as_ref(),
+            request.parent_id.as_deref(),
+            &def.name,
+        );
+        if let Err(e) = room {
+            self.audit(
+                AuditEvent::capability_started("-", record.principal.as_deref(), &def.name)
+                    .refused(AuditOutcome::RateLimited)
+                    .error(&e.message),
+            )?;
+            return Err(e);
+        }
         self.audit(AuditEvent::capability_started(
             &id,
             record.principal.as_deref(),
@@ -274,6 +339,7 @@ impl CapabilityManager {
             Live {
                 capability: def.name.clone(),
                 parent: request.parent_id.clone(),
+                tree: id.clone(),
                 depth,
                 principal: principal.clone(),
                 cancel: cancel.clone(),
@@ -291,7 +357,7 @@ impl CapabilityManager {
         tokio::spawn(async move {
             manager
                 .drive(
-                    record, capability, executor, principal, timeout_ms, cancel, done_tx,
+                    record, capability, executor, principal, accepted, timeout_ms, cancel, done_tx,
                 )
                 .await;
         });
@@ -368,21 +434,21 @@ impl CapabilityManager {
     }
 
     /// Makes a recorded execution live: written to the store, then visible. Refused when this
-    /// process runs [`ManagerOptions::max_live`] executions, or when its parent is being
-    /// stopped; both are checked and the execution taken under one lock, so a child cannot
-    /// slip in under a parent being stopped (the tree stop would miss it), nor past the bound.
-    fn register(&self, record: &ExecutionRecord, entry: Live) -> Result<(), CapabilityError> {
+    /// process runs [`ManagerOptions::max_live`] executions, its principal
+    /// [`ManagerOptions::max_live_per_principal`], or its tree
+    /// [`ManagerOptions::max_live_per_tree`], or when its parent is being stopped; all are
+    /// checked and the execution taken under one lock, so a child cannot slip in under a
+    /// parent being stopped (the tree stop would miss it), nor past a bound.
+    fn register(&self, record: &ExecutionRecord, mut entry: Live) -> Result<(), CapabilityError> {
         let mut live = self.live();
-        if live.len() >= self.0.options.max_live {
-            return Err(err(
-                CapabilityErrorCode::InvalidRequest,
-                format!(
-                    "{} executions are running, the most this server runs at once; wait for some to end (or stop them) and start `{}` again",
-                    live.len(),
-                    record.capability
-                ),
-            ));
-        }
+        entry.tree = room_for(
+            &live,
+            &self.0.options,
+            &record.execution_id,
+            entry.principal.as_ref(),
+            record.parent_id.as_deref(),
+            &record.capability,
+        )?;
         if let Some(parent) = record.parent_id.as_deref().and_then(|p| live.get(p)) {
             if parent.stop_requested {
                 return Err(err(
@@ -428,27 +494,24 @@ impl CapabilityManager {
         capability: Capability,
         executor: ExecutorEntry,
         principal: Option<Principal>,
+        accepted: Instant,
         timeout_ms: u64,
         cancel: CancellationToken,
         done: watch::Sender<Option<ExecutionOutcome>>,
     ) {
-        let started = Instant::now();
+        let started = accepted;
         let id_owned = record.execution_id.clone();
         let id = id_owned.as_str();
         let outcome = match self.0.store.set_status(id, ExecutionStatus::Running, None) {
             Err(e) => RunOutcome::Failed(e.message),
             Ok(()) if cancel.is_cancelled() => RunOutcome::Stopped,
             Ok(()) => {
-                let timeout = Duration::from_millis(timeout_ms);
-                self.run(
-                    &record,
-                    &capability,
-                    &executor,
-                    &principal,
-                    timeout,
-                    &cancel,
-                )
-                .await
+                let limit = TimeLimit {
+                    accepted,
+                    limit: Duration::from_millis(timeout_ms),
+                };
+                self.run(&record, &capability, &executor, &principal, limit, &cancel)
+                    .await
             }
         };
         // A stop was asked for: whatever failure followed (a child stopped first, the run
@@ -477,7 +540,7 @@ impl CapabilityManager {
         capability: &Capability,
         executor: &ExecutorEntry,
         principal: &Option<Principal>,
-        timeout: Duration,
+        limit: TimeLimit,
         cancel: &CancellationToken,
     ) -> RunOutcome {
         let id = record.execution_id.as_str();
@@ -494,7 +557,8 @@ impl CapabilityManager {
                     capability: &capability.config,
                     params: &record.params,
                     execution_id: id,
-                    timeout,
+                    time_limit: limit.limit,
+                    timeout: limit.left(),
                     cancel: cancel.clone(),
                     nested,
                     guard: Arc::new(match principal {
@@ -513,7 +577,9 @@ impl CapabilityManager {
                         params: &record.params,
                         execution_id: id,
                         parent_id: record.parent_id.as_deref(),
-                        timeout,
+                        // Started at once (nothing to wait for), with its whole limit, as
+                        // its envelope says.
+                        timeout: limit.limit,
                         cancel: cancel.clone(),
                     },
                     |pgid| {
@@ -813,6 +879,54 @@ impl CapabilityManager {
     }
 }
 
+/// Whether a new execution `id` of `principal` under `parent` fits the bounds on executions
+/// running at once (the manager's, the principal's, the tree's): the root of its tree (its
+/// running parent's root, else itself) if it does, `TOO_MANY_EXECUTIONS` naming the bound,
+/// the count and the flag if not.
+fn room_for(
+    live: &HashMap<String, Live>,
+    options: &ManagerOptions,
+    id: &str,
+    principal: Option<&Principal>,
+    parent: Option<&str>,
+    name: &str,
+) -> Result<String, CapabilityError> {
+    let too_many = |message: String| Err(err(CapabilityErrorCode::TooManyExecutions, message));
+    if live.len() >= options.max_live {
+        return too_many(format!(
+            "{} executions are running, the most this server runs at once (`execbox serve --max-live`); wait for some to end (or stop some), then start `{name}` again",
+            live.len(),
+        ));
+    }
+    let owner = principal.and_then(Principal::name);
+    let owned = live
+        .values()
+        .filter(|l| l.principal.as_ref().and_then(Principal::name) == owner)
+        .count();
+    if owned >= options.max_live_per_principal {
+        let who = match owner {
+            Some(name) => format!("principal `{name}` runs"),
+            None => "anonymous callers run".to_string(),
+        };
+        return too_many(format!(
+            "{who} {owned} executions, the most one principal may run at once ({}, `execbox serve --max-live-per-principal`); wait for one of them to end (or stop one: POST /v1/executions/ID/stop), then start `{name}` again",
+            options.max_live_per_principal,
+        ));
+    }
+    let tree = match parent.and_then(|p| live.get(p)) {
+        Some(parent) => parent.tree.clone(),
+        None => id.to_string(),
+    };
+    let in_tree = live.values().filter(|l| l.tree == tree).count();
+    if in_tree >= options.max_live_per_tree {
+        return too_many(format!(
+            "the tree of execution {tree} runs {in_tree} executions (it and the capabilities started under it), the most one tree may run at once ({}, `execbox serve --max-live-per-tree`); wait for a nested capability to end before starting `{name}`, or start fewer at once",
+            options.max_live_per_tree,
+        ));
+    }
+    Ok(tree)
+}
+
 /// The params of a start (`{}` for none), checked against the capability's `input_schema`.
 fn checked_params(def: &CapabilityDef, params: Value) -> Result<Value, CapabilityError> {
     let params = if params.is_null() { json!({}) } else { params };
@@ -839,23 +953,51 @@ fn checked_params(def: &CapabilityDef, params: Value) -> Result<Value, Capabilit
     Ok(params)
 }
 
-/// The time limit in ms: the request's, else the capability's, never above the executor's.
+/// The time limit in ms: the request's (refused above `cap`), else the capability's (cut to
+/// `cap`), never above the executor's.
 fn time_limit(
     requested: Option<u64>,
+    cap: u64,
     capability: &CapabilityConfig,
     executor: &ExecutorConfig,
 ) -> Result<u64, CapabilityError> {
-    let mut timeout_ms = requested.unwrap_or(capability.timeout_ms);
-    if timeout_ms == 0 || timeout_ms > MAX_CAPABILITY_TIMEOUT_MS {
-        return Err(err(
-            CapabilityErrorCode::InvalidRequest,
-            format!("timeoutMs must be above 0 and at most {MAX_CAPABILITY_TIMEOUT_MS}, got {timeout_ms}"),
-        ));
-    }
+    let cap = cap.min(MAX_CAPABILITY_TIMEOUT_MS);
+    let mut timeout_ms = match requested {
+        Some(0) => {
+            return Err(err(
+                CapabilityErrorCode::InvalidRequest,
+                format!("timeoutMs must be above 0 and at most {cap} (ms), got 0"),
+            ))
+        }
+        Some(ms) if ms > cap => {
+            return Err(err(
+                CapabilityErrorCode::InvalidRequest,
+                format!(
+                    "timeoutMs {ms} is above the longest time limit this server allows, {cap} ms (`execbox serve --max-timeout`); ask for at most {cap}"
+                ),
+            ))
+        }
+        Some(ms) => ms,
+        None => capability.timeout_ms.min(cap),
+    };
     if let Some(secs) = executor.def.timeout_seconds {
         timeout_ms = timeout_ms.min(secs.saturating_mul(1000));
     }
     Ok(timeout_ms)
+}
+
+/// An execution's time limit, counted from when it was accepted.
+#[derive(Clone, Copy)]
+struct TimeLimit {
+    accepted: Instant,
+    limit: Duration,
+}
+
+impl TimeLimit {
+    /// What is left of it now.
+    fn left(&self) -> Duration {
+        self.limit.saturating_sub(self.accepted.elapsed())
+    }
 }
 
 /// The record of an execution about to start: `starting`, with nothing ended yet.

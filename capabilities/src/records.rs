@@ -86,7 +86,8 @@ impl std::str::FromStr for ExecutionStatus {
 }
 
 /// The error codes of the capability system: the seed's, plus `PERMISSION_DENIED`,
-/// `EXECUTION_STOPPED` and `EXECUTION_NOT_FOUND`, which it has no word for.
+/// `EXECUTION_STOPPED`, `EXECUTION_NOT_FOUND` and `TOO_MANY_EXECUTIONS`, which it has no
+/// word for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CapabilityErrorCode {
@@ -110,6 +111,9 @@ pub enum CapabilityErrorCode {
     ExecutionStopped,
     /// No execution has this id.
     ExecutionNotFound,
+    /// Starting it would run more executions at once than allowed: in the whole server, for
+    /// one principal, or in one tree of nested executions. Wait for (or stop) one and retry.
+    TooManyExecutions,
     /// The registry or the execution store is not usable.
     RegistryNotInitialized,
 }
@@ -128,6 +132,7 @@ impl CapabilityErrorCode {
             CapabilityErrorCode::ExecutionFailed => "EXECUTION_FAILED",
             CapabilityErrorCode::ExecutionStopped => "EXECUTION_STOPPED",
             CapabilityErrorCode::ExecutionNotFound => "EXECUTION_NOT_FOUND",
+            CapabilityErrorCode::TooManyExecutions => "TOO_MANY_EXECUTIONS",
             CapabilityErrorCode::RegistryNotInitialized => "REGISTRY_NOT_INITIALIZED",
         }
     }
@@ -146,6 +151,7 @@ impl CapabilityErrorCode {
             ExecutionFailed,
             ExecutionStopped,
             ExecutionNotFound,
+            TooManyExecutions,
             RegistryNotInitialized,
         ]
         .into_iter()

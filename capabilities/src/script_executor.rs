@@ -26,6 +26,9 @@ pub(crate) struct ScriptRun<'a> {
     pub capability: &'a CapabilityConfig,
     pub params: &'a Value,
     pub execution_id: &'a str,
+    /// The whole time limit, as asked for (for messages).
+    pub time_limit: Duration,
+    /// What is left of it: it runs from the execution's acceptance.
     pub timeout: Duration,
     pub cancel: CancellationToken,
     /// The `capabilities` provider (nested runs), when nesting is allowed.
@@ -95,11 +98,16 @@ pub(crate) async fn run(run: ScriptRun<'_>) -> RunOutcome {
     if result.was_cancelled() {
         return RunOutcome::Stopped;
     }
+    let limit_ms = run.time_limit.as_millis();
+    if result.was_queued_out() {
+        return RunOutcome::TimedOut(format!(
+            "capability `{name}` waited its whole time limit of {limit_ms} ms for a runner and never ran: every pooled runner was busy with other executions (the wait counts against timeoutMs); start it again later, with a longer timeoutMs, or serve with more runners (`execbox serve --pool`)"
+        ));
+    }
     match &result.outcome {
         Ok(_) => split_result(result.value()),
         Err(e) if e.code == ErrorCode::Timeout => RunOutcome::TimedOut(format!(
-            "capability `{name}` ran past its time limit of {} ms and was stopped",
-            run.timeout.as_millis()
+            "capability `{name}` ran past its time limit of {limit_ms} ms and was stopped"
         )),
         Err(e) => RunOutcome::Failed(e.to_string()),
     }

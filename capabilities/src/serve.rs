@@ -15,7 +15,9 @@
 //!
 //! Errors are `{error: {code, message}}` with the capability codes: `400 INVALID_REQUEST`,
 //! `403 PERMISSION_DENIED`, `404 CAPABILITY_NOT_FOUND` and `EXECUTION_NOT_FOUND`,
-//! `422 EXECUTOR_NOT_FOUND`, `503 REGISTRY_NOT_INITIALIZED`; refusals at the door have the
+//! `422 EXECUTOR_NOT_FOUND`, `429 TOO_MANY_EXECUTIONS` (a start past a bound on the
+//! executions running at once: the server's, the principal's or the tree's),
+//! `503 REGISTRY_NOT_INITIALIZED`; refusals at the door have the
 //! same shape with the door's codes (`401 UNAUTHORIZED`, `403 FORBIDDEN`,
 //! `413 PAYLOAD_TOO_LARGE` for a body over [`MAX_REQUEST_BODY_BYTES`], `400 BAD_REQUEST`;
 //! see `execbox-http`).
@@ -143,6 +145,7 @@ impl From<CapabilityError> for ApiError {
             | CapabilityErrorCode::InvalidCapabilityConfig
             | CapabilityErrorCode::InvalidExecutorConfig => StatusCode::BAD_REQUEST,
             CapabilityErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
+            CapabilityErrorCode::TooManyExecutions => StatusCode::TOO_MANY_REQUESTS,
             CapabilityErrorCode::RegistryNotInitialized => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

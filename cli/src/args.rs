@@ -404,10 +404,28 @@ pub struct ServeArgs {
     /// is `http://ADDR` with the port bound.
     #[arg(long, value_name = "ADDR")]
     pub listen: String,
-    /// Warm runner processes for top-level script capabilities (nested ones get a fresh
-    /// process each).
+    /// Warm runner processes for script capabilities. Nested ones take a free one too, or
+    /// else start an extra runner (their parent holds one while it waits), at most
+    /// --max-live-per-tree per tree.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub pool: u16,
+    /// At most this many executions run at once in the server, nested ones included; a start
+    /// past it gets 429 TOO_MANY_EXECUTIONS.
+    #[arg(long, value_name = "N", default_value_t = execbox_capabilities::DEFAULT_MAX_LIVE as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_live: u32,
+    /// At most this many executions run at once for one principal (anonymous callers are
+    /// one), nested ones included, so no caller can take the whole server; past it, 429.
+    #[arg(long, value_name = "N", default_value_t = execbox_capabilities::DEFAULT_MAX_LIVE_PER_PRINCIPAL as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_live_per_principal: u32,
+    /// At most this many executions run at once in one tree: an execution and the
+    /// capabilities it starts (and theirs). Past it, 429, or an error of capabilities.run.
+    #[arg(long, value_name = "N", default_value_t = execbox_capabilities::DEFAULT_MAX_LIVE_PER_TREE as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_live_per_tree: u32,
+    /// The longest time limit an execution may ask for (timeoutMs; a longer one gets 400);
+    /// a capability whose timeout_ms is longer runs with this one: 500ms, 90s, 15m (at most
+    /// 1440m).
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_max_timeout)]
+    pub max_timeout: std::time::Duration,
     /// Also accept this Host (a name or name:port; repeatable). Loopback names are always
     /// accepted, and the address listened on when it is a specific one; others get 403.
     #[arg(long, value_name = "HOST")]
@@ -420,6 +438,20 @@ pub struct ServeArgs {
     pub door: DoorArgs,
     #[command(flatten)]
     pub common: CapabilityArgs,
+}
+
+/// `--max-timeout`: a duration of at least 1ms and at most the longest capability time
+/// limit (24 hours).
+fn parse_max_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let max = execbox_capabilities::MAX_CAPABILITY_TIMEOUT_MS;
+    let duration = execbox_runner::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration.is_zero() || duration.as_millis() > u128::from(max) {
+        return Err(format!(
+            "expected at least 1ms and at most {}m (24 hours), got {text}",
+            max / 60_000
+        ));
+    }
+    Ok(duration)
 }
 
 impl ExecutionsCommand {

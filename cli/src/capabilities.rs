@@ -11,7 +11,6 @@ use execbox_capabilities::{
     StartRequest,
 };
 use execbox_host::{Executor, PoolOptions, PooledExecutor, ProcessExecutor};
-use execbox_policy::Enforcement;
 use serde_json::{json, Value};
 
 use crate::args::{CapabilitiesCommand, CapabilityArgs, ExecutionsCommand};
@@ -45,37 +44,39 @@ pub fn db_path(common: &CapabilityArgs, roots: &RegistryRoots) -> anyhow::Result
     }
 }
 
-/// A manager over the flags' roots and database: `pool` warm runners for top-level scripts
-/// (a fresh process each when 0), fresh processes for nested ones.
+/// A manager over the flags' roots and database, run as `options` say: `pool` warm runners
+/// for scripts (a fresh process each when 0), which nested scripts share without waiting
+/// (a free pooled runner, else an extra one; see `PooledExecutor::overflowing`).
 pub fn manager(
     common: &CapabilityArgs,
-    enforcement: Enforcement,
+    options: ManagerOptions,
     pool: usize,
 ) -> anyhow::Result<CapabilityManager> {
     let roots = roots(common)?;
     let db = db_path(common, &roots)?;
     let store = ExecutionStore::open(&db)?;
     let runner = common.diagnostics.runner_command()?;
-    let nested: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(runner.clone())?);
-    let executor: Arc<dyn Executor> = if pool == 0 {
-        nested.clone()
+    let (executor, nested): (Arc<dyn Executor>, Arc<dyn Executor>) = if pool == 0 {
+        let fresh: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(runner)?);
+        (fresh.clone(), fresh)
     } else {
-        Arc::new(PooledExecutor::new(
+        let pooled = PooledExecutor::new(
             runner,
             PoolOptions {
                 size: pool,
                 ..PoolOptions::default()
             },
-        )?)
+        )?;
+        let nested = Arc::new(pooled.overflowing());
+        (Arc::new(pooled), nested)
     };
     Ok(CapabilityManager::new(
         Registry::load(roots),
         store,
         executor,
         ManagerOptions {
-            enforcement,
             nested_executor: Some(nested),
-            ..ManagerOptions::default()
+            ..options
         },
     ))
 }
@@ -218,7 +219,11 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                 .then(|| enforcement.principal().clone());
             let runtime = runtime()?;
             runtime.block_on(async move {
-                let manager = manager(&common, enforcement, 0)?;
+                let options = ManagerOptions {
+                    enforcement,
+                    ..ManagerOptions::default()
+                };
+                let manager = manager(&common, options, 0)?;
                 let request = StartRequest {
                     capability: name,
                     capability_type,

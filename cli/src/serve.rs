@@ -5,7 +5,7 @@ use std::net::ToSocketAddrs;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use execbox_capabilities::{capabilities_router, serve_door};
+use execbox_capabilities::{capabilities_router, serve_door, ManagerOptions};
 use execbox_http::{Hosts, Origins};
 use tokio_util::sync::CancellationToken;
 
@@ -24,6 +24,16 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.caller_per_request = true;
     let enforcement = options.open()?;
     let policy = enforcement.policy().cloned();
+    // At most 24 hours (checked when parsed), so the milliseconds fit.
+    let max_timeout_ms = u64::try_from(args.max_timeout.as_millis()).unwrap_or(u64::MAX);
+    let options = ManagerOptions {
+        max_live: args.max_live as usize,
+        max_live_per_principal: args.max_live_per_principal as usize,
+        max_live_per_tree: args.max_live_per_tree as usize,
+        max_timeout_ms,
+        enforcement,
+        ..ManagerOptions::default()
+    };
     let addr = args
         .listen
         .to_socket_addrs()
@@ -50,7 +60,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let manager = manager(common, enforcement, usize::from(args.pool))?;
+        let manager = manager(common, options, usize::from(args.pool))?;
         let recovered = manager.store().recovered().len();
         if recovered > 0 {
             tracing::warn!("{recovered} execution(s) left running by a server that stopped were marked failed");

@@ -71,7 +71,9 @@ impl ExecuteRequest {
         self
     }
 
-    /// The wall-clock limit (default 5 s); rounded down to whole milliseconds.
+    /// The wall-clock limit (default 5 s); rounded down to whole milliseconds. It counts from
+    /// when the executor is given the request: time spent waiting for a runner of a
+    /// [`PooledExecutor`](crate::PooledExecutor) counts too.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.options.timeout_ms = timeout.as_millis().min(u64::MAX as u128) as u64;
         self
@@ -136,6 +138,11 @@ pub struct ExecuteResult {
     pub cancelled: bool,
 }
 
+/// How the message of an execution whose time limit passed while it waited for a runner
+/// starts. A runner's own `timeout` always says [`execbox_protocol::TIMEOUT_MESSAGE`], so this
+/// one cannot be mistaken for it.
+const QUEUED_OUT_MESSAGE: &str = "the execution waited its whole time limit of ";
+
 impl ExecuteResult {
     /// A failure decided by the host before or without a runner's `done`.
     pub fn failed(code: ErrorCode, message: impl Into<String>) -> ExecuteResult {
@@ -164,6 +171,26 @@ impl ExecuteResult {
     /// True when the caller's cancellation ended the execution, as opposed to its time limit.
     pub fn was_cancelled(&self) -> bool {
         self.cancelled
+    }
+
+    /// The result of an execution whose time limit (`limit_ms`) passed while it waited for
+    /// one of the `runners` of a pool: `timeout`, never having run.
+    pub(crate) fn queued_out(limit_ms: u128, runners: usize) -> ExecuteResult {
+        ExecuteResult::failed(
+            ErrorCode::Timeout,
+            format!(
+                "{QUEUED_OUT_MESSAGE}{limit_ms} ms for a runner and never ran: all {runners} runner{} of the pool were busy",
+                if runners == 1 { "" } else { "s" },
+            ),
+        )
+    }
+
+    /// True when the time limit passed while the execution waited for a runner (every runner
+    /// of a [`PooledExecutor`](crate::PooledExecutor) was busy), so the code never ran; the
+    /// error is `timeout`.
+    pub fn was_queued_out(&self) -> bool {
+        !self.cancelled
+            && matches!(&self.outcome, Err(e) if e.code == ErrorCode::Timeout && e.message.starts_with(QUEUED_OUT_MESSAGE))
     }
 
     /// The error, if the execution failed.
@@ -200,4 +227,19 @@ pub(crate) fn next_execution_id() -> String {
         std::process::id(),
         NEXT_EXECUTION.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_wait_for_a_runner_reads_as_queued_out() {
+        let queued = ExecuteResult::queued_out(2000, 2);
+        assert!(queued.was_queued_out());
+        assert_eq!(queued.error().map(|e| e.code), Some(ErrorCode::Timeout));
+        let ran = ExecuteResult::failed(ErrorCode::Timeout, execbox_protocol::TIMEOUT_MESSAGE);
+        assert!(!ran.was_queued_out());
+        assert!(!ExecuteResult::cancelled_early().was_queued_out());
+    }
 }
