@@ -4,6 +4,9 @@
 
 mod support;
 
+#[path = "serve/limits.rs"]
+mod limits;
+
 use std::time::Duration;
 
 use reqwest::StatusCode;

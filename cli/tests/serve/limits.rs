@@ -3,16 +3,14 @@
 //! a pooled runner counted against the time limit, and nested scripts sharing the pool rather
 //! than starting a runner process each. A real server, real runners, a real HTTP client.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::capabilities::{Roots, Server};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use support::capabilities::{Roots, Server};
 
 /// The pool size `Server::start` gives every server.
 const POOL: usize = 2;
@@ -125,8 +123,8 @@ fn runners_of(server: u32) -> Vec<u32> {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| support::process::parent(pid) == Some(server))
-        .filter(|&pid| !support::process::is_dead(pid))
+        .filter(|&pid| crate::support::process::parent(pid) == Some(server))
+        .filter(|&pid| !crate::support::process::is_dead(pid))
         .filter(|&pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == b"runner"))
@@ -424,7 +422,7 @@ async fn nested_capabilities_reuse_the_pooled_runners() {
         &script_yaml("nap", "tools: tools.yaml\n"),
         &[("index.js", "await t.nap({})")],
     );
-    support::scripts::inline_tool(&nap, "nap", "cat >/dev/null; sleep 0.2; echo 1", "");
+    crate::support::scripts::inline_tool(&nap, "nap", "cat >/dev/null; sleep 0.2; echo 1", "");
     roots.project.capability(
         "chain",
         &script_yaml("chain", ""),
