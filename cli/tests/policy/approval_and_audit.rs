@@ -4,6 +4,7 @@
 
 #![allow(unsafe_code)]
 
+use super::audit_lines;
 use std::io::{Read as _, Write as _};
 use std::os::fd::{FromRawFd as _, OwnedFd};
 use std::os::unix::process::CommandExt as _;
@@ -35,14 +36,6 @@ fn tools(dir: &Path) -> PathBuf {
     });
     std::fs::write(&path, yaml.to_string()).unwrap();
     path
-}
-
-fn audit_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
-        .collect()
 }
 
 /// `execbox run` of `code` with `args`; with `file_size_limit`, every file it writes is

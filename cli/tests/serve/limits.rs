@@ -3,6 +3,7 @@
 //! a pooled runner counted against the time limit, and nested scripts sharing the pool rather
 //! than starting a runner process each. A real server, real runners, a real HTTP client.
 
+use super::{client, json_of, script_yaml, serve, sha256_hex};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,23 +15,6 @@ use serde_json::{json, Value};
 
 /// The pool size `Server::start` gives every server.
 const POOL: usize = 2;
-
-fn script_yaml(name: &str, extra: &str) -> String {
-    format!("name: {name}\ntype: script\ndescription: {name}\nentry: index.js\n{extra}")
-}
-
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
-
-fn sha256_hex(text: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// A project with `hold` (a script that never settles: it holds its runner until its time
 /// limit) and `add`.
@@ -47,28 +31,6 @@ fn project(name: &str) -> Roots {
         &[("index.js", "({ sum: params.a + params.b })")],
     );
     roots
-}
-
-fn serve(roots: &Roots, args: &[&str]) -> Server {
-    let project = roots.project_dir();
-    let db = roots.temp.join("state.db");
-    let mut all = vec![
-        "--project",
-        project.to_str().unwrap(),
-        "--db",
-        db.to_str().unwrap(),
-    ];
-    all.extend_from_slice(args);
-    Server::start(roots.temp.path(), &roots.global.0, &all)
-}
-
-async fn json_of(response: reqwest::Response) -> (StatusCode, Value) {
-    let status = response.status();
-    let body = response.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON: {body}")),
-    )
 }
 
 /// `POST /v1/executions` with `body`, as the holder of `token` if any.
