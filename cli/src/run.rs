@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use execbox_host::{
     supervisor, CancellationToken, ExecuteRequest, ExecuteResult, Executor, ProcessExecutor,
-    RuntimeOptions, SessionTimings, ToolSet, ToolsFile, WsExecutor,
+    RunnerCommand, RuntimeOptions, SessionTimings, ToolSet, ToolsFile, WsExecutor,
 };
 use execbox_policy::TerminalApprover;
 
@@ -79,10 +79,44 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `runner` with its ceilings raised to what the flags ask for: the runner `execbox run`
+/// spawns serves this one execution of ours, so what we ask is what it must allow (a
+/// ceiling is only ever raised, never set below the runner's defaults).
+fn raised_ceilings(args: &RunArgs, runner: RunnerCommand) -> RunnerCommand {
+    let asks = [
+        (
+            "--max-timeout-ms",
+            args.timeout_ms,
+            execbox_runner::DEFAULT_MAX_TIMEOUT_MS,
+        ),
+        (
+            "--max-memory-limit-bytes",
+            args.memory_limit_bytes,
+            execbox_runner::DEFAULT_MAX_MEMORY_LIMIT_BYTES,
+        ),
+        (
+            "--max-log-lines",
+            args.max_log_lines,
+            execbox_runner::DEFAULT_MAX_LOG_LINES,
+        ),
+        (
+            "--max-log-chars",
+            args.max_log_chars,
+            execbox_runner::DEFAULT_MAX_LOG_CHARS,
+        ),
+    ];
+    asks.into_iter()
+        .filter(|(_, asked, ceiling)| asked > ceiling)
+        .fold(runner, |runner, (flag, asked, _)| {
+            runner.arg(flag).arg(asked.to_string())
+        })
+}
+
 /// The executor the flags ask for: a remote runner, or this binary as a child runner.
 fn executor(args: &RunArgs, timings: SessionTimings) -> anyhow::Result<Box<dyn Executor>> {
     let Some(url) = &args.runner else {
-        let executor = ProcessExecutor::new(args.diagnostics.runner_command()?)?;
+        let executor =
+            ProcessExecutor::new(raised_ceilings(args, args.diagnostics.runner_command()?))?;
         return Ok(Box::new(executor.with_timings(timings)));
     };
     let mut executor = WsExecutor::new(url.clone())

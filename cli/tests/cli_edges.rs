@@ -142,6 +142,27 @@ fn sizes_take_units() {
     );
 }
 
+/// The runner `execbox run` spawns serves only it: limits over the runner's default ceilings
+/// (1 GiB, 24 h, 100,000 log lines) are what the user asked for, and they run.
+#[test]
+fn run_may_ask_for_more_than_the_runner_ceilings_of_a_server() {
+    let out = execbox(
+        &[
+            "run",
+            "-",
+            "--memory-limit-bytes",
+            "2GiB",
+            "--timeout-ms",
+            "100000000",
+            "--max-log-lines",
+            "200000",
+        ],
+        "6 * 7",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "42");
+}
+
 #[test]
 fn a_missing_tools_file_is_reported_once() {
     let out = execbox(&["run", "-", "--tools", "no/such/tools.yaml"], "1");
