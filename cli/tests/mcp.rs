@@ -832,8 +832,10 @@ async fn start_http(h: &Harness, args: &[&str], token: &str) -> Result<(Child, S
     let mut url = None;
     let found = h
         .wait_for(|h| {
-            url = h
-                .stderr()
+            // Whole lines only: the last one may still be being written.
+            let stderr = h.stderr();
+            let whole = &stderr[..stderr.rfind('\n').map_or(0, |end| end + 1)];
+            url = whole
                 .lines()
                 .find_map(|l| l.strip_prefix("execbox mcp: serving ").map(str::to_owned));
             url.is_some()
