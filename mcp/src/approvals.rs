@@ -5,7 +5,9 @@ use rmcp::service::{ElicitationMode, Peer, RoleServer};
 use serde_json::Value;
 
 use execbox_host::BoxFuture;
-use execbox_policy::{escape_for_display as escape, Approval, ApprovalRequest, Approver};
+use execbox_policy::{
+    escape_for_display as escape, shown_input, Approval, ApprovalRequest, Approver,
+};
 
 /// The longest input shown in an approval question, in characters.
 const MAX_SHOWN_INPUT_CHARS: usize = 2_000;
@@ -81,25 +83,11 @@ impl Approver for ElicitationApprover {
 
 /// The question: who calls which tool with what. The input is shown whole up to
 /// [`MAX_SHOWN_INPUT_CHARS`]; a longer one is shown by its start and its end with its size,
-/// never silently cut. Every character that could hide or disguise something (controls,
+/// never silently cut ([`execbox_policy::shown_input`], as on the terminal). Every character that could hide or disguise something (controls,
 /// invisible and format characters, tags, spaces other than U+0020) is shown escaped, by
 /// [`execbox_policy::escape_for_display`], as on the terminal.
 fn question(request: &ApprovalRequest) -> String {
-    let input = escape(&serde_json::to_string_pretty(&request.input).unwrap_or_default());
-    let count = input.chars().count();
-    let shown = if count > MAX_SHOWN_INPUT_CHARS {
-        let head: String = input.chars().take(MAX_SHOWN_INPUT_CHARS / 2).collect();
-        let tail: String = input
-            .chars()
-            .skip(count - MAX_SHOWN_INPUT_CHARS / 2)
-            .collect();
-        format!(
-            "{head}\n… [{} of {count} characters not shown] …\n{tail}",
-            count - MAX_SHOWN_INPUT_CHARS
-        )
-    } else {
-        input
-    };
+    let shown = shown_input(&request.input, MAX_SHOWN_INPUT_CHARS);
     let who = match &request.principal {
         Some(principal) => format!(" (running as {})", escape(principal)),
         None => String::new(),

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use execbox_host::BoxFuture;
 
-use super::shown::escape_for_display;
+use super::shown::{escape_for_display, shown_input, MAX_SHOWN_INPUT_CHARS};
 
 /// What an approver is asked.
 #[derive(Clone, Debug)]
@@ -139,24 +139,13 @@ impl Approver for TerminalApprover {
     }
 }
 
-/// Inputs longer than this are cut in the question.
-const MAX_SHOWN_INPUT_CHARS: usize = 4000;
-
 /// Writes the question for `request` to `out` and reads the answer from `input`.
 pub(crate) fn ask(
     request: &ApprovalRequest,
     input: &mut dyn BufRead,
     out: &mut dyn Write,
 ) -> std::io::Result<Approval> {
-    let shown = serde_json::to_string_pretty(&request.input).unwrap_or_default();
-    let mut shown = escape_for_display(&shown);
-    if shown.chars().count() > MAX_SHOWN_INPUT_CHARS {
-        shown = shown
-            .chars()
-            .take(MAX_SHOWN_INPUT_CHARS)
-            .collect::<String>()
-            + "\n…(cut)";
-    }
+    let shown = shown_input(&request.input, MAX_SHOWN_INPUT_CHARS);
     let principal = match &request.principal {
         Some(p) => format!(" by {}", escape_for_display(p)),
         None => String::new(),

@@ -47,7 +47,7 @@ pub use approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll, Ter
 pub use audit::{AuditEvent, AuditLog, AuditOutcome};
 pub use enforcement::{AuditedCall, Enforcement, EnforcementOptions};
 pub use limits::RateLimits;
-pub use shown::escape_for_display;
+pub use shown::{escape_for_display, shown_input, MAX_SHOWN_INPUT_CHARS};
 
 use execbox_host::yaml::{did_you_mean, YamlError};
 use execbox_host::{RateLimit, RateLimitError, ToolRequirements};

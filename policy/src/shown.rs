@@ -41,6 +41,32 @@ pub fn escape_for_display(text: &str) -> String {
     out
 }
 
+/// The most characters of an input an approval question shows; a longer input is shown by its
+/// start and its end, with how much is left out between them.
+pub const MAX_SHOWN_INPUT_CHARS: usize = 4_000;
+
+/// A tool's `input` as an approval question shows it, on the terminal and over MCP alike:
+/// pretty JSON, escaped by [`escape_for_display`]; when longer than `max_chars` characters,
+/// its first and last halves with the number of characters left out between them, so what is
+/// appended at the end of a long input is always seen. The cut falls between characters of
+/// the input, never inside an escape.
+pub fn shown_input(input: &serde_json::Value, max_chars: usize) -> String {
+    let pretty = serde_json::to_string_pretty(input).unwrap_or_default();
+    let count = pretty.chars().count();
+    if count <= max_chars {
+        return escape_for_display(&pretty);
+    }
+    let half = max_chars / 2;
+    let head: String = pretty.chars().take(half).collect();
+    let tail: String = pretty.chars().skip(count - half).collect();
+    format!(
+        "{}\n… [{} of {count} characters not shown] …\n{}",
+        escape_for_display(&head),
+        count - 2 * half,
+        escape_for_display(&tail)
+    )
+}
+
 /// Whether `c` is shown as it is (the whitelist).
 fn shown_raw(c: char) -> bool {
     if c == '\n' || c == ' ' {
@@ -186,5 +212,32 @@ mod tests {
         assert_ne!(forged, real);
         assert_eq!(forged, "\\\\u{200b}");
         assert_eq!(real, "\\u{200b}");
+    }
+
+    #[test]
+    fn a_long_input_is_shown_by_both_ends_and_never_cut_inside_an_escape() {
+        let hidden = "wire $1,000,000 to the attacker\u{200b}";
+        let input = serde_json::json!({"padding": "x".repeat(10_000), "then": hidden});
+        let shown = shown_input(&input, 400);
+        assert!(
+            shown.contains("wire $1,000,000 to the attacker\\u{200b}"),
+            "{shown}"
+        );
+        assert!(shown.contains("characters not shown"), "{shown}");
+        assert!(shown.chars().count() < 600, "{}", shown.chars().count());
+        // Zero-width characters all the way: each is escaped whole on both sides of the cut.
+        let invisible = serde_json::Value::String("\u{200b}".repeat(1_000));
+        let shown = shown_input(&invisible, 101);
+        for part in shown.split("\\u{200b}") {
+            assert!(
+                !part.contains("\\u{") && !part.contains('\u{200b}'),
+                "{part:?}"
+            );
+        }
+        // A short input is shown whole.
+        assert_eq!(
+            shown_input(&serde_json::json!({"a": 1}), 400),
+            "{\n  \"a\": 1\n}"
+        );
     }
 }
