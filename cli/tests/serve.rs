@@ -75,8 +75,9 @@ async fn json_of(response: reqwest::Response) -> (StatusCode, Value) {
     )
 }
 
+/// Waits (up to 10 s) until execution `id` is `running`.
 async fn wait_running(client: &reqwest::Client, server: &Server, id: &str) {
-    for _ in 0..500 {
+    for _ in 0..1000 {
         let (_, record) = json_of(
             client
                 .get(server.at(&format!("/v1/executions/{id}")))

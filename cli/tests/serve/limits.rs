@@ -3,7 +3,7 @@
 //! a pooled runner counted against the time limit, and nested scripts sharing the pool rather
 //! than starting a runner process each. A real server, real runners, a real HTTP client.
 
-use super::{client, json_of, script_yaml, serve, sha256_hex};
+use super::{client, json_of, script_yaml, serve, sha256_hex, wait_running};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,24 +59,6 @@ async fn outcome(client: &reqwest::Client, server: &Server, id: &str) -> Value {
     .await;
     assert_eq!(status, StatusCode::OK, "{id} did not end: {outcome}");
     outcome
-}
-
-async fn wait_running(client: &reqwest::Client, server: &Server, id: &str) {
-    for _ in 0..1000 {
-        let (_, record) = json_of(
-            client
-                .get(server.at(&format!("/v1/executions/{id}")))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        if record["status"] == "running" {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{id} never ran");
 }
 
 /// The live `execbox runner` processes the server started.
