@@ -879,6 +879,7 @@ impl ScriptedRunner {
             id: id.into(),
             duration_ms: 0,
             logs: Vec::new(),
+            logs_truncated: None,
             outcome: Ok(None),
         }));
     }

@@ -212,6 +212,7 @@ impl ExecuteResult {
             id: self.id.clone(),
             duration_ms: self.duration_ms,
             logs: self.logs.clone(),
+            logs_truncated: None,
             outcome: self.outcome.clone(),
         })
         .encode()

@@ -249,6 +249,7 @@ impl ToolSet {
                 name: pname.clone(),
                 tools: tool_manifests,
                 types: Some(types),
+                unavailable: None,
             });
             names.insert(
                 pname.clone(),

@@ -92,6 +92,19 @@ pub struct ErrorBody {
     /// Where in the program as sent the error was thrown, when the runner knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<ErrorLocation>,
+    /// Why a trusted layer refused, in a word code can test (`"rate_limited"`,
+    /// `"approval_denied"`, `"unavailable"`, ...), beside the spec's `code`. Guest code reads it as
+    /// `error.reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// With a `reason` of `"rate_limited"`: how long to wait before the same call may succeed.
+    /// Guest code reads it as `error.retryAfterMs`.
+    #[serde(
+        default,
+        rename = "retryAfterMs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_after_ms: Option<u64>,
 }
 
 /// A place in the program as the host sent it (after a Markdown fence is removed, line 1 is the
@@ -121,6 +134,8 @@ impl ErrorBody {
             message: message.into(),
             name: None,
             location: None,
+            reason: None,
+            retry_after_ms: None,
         }
     }
 
@@ -143,6 +158,18 @@ impl ErrorBody {
     /// The same error, thrown at `location`.
     pub fn with_location(mut self, location: ErrorLocation) -> Self {
         self.location = Some(location);
+        self
+    }
+
+    /// The same error, refused for `reason` (see [`ErrorBody::reason`]).
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// The same error, with the time after which a retry may succeed.
+    pub fn with_retry_after_ms(mut self, ms: u64) -> Self {
+        self.retry_after_ms = Some(ms);
         self
     }
 
@@ -238,5 +265,21 @@ mod tests {
         // A name with an empty message is shown alone.
         let bare = ErrorBody::new(ErrorCode::RuntimeError, "").with_name("TypeError");
         assert_eq!(bare.text(), "TypeError");
+    }
+
+    #[test]
+    fn a_refusal_carries_its_reason_and_retry_time_beside_the_code() {
+        let error = ErrorBody::new(ErrorCode::ToolError, "math.add is rate limited")
+            .with_reason("rate_limited")
+            .with_retry_after_ms(1500);
+        assert_eq!(
+            serde_json::to_value(&error).unwrap(),
+            serde_json::json!({
+                "code": "tool_error",
+                "message": "math.add is rate limited",
+                "reason": "rate_limited",
+                "retryAfterMs": 1500
+            })
+        );
     }
 }

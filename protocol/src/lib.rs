@@ -48,8 +48,8 @@ pub use framing::{
 };
 pub use manifest::{ProviderManifest, ToolManifest};
 pub use message::{
-    replace_lone_surrogates, Cancel, DecodeError, Done, Execute, Message, Started, ToolCall,
-    ToolResult,
+    replace_lone_surrogates, Cancel, DecodeError, Done, Execute, LogsTruncated, Message, Started,
+    ToolCall, ToolResult,
 };
 pub use options::RuntimeOptions;
 pub use received::{answered_execute, Received};

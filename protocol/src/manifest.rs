@@ -4,7 +4,8 @@ use serde_json::{Map, Value};
 
 /// One provider as sent in `execute.providers`: metadata only, never a capability.
 ///
-/// Wire shape: `{"name": string, "tools": {KEY: ToolManifest, ...}, "types"?: string}`.
+/// Wire shape: `{"name": string, "tools": {KEY: ToolManifest, ...}, "types"?: string,
+/// "unavailable"?: string}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderManifest {
     /// The global namespace name the guest sees (`name.tool(...)`).
@@ -13,6 +14,10 @@ pub struct ProviderManifest {
     pub tools: Vec<ToolManifest>,
     /// TypeScript declarations for prompts; the runner does not read them.
     pub types: Option<String>,
+    /// Set when the provider cannot be used now (an upstream that did not start, say), with
+    /// why and what to do: the namespace still exists, and every call on it fails with
+    /// `tool_error` saying this, instead of the name being unknown.
+    pub unavailable: Option<String>,
 }
 
 /// One entry of `ProviderManifest.tools`.
@@ -71,6 +76,9 @@ impl ProviderManifest {
         if let Some(types) = &self.types {
             out.insert("types".into(), Value::String(types.clone()));
         }
+        if let Some(why) = &self.unavailable {
+            out.insert("unavailable".into(), Value::String(why.clone()));
+        }
         Value::Object(out)
     }
 
@@ -92,6 +100,13 @@ impl ProviderManifest {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
             Some(other) => return Err((format!("{path}.types"), expected("a string", other))),
+        };
+        let unavailable = match obj.get("unavailable") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                return Err((format!("{path}.unavailable"), expected("a string", other)))
+            }
         };
         let tools_value = obj
             .get("tools")
@@ -138,7 +153,12 @@ impl ProviderManifest {
                 extra,
             });
         }
-        Ok(ProviderManifest { name, tools, types })
+        Ok(ProviderManifest {
+            name,
+            tools,
+            types,
+            unavailable,
+        })
     }
 }
 
@@ -175,6 +195,15 @@ mod tests {
         let m = ProviderManifest::from_value(&wire, "providers[0]").unwrap();
         assert_eq!(m.tools[0].safe_name, "echo_it");
         assert_eq!(m.tools[0].key, "echo-it");
+        assert_eq!(m.to_value(), wire);
+    }
+
+    #[test]
+    fn an_unavailable_provider_says_why() {
+        let wire =
+            json!({"name": "github", "tools": {}, "unavailable": "the upstream did not start"});
+        let m = ProviderManifest::from_value(&wire, "providers[0]").unwrap();
+        assert_eq!(m.unavailable.as_deref(), Some("the upstream did not start"));
         assert_eq!(m.to_value(), wire);
     }
 

@@ -73,8 +73,21 @@ pub struct Done {
     pub duration_ms: u64,
     /// Captured console lines, after truncation.
     pub logs: Vec<String>,
+    /// What truncation took from `logs`, when it took anything, so a host can say so
+    /// (`logsTruncated` on the wire; an optional field other hosts ignore).
+    pub logs_truncated: Option<LogsTruncated>,
     /// `Ok(None)` is a successful `undefined` (no `result` field).
     pub outcome: Result<Option<Box<RawValue>>, ErrorBody>,
+}
+
+/// What the log limits (`maxLogLines`, then `maxLogChars`) took from an execution's logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogsTruncated {
+    /// Console lines the guest wrote that are not in `logs` at all.
+    pub omitted_lines: u64,
+    /// The last line in `logs` was cut where the character budget ran out.
+    pub cut_line: bool,
 }
 
 /// Any protocol message, in either direction.
@@ -199,6 +212,7 @@ impl Message {
                 ok: Some(m.outcome.is_ok()),
                 duration_ms: Some(m.duration_ms),
                 logs: Some(&m.logs),
+                logs_truncated: m.logs_truncated,
                 result: m.outcome.as_ref().ok().and_then(|r| r.as_deref()),
                 error: m.outcome.as_ref().err(),
                 ..Wire::default()
@@ -418,11 +432,18 @@ impl<'a> Fields<'a> {
         let location = obj
             .get("location")
             .and_then(|l| serde_json::from_value::<ErrorLocation>(l.clone()).ok());
+        let reason = match obj.get("reason") {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            _ => None,
+        };
+        let retry_after_ms = obj.get("retryAfterMs").and_then(Value::as_u64);
         Ok(ErrorBody {
             code,
             message,
             name,
             location,
+            reason,
+            retry_after_ms,
         })
     }
 }
@@ -599,6 +620,10 @@ fn decode_done(f: &Fields<'_>) -> Result<Done, DecodeError> {
         Some(other) => return Err(f.invalid(K, "logs", expected("an array", &other))),
         None => return Err(f.invalid(K, "logs", "is required")),
     };
+    // Only presents the logs: one that is not well-formed is left out.
+    let logs_truncated = f
+        .value(K, "logsTruncated")?
+        .and_then(|v| serde_json::from_value::<LogsTruncated>(v).ok());
     let outcome = if f.boolean(K, "ok")? {
         Ok(f.raw("result"))
     } else {
@@ -608,6 +633,7 @@ fn decode_done(f: &Fields<'_>) -> Result<Done, DecodeError> {
         id,
         duration_ms,
         logs,
+        logs_truncated,
         outcome,
     })
 }
@@ -640,6 +666,8 @@ struct Wire<'a> {
     duration_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     logs: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logs_truncated: Option<LogsTruncated>,
     #[serde(skip_serializing_if = "Option::is_none")]
     result: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -775,6 +803,7 @@ mod tests {
             id: "a".into(),
             duration_ms: 1,
             logs: vec![],
+            logs_truncated: None,
             outcome: Ok(None),
         });
         assert_eq!(
@@ -824,6 +853,7 @@ mod tests {
                 id: "a\u{0}".into(),
                 duration_ms: u64::MAX,
                 logs,
+                logs_truncated: None,
                 outcome: Err(ErrorBody::new(ErrorCode::RuntimeError, "\u{7}".repeat(9))),
             }),
             Message::ToolCall(ToolCall {

@@ -228,6 +228,7 @@ impl Control {
                     id,
                     duration_ms: elapsed.as_millis() as u64,
                     logs: Vec::new(),
+                    logs_truncated: None,
                     outcome: Err(outcome),
                 }));
             }
@@ -252,6 +253,7 @@ pub(crate) fn busy_done(id: &str, active: &str) -> Message {
         id: id.to_owned(),
         duration_ms: 0,
         logs: Vec::new(),
+        logs_truncated: None,
         outcome: Err(ErrorBody::new(
             ErrorCode::InternalError,
             format!("Runner already has an active execution ({active:?})"),

@@ -433,6 +433,7 @@ fn take_turn(
                         id: exec.id.clone(),
                         duration_ms: 0,
                         logs: Vec::new(),
+                        logs_truncated: None,
                         outcome: Err(ErrorBody::new(
                             ErrorCode::ValidationError,
                             format!("invalid execute message: {field} {reason}"),
@@ -447,6 +448,7 @@ fn take_turn(
                         id: exec.id.clone(),
                         duration_ms: 0,
                         logs: Vec::new(),
+                        logs_truncated: None,
                         outcome: Err(ErrorBody::new(ErrorCode::ValidationError, message)),
                     }));
                     continue;
@@ -473,6 +475,7 @@ fn take_turn(
                         id: exec.id.clone(),
                         duration_ms: started.elapsed().as_millis() as u64,
                         logs: finished.logs,
+                        logs_truncated: None,
                         outcome: finished.outcome,
                     };
                     out.send(&fit_done(done, limits.max_message_bytes));
@@ -655,6 +658,7 @@ fn handle_stray(
             id: id.to_owned(),
             duration_ms: 0,
             logs: Vec::new(),
+            logs_truncated: None,
             outcome: Err(ErrorBody::new(code, message)),
         }));
     };
