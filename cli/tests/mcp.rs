@@ -7,6 +7,8 @@
 
 #[path = "support/mcp_upstream.rs"]
 mod mcp_upstream;
+#[path = "mcp/mistakes.rs"]
+mod mistakes;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -29,6 +31,7 @@ use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
 use mcp_upstream::{MARKS_ENV, ROLE_ENV};
+use mistakes::the_mistakes_table_is_current;
 
 const EXECBOX: &str = env!("CARGO_BIN_EXE_execbox");
 const WAIT: Duration = Duration::from_secs(20);
@@ -70,6 +73,7 @@ fn main() {
         without_elicitation_a_call_needing_approval_is_refused,
         approval_questions_show_invisible_characters_escaped,
         require_approval_and_grants_reach_the_tool_by_either_of_its_names,
+        the_mistakes_table_is_current,
     ];
     let trials = cases
         .into_iter()

@@ -1,0 +1,3 @@
+// mistake: imports a Node module
+import { readFileSync } from "fs";
+return readFileSync("/etc/hostname", "utf8");

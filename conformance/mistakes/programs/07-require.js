@@ -1,0 +1,3 @@
+// mistake: requires a Node module
+const fs = require("fs");
+return fs.readdirSync(".");

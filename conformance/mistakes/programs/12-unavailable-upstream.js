@@ -1,0 +1,2 @@
+// mistake: calls a server that failed to start
+return await broken.status({});

@@ -1,0 +1,3 @@
+// mistake: expects fetch
+const response = await fetch("https://example.com/api");
+return await response.json();

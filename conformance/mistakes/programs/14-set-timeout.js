@@ -1,0 +1,3 @@
+// mistake: expects timers
+await new Promise((resolve) => setTimeout(resolve, 100));
+return "waited";

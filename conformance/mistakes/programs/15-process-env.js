@@ -1,0 +1,2 @@
+// mistake: reads the environment
+return process.env.HOME;

@@ -1,0 +1,3 @@
+// mistake: waits on a promise nothing settles
+await new Promise(() => {});
+return "never";

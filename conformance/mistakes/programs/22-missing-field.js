@@ -1,0 +1,2 @@
+// mistake: leaves out a required field
+return await math.add({ a: 2 });

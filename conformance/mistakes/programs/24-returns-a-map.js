@@ -1,0 +1,3 @@
+// mistake: returns a Map
+const counts = new Map([["a", 1], ["b", 2]]);
+return counts;

@@ -1,0 +1,2 @@
+// mistake: returns a BigInt
+return 2n ** 64n;
