@@ -28,7 +28,11 @@
 //!
 //! Property names that are not identifiers are quoted; `description`s become JSDoc. Nesting
 //! deeper than [`MAX_TYPE_DEPTH`] becomes `unknown`. A tool without an input schema takes
-//! `input?: unknown`; without an output schema it returns `Promise<unknown>`.
+//! `input?: unknown`; without an output schema it returns `Promise<unknown>`, or the type its
+//! caller gives ([`ToolDeclaration::result_type`], e.g. what an MCP result becomes).
+//! `@remarks` lines say what a call goes through ([`requirement_remarks`]: approval, rate
+//! limit) and a tool's own name ([`name_remark`]); a `// observed result:` line gives the
+//! shape of a result seen at run time ([`shape_of`]).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
