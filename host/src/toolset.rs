@@ -476,20 +476,18 @@ impl ToolSet {
         ctx: ToolContext,
         guard: Option<&dyn CallGuard>,
     ) -> Result<Result<Box<RawValue>, ToolError>, String> {
+        if let Some(why) = why_unavailable(&self.0.unavailable, &call.provider_name) {
+            return Ok(Err(ToolError::tool(format!(
+                "{} is unavailable: {why}",
+                call.provider_name
+            ))));
+        }
         let tool = match self
             .0
             .lookup
             .get(&call.provider_name)
             .and_then(|tools| tools.get(&call.safe_tool_name))
         {
-            _ if why_unavailable(&self.0.unavailable, &call.provider_name).is_some() => {
-                let why = why_unavailable(&self.0.unavailable, &call.provider_name);
-                return Ok(Err(ToolError::tool(format!(
-                    "{} is unavailable: {}",
-                    call.provider_name,
-                    why.unwrap_or_default()
-                ))));
-            }
             Some(tool) => tool.clone(),
             None => return Ok(Err(self.unknown_tool(&call.provider_name))),
         };
@@ -717,5 +715,71 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "unknown panic payload".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ping() -> Tool {
+        Tool::new("ping", |_, _| async { Ok(json!("pong")) })
+    }
+
+    #[tokio::test]
+    async fn unavailable_namespaces_exist_and_their_calls_say_why() {
+        let set = ToolSet::with_unavailable(
+            vec![
+                Provider::new("up").tool(ping()),
+                Provider::new("dead").tool(ping()),
+            ],
+            vec![
+                ("dead".into(), "it exited; tell the user".into()),
+                ("gone".into(), "it did not start; tell the user".into()),
+            ],
+        )
+        .unwrap();
+        let marks: Vec<(&str, Option<&str>, usize)> = set
+            .manifests()
+            .iter()
+            .map(|m| (m.name.as_str(), m.unavailable.as_deref(), m.tools.len()))
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                ("up", None, 1),
+                ("dead", Some("it exited; tell the user"), 1),
+                ("gone", Some("it did not start; tell the user"), 0),
+            ]
+        );
+        let call = |provider: &str| ToolCall {
+            call_id: "c1".into(),
+            provider_name: provider.into(),
+            safe_tool_name: "ping".into(),
+            input: None,
+        };
+        let ctx = || ToolContext::new("e1");
+        let result = set.dispatch(&call("gone"), ctx()).await;
+        let error = result.outcome.unwrap_err();
+        assert_eq!(error.code, ErrorCode::ToolError);
+        assert_eq!(
+            error.message,
+            "gone.ping: gone is unavailable: it did not start; tell the user"
+        );
+        let error = set
+            .dispatch(&call("dead"), ctx())
+            .await
+            .outcome
+            .unwrap_err();
+        assert_eq!(
+            error.message,
+            "dead.ping: dead is unavailable: it exited; tell the user"
+        );
+        assert!(set.dispatch(&call("up"), ctx()).await.outcome.is_ok());
+        // A view keeps a namespace without tools, and drops one whose tools are all hidden.
+        let view = set.view(|_| false);
+        let names: Vec<&str> = view.manifests().iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["gone"]);
     }
 }
