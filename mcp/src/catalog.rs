@@ -158,11 +158,6 @@ impl Catalog {
         self.namespaces.iter().map(|(s, _)| s)
     }
 
-    /// How many tools there are.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
     /// The index: one line per namespace, then one line per tool (`name: summary`).
     pub fn index(&self) -> String {
         let mut out = String::new();
