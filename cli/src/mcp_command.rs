@@ -15,7 +15,7 @@ use execbox_mcp::{
     check_exposure, serve_http, serve_stdio, CodeModeOptions, CodeModeServer, HttpOptions,
     McpConfig, UpstreamOptions, Upstreams, MCP_PATH,
 };
-use execbox_policy::Enforcement;
+use execbox_policy::{Enforcement, ObservedResults};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::McpArgs;
@@ -33,7 +33,18 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         Some(path) => ToolsFile::load(path)?,
         None => Vec::new(),
     };
-    let enforcement = args.enforce.options().open()?;
+    let enforce = args.enforce.options();
+    let enforcement = enforce.open()?;
+    // The shapes of tools' results live beside the rate-limit counters, when they are in a file.
+    let state = enforce.state.clone().or_else(|| {
+        enforcement
+            .policy()
+            .and_then(|p| p.state_file().map(Into::into))
+    });
+    let observed = Arc::new(match state {
+        Some(path) => ObservedResults::open(path)?,
+        None => ObservedResults::in_memory(),
+    });
     let http = match args.http {
         Some(addr) => {
             let token = execbox_runner::listen::load_token(args.token_file.as_deref())?;
@@ -55,7 +66,7 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let status = runtime.block_on(serve(args, config, local, enforcement, http))?;
+    let status = runtime.block_on(serve(args, config, local, enforcement, observed, http))?;
     // No upstream or tool process outlives us, whatever happened.
     supervisor::kill_all();
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -67,6 +78,7 @@ async fn serve(
     config: McpConfig,
     local: Vec<execbox_host::Provider>,
     enforcement: Enforcement,
+    observed: Arc<ObservedResults>,
     http: Option<(SocketAddr, HttpOptions)>,
 ) -> anyhow::Result<ExitCode> {
     // Bind first: a port in use is a usage error, before any upstream is started.
@@ -81,6 +93,7 @@ async fn serve(
     let upstream_options = UpstreamOptions {
         startup_timeout: Duration::from_secs(args.startup_timeout),
         policy: enforcement.policy().cloned(),
+        observed,
         ..UpstreamOptions::default()
     };
     // Started in the background: the client's `initialize` is answered at once, and its

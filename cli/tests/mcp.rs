@@ -73,6 +73,11 @@ fn main() {
         without_elicitation_a_call_needing_approval_is_refused,
         approval_questions_show_invisible_characters_escaped,
         require_approval_and_grants_reach_the_tool_by_either_of_its_names,
+        search_tools_answers_one_tool_by_name_and_nothing_by_a_server_name,
+        a_tool_answering_once_shows_its_observed_result_shape,
+        declarations_say_which_tools_need_approval_or_are_rate_limited,
+        an_unavailable_upstream_stays_a_namespace_saying_why,
+        the_prompt_never_says_a_declared_namespace_is_missing,
         the_mistakes_table_is_current,
     ];
     let trials = cases
@@ -425,7 +430,8 @@ async fn search_tools_returns_typescript_declarations(h: Harness) -> Result<(), 
         one.structured
     );
     check!(
-        one.text.starts_with("1 of the 10 tools match \"key\""),
+        one.text
+            .starts_with("2 tools match \"key\", best first; the declarations of the first 1:"),
         "{}",
         one.text
     );
@@ -610,12 +616,13 @@ async fn an_upstream_that_dies_fails_its_calls_and_not_the_others(
     let again = mcp
         .value("try { await mortal.die() } catch (e) { return [e.code, e.message] }")
         .await?;
+    // The namespace goes to the runner marked unavailable, saying why and what to do.
+    check!(again[0] == "tool_error", "{again}");
     check!(
-        again
-            == json!([
-                "tool_error",
-                "mortal.die: the MCP server \"mortal\" is unavailable: it exited with status 9"
-            ]),
+        again[1].as_str().is_some_and(|m| m.contains(
+            "mortal is unavailable: MCP server \"mortal\": exited with status 9. Do not retry: \
+             tell the user, who can fix it and restart execbox mcp"
+        )),
         "{again}"
     );
     let sum = mcp.value("(await alpha.add({ a: 2, b: 2 })).sum").await?;
@@ -1422,3 +1429,7 @@ async fn require_approval_and_grants_reach_the_tool_by_either_of_its_names(
     mcp.stop().await?;
     Ok(())
 }
+
+#[path = "mcp/declarations.rs"]
+mod declarations;
+use declarations::*;

@@ -28,7 +28,11 @@
 //!
 //! Property names that are not identifiers are quoted; `description`s become JSDoc. Nesting
 //! deeper than [`MAX_TYPE_DEPTH`] becomes `unknown`. A tool without an input schema takes
-//! `input?: unknown`; without an output schema it returns `Promise<unknown>`.
+//! `input?: unknown`; without an output schema it returns `Promise<unknown>`, or the type its
+//! caller gives ([`ToolDeclaration::result_type`], e.g. what an MCP result becomes).
+//! `@remarks` lines say what a call goes through ([`requirement_remarks`]: approval, rate
+//! limit) and a tool's own name ([`name_remark`]); a `// observed result:` line gives the
+//! shape of a result seen at run time ([`shape_of`]).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -36,6 +40,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 
 use crate::names::is_identifier;
+use crate::requirements::ToolRequirements;
 
 /// Schemas nested deeper than this render as `unknown`.
 pub const MAX_TYPE_DEPTH: usize = 16;
@@ -56,6 +61,15 @@ pub struct ToolDeclaration<'a> {
     /// The error codes a call may reject with, each with when, as `@throws` lines of the
     /// JSDoc; empty for none (the declarations of [`ToolSet::declarations`](crate::ToolSet::declarations)).
     pub errors: &'a [(&'a str, String)],
+    /// More facts for the JSDoc, one `@remarks` line each (`needs approval`,
+    /// `upstream name: "get-sum"`); empty for none.
+    pub remarks: &'a [String],
+    /// The promised type when there is no output schema (`unknown` when `None`), e.g. what
+    /// an MCP result becomes.
+    pub result_type: Option<&'a str>,
+    /// The shape of a result seen at run time ([`shape_of`]), written as a
+    /// `// observed result: ...` line above the function; `None` for none.
+    pub observed: Option<&'a str>,
 }
 
 /// The `declare namespace` block of one provider.
@@ -77,14 +91,23 @@ pub fn provider_declaration(
             }
             let _ = write!(doc, "@throws {{Error}} code \"{code}\": {when}");
         }
+        for remark in tool.remarks {
+            if !doc.is_empty() {
+                doc.push('\n');
+            }
+            let _ = write!(doc, "@remarks {remark}");
+        }
         out.push_str(&doc_comment(&doc, 1));
+        if let Some(observed) = tool.observed {
+            let _ = writeln!(out, "{INDENT}// observed result: {observed}");
+        }
         let param = match tool.input_schema {
             Some(schema) => format!("input: {}", schema_to_type(schema, 1)),
             None => "input?: unknown".to_string(),
         };
         let output = match tool.output_schema {
             Some(schema) => schema_to_type(schema, 1),
-            None => "unknown".to_string(),
+            None => tool.result_type.unwrap_or("unknown").to_string(),
         };
         let _ = writeln!(
             out,
@@ -94,6 +117,47 @@ pub fn provider_declaration(
     }
     out.push('}');
     out
+}
+
+/// The `@remarks` lines saying what a call of a tool with `requirements` goes through:
+/// `needs approval: ...`, `rate limited: 10 per 1m ...`; empty when it declares neither.
+pub fn requirement_remarks(requirements: &ToolRequirements) -> Vec<String> {
+    let mut remarks = Vec::new();
+    if requirements.requires_approval {
+        remarks.push(
+            "needs approval: each call waits for a person's yes; a no fails it with \
+             \"tool_error\""
+                .to_string(),
+        );
+    }
+    if let Some(limit) = &requirements.rate_limit {
+        remarks.push(format!(
+            "rate limited: {limit}; a call over it fails with \"tool_error\", \
+             error.reason \"rate_limited\" and error.retryAfterMs"
+        ));
+    }
+    remarks
+}
+
+/// The `@remarks` line naming a tool's own name when its identifier differs from it
+/// (`original name: "get-sum"; also callable as calc["get-sum"]`); `None` when they are equal.
+/// `aliased`: whether the original name reaches this tool too (it does unless another tool
+/// of the provider has it as its identifier).
+pub fn name_remark(
+    what: &str,
+    provider: &str,
+    safe_name: &str,
+    original: &str,
+    aliased: bool,
+) -> Option<String> {
+    (safe_name != original).then(|| {
+        let quoted = Value::String(original.to_string()).to_string();
+        if aliased {
+            format!("{what}: {quoted}; also callable as {provider}[{quoted}]")
+        } else {
+            format!("{what}: {quoted}")
+        }
+    })
 }
 
 /// The TypeScript type of `schema`, written as if it started on a line indented `indent`
@@ -337,6 +401,116 @@ fn literal(value: &Value) -> Ty {
     }
 }
 
+/// The deepest nesting [`shape_of`] writes out.
+const MAX_SHAPE_DEPTH: usize = 4;
+/// At most this many members of one object are written by [`shape_of`]; the rest are `...`.
+const MAX_SHAPE_MEMBERS: usize = 12;
+
+/// A TypeScript-like type of a JSON value, on one line and at most `max_chars` characters
+/// (shallower, then cut with `…`, when longer): `{ sum: number; items: { id: string; tags?: string[] }[] }`.
+/// Array elements are merged (a member missing from some is optional; different kinds make a
+/// union), an empty array is `unknown[]`, deeper than a few levels is `{...}` or `unknown[]`.
+pub fn shape_of(value: &Value, max_chars: usize) -> String {
+    let mut text = String::new();
+    for depth in (1..=MAX_SHAPE_DEPTH).rev() {
+        text = shape(value, depth);
+        if text.chars().count() <= max_chars {
+            return text;
+        }
+    }
+    let cut: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+/// The shape of `value`, writing `depth` more levels of objects and arrays.
+fn shape(value: &Value, depth: usize) -> String {
+    match value {
+        Value::Null => "null".into(),
+        Value::Bool(_) => "boolean".into(),
+        Value::Number(_) => "number".into(),
+        Value::String(_) => "string".into(),
+        Value::Array(items) => {
+            if items.is_empty() || depth == 0 {
+                return "unknown[]".into();
+            }
+            let element = merged_shape(items, depth - 1);
+            if element.contains(" | ") {
+                format!("({element})[]")
+            } else {
+                format!("{element}[]")
+            }
+        }
+        Value::Object(map) => object_shape(&[map], depth),
+    }
+}
+
+/// One shape for the elements of an array: objects merged into one, other kinds as a union.
+fn merged_shape(items: &[Value], depth: usize) -> String {
+    let objects: Vec<&Map<String, Value>> = items.iter().filter_map(Value::as_object).collect();
+    let mut kinds: Vec<String> = Vec::new();
+    let mut object_done = false;
+    for item in items {
+        let text = match item {
+            Value::Object(_) if object_done => continue,
+            Value::Object(_) => {
+                object_done = true;
+                object_shape(&objects, depth)
+            }
+            other => shape(other, depth),
+        };
+        if !kinds.contains(&text) {
+            kinds.push(text);
+        }
+    }
+    if kinds.len() > 3 {
+        return "unknown".into();
+    }
+    kinds.join(" | ")
+}
+
+/// The shape of objects seen together: every member of any, optional (`?`) where some lack it.
+fn object_shape(objects: &[&Map<String, Value>], depth: usize) -> String {
+    if depth == 0 {
+        return "{...}".into();
+    }
+    let mut keys: Vec<&String> = Vec::new();
+    for object in objects {
+        for key in object.keys() {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    if keys.is_empty() {
+        return "{}".into();
+    }
+    let mut members = Vec::new();
+    for key in keys.iter().take(MAX_SHAPE_MEMBERS) {
+        let values: Vec<Value> = objects
+            .iter()
+            .filter_map(|o| o.get(key.as_str()).cloned())
+            .collect();
+        let optional = if values.len() < objects.len() {
+            "?"
+        } else {
+            ""
+        };
+        let name = if is_identifier(key) {
+            key.to_string()
+        } else {
+            Value::String(key.to_string()).to_string()
+        };
+        members.push(format!(
+            "{name}{optional}: {}",
+            merged_shape(&values, depth - 1)
+        ));
+    }
+    if keys.len() > MAX_SHAPE_MEMBERS {
+        members.push("...".into());
+    }
+    format!("{{ {} }}", members.join("; "))
+}
+
 /// A JSDoc comment at `indent` levels, ending with a newline; empty for blank text.
 fn doc_comment(text: &str, indent: usize) -> String {
     let text = text.trim().replace("*/", "*\\/");
@@ -472,6 +646,65 @@ mod tests {
     }
 
     #[test]
+    fn shapes_of_values_are_merged_and_bounded() {
+        assert_eq!(shape_of(&json!({"sum": 3}), 200), "{ sum: number }");
+        assert_eq!(
+            shape_of(
+                &json!({"items": [{"id": "a", "tags": ["x"]}, {"id": "b"}], "next-page": null}),
+                200
+            ),
+            "{ items: { id: string; tags?: string[] }[]; \"next-page\": null }"
+        );
+        assert_eq!(
+            shape_of(&json!([1, "a", null]), 200),
+            "(number | string | null)[]"
+        );
+        assert_eq!(shape_of(&json!([]), 200), "unknown[]");
+        assert_eq!(shape_of(&json!("x"), 200), "string");
+        let deep = json!({"a": {"b": {"c": {"d": {"e": 1}}}}});
+        assert_eq!(shape_of(&deep, 200), "{ a: { b: { c: { d: {...} } } } }");
+        assert_eq!(shape_of(&deep, 20), "{ a: { b: {...} } }");
+        let wide: Map<String, Value> = (0..30).map(|i| (format!("k{i}"), json!(i))).collect();
+        let text = shape_of(&Value::Object(wide), 1000);
+        assert!(text.ends_with("k11: number; ... }"), "{text}");
+        assert!(shape_of(&json!({"a": "x".repeat(10)}), 5).chars().count() <= 5);
+    }
+
+    #[test]
+    fn remarks_result_types_and_observed_results() {
+        let remarks = [
+            "needs approval".to_string(),
+            "upstream name: \"get-sum\"".to_string(),
+        ];
+        let text = provider_declaration(
+            "calc",
+            None,
+            &[ToolDeclaration {
+                safe_name: "get_sum",
+                description: Some("Adds."),
+                input_schema: None,
+                output_schema: None,
+                errors: &[],
+                remarks: &remarks,
+                result_type: Some("unknown /* text */"),
+                observed: Some("{ sum: number }"),
+            }],
+        );
+        assert_eq!(
+            text,
+            "declare namespace calc {
+  /**
+   * Adds.
+   * @remarks needs approval
+   * @remarks upstream name: \"get-sum\"
+   */
+  // observed result: { sum: number }
+  function get_sum(input?: unknown): Promise<unknown /* text */>;
+}"
+        );
+    }
+
+    #[test]
     fn provider_declarations_have_jsdoc_and_defaults() {
         let input = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
         let output = json!({"type": "object", "properties": {"words": {"type": "integer"}}});
@@ -485,6 +718,9 @@ mod tests {
                     input_schema: Some(&input),
                     output_schema: Some(&output),
                     errors: &[],
+                    remarks: &[],
+                    result_type: None,
+                    observed: None,
                 },
                 ToolDeclaration {
                     safe_name: "ping",
@@ -492,6 +728,9 @@ mod tests {
                     input_schema: None,
                     output_schema: None,
                     errors: &[],
+                    remarks: &[],
+                    result_type: None,
+                    observed: None,
                 },
             ],
         );

@@ -30,12 +30,12 @@ pub fn model_prompt(tools: &ToolSet, options: &RuntimeOptions) -> String {
          - Each provider is a global namespace of async functions, one per tool: `const r = await provider.tool({ ... })`. Run independent calls at once with `Promise.all`.\n\
          - `console.log`, `console.info`, `console.warn` and `console.error` write logs.\n\
          \n\
-         ## What is not there\n\
-         - No modules: no `import`, `import()` or `require`.\n\
-         - No timers: no `setTimeout`, `setInterval` or `setImmediate`.\n\
-         - No network, file or process access: no `fetch`, `XMLHttpRequest`, `process` or `fs`.\n\
-         - Only the ECMAScript built-ins, `console` and the tool namespaces below exist.\n\
-         \n\
+         ## What is not there\n",
+    );
+    let namespaces: Vec<&str> = tools.manifests().iter().map(|m| m.name.as_str()).collect();
+    out.push_str(&missing_globals(&namespaces));
+    out.push_str(
+        "\n\
          ## Errors\n\
          - A failed tool call rejects with an `Error` that has a `code` and a `message`. The `code` is one of:\n  \
            - `\"validation_error\"`: the input does not match the tool's parameter type (fix the input), or the tool returned an output that does not match its return type (the tool's fault);\n  \
@@ -70,6 +70,49 @@ pub fn model_prompt(tools: &ToolSet, options: &RuntimeOptions) -> String {
     } else {
         let _ = write!(out, "```ts\n{declarations}\n```\n");
     }
+    out
+}
+
+/// The "What is not there" lines: the globals a program might look for that do not exist,
+/// leaving out any name that is one of `namespaces` (a tool provider named `fs` is there), and
+/// saying which they are.
+fn missing_globals(namespaces: &[&str]) -> String {
+    let lines: [(&str, &[&str]); 3] = [
+        ("No modules", &["`import`", "`import()`", "`require`"]),
+        (
+            "No timers",
+            &["`setTimeout`", "`setInterval`", "`setImmediate`"],
+        ),
+        (
+            "No network, file or process access",
+            &["`fetch`", "`XMLHttpRequest`", "`process`", "`fs`"],
+        ),
+    ];
+    let is_namespace = |name: &str| namespaces.contains(&name.trim_matches('`'));
+    let mut out = String::new();
+    for (what, names) in lines {
+        let absent: Vec<&str> = names.iter().copied().filter(|n| !is_namespace(n)).collect();
+        let _ = match absent.as_slice() {
+            [] => writeln!(out, "- {what}."),
+            [one] => writeln!(out, "- {what}: no {one}."),
+            [init @ .., last] => writeln!(out, "- {what}: no {} or {last}.", init.join(", ")),
+        };
+    }
+    let shadowed: Vec<String> = lines
+        .iter()
+        .flat_map(|(_, names)| names.iter())
+        .filter(|n| is_namespace(n))
+        .map(|n| n.to_string())
+        .collect();
+    for name in shadowed {
+        let _ = writeln!(
+            out,
+            "- {name} below is a tool namespace declared here, not the Node.js or browser global of that name: use only the functions it declares."
+        );
+    }
+    out.push_str(
+        "- Only the ECMAScript built-ins, `console` and the tool namespaces below exist.\n",
+    );
     out
 }
 
@@ -113,6 +156,25 @@ mod tests {
         assert_eq!(bytes(64 * 1024 * 1024), "64 MiB");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(100), "100 bytes");
+    }
+
+    #[test]
+    fn the_missing_globals_leave_out_declared_namespaces() {
+        let plain = missing_globals(&[]);
+        assert!(
+            plain.contains("- No network, file or process access: no `fetch`, `XMLHttpRequest`, `process` or `fs`.\n"),
+            "{plain}"
+        );
+        let with_fs = missing_globals(&["fs", "text"]);
+        assert!(
+            with_fs.contains("- No network, file or process access: no `fetch`, `XMLHttpRequest` or `process`.\n"),
+            "{with_fs}"
+        );
+        assert!(!with_fs.contains("or `fs`"), "{with_fs}");
+        assert!(
+            with_fs.contains("- `fs` below is a tool namespace declared here"),
+            "{with_fs}"
+        );
     }
 
     #[test]

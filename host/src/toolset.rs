@@ -45,7 +45,7 @@ use execbox_protocol::{
 use futures_util::FutureExt as _;
 use serde_json::{Map, Value};
 
-use crate::declarations::{provider_declaration, ToolDeclaration};
+use crate::declarations::{provider_declaration, requirement_remarks, ToolDeclaration};
 use crate::guard::{unguarded, CallGuard, GuardError, GuardedCall};
 use crate::json::{
     drop_value, parse_json, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
@@ -101,6 +101,8 @@ pub struct ToolSet(Arc<Inner>);
 struct Inner {
     /// The providers as given, to build what a principal may see.
     providers: Vec<Provider>,
+    /// The namespaces that cannot be used now, and why (see [`ToolSet::with_unavailable`]).
+    unavailable: Vec<(String, String)>,
     /// A view that does not keep every tool: a call of any tool it does not have (hidden or
     /// missing alike) is refused as "permission denied".
     restricted: bool,
@@ -142,7 +144,19 @@ impl std::fmt::Debug for ToolSet {
 impl ToolSet {
     /// Resolves `providers`; see [`ToolSetError`] for what can be refused.
     pub fn new(providers: Vec<Provider>) -> Result<ToolSet, ToolSetError> {
-        Self::build(providers, false, None)
+        Self::build(providers, Vec::new(), false, None)
+    }
+
+    /// Resolves `providers`, and marks namespaces as unavailable: `(name, why)`, where `why`
+    /// says why and what to do. A name that is one of `providers` keeps its tools; any other
+    /// becomes a namespace without tools. Each goes to the runner with
+    /// [`ProviderManifest::unavailable`] set, so the namespace exists and every call on it
+    /// fails with `tool_error` `<name> is unavailable: <why>` (here too, should one arrive).
+    pub fn with_unavailable(
+        providers: Vec<Provider>,
+        unavailable: Vec<(String, String)>,
+    ) -> Result<ToolSet, ToolSetError> {
+        Self::build(providers, unavailable, false, None)
     }
 
     /// Resolves `providers`; a view (`restricted`) keeps the safe names of the full set
@@ -150,6 +164,7 @@ impl ToolSet {
     /// name a listing shows is the tool a call reaches.
     fn build(
         providers: Vec<Provider>,
+        unavailable: Vec<(String, String)>,
         restricted: bool,
         pinned: Option<&HashMap<String, Vec<(String, String)>>>,
     ) -> Result<ToolSet, ToolSetError> {
@@ -195,7 +210,13 @@ impl ToolSet {
             let mut tool_manifests = Vec::with_capacity(tools.len());
             let mut decls = Vec::with_capacity(tools.len());
             let errors: Vec<Vec<(&str, String)>> = tools.iter().map(error_codes).collect();
-            for ((tool, safe), errors) in tools.iter().zip(&safe_names).zip(&errors) {
+            let remarks: Vec<Vec<String>> = tools
+                .iter()
+                .map(|tool| requirement_remarks(tool.requirements()))
+                .collect();
+            for (((tool, safe), errors), remarks) in
+                tools.iter().zip(&safe_names).zip(&errors).zip(&remarks)
+            {
                 let compile = |schema: Option<&Value>, which: &'static str| {
                     schema
                         .map(|s| {
@@ -223,6 +244,9 @@ impl ToolSet {
                     input_schema: tool.get_input_schema(),
                     output_schema: tool.get_output_schema(),
                     errors,
+                    remarks,
+                    result_type: None,
+                    observed: None,
                 });
                 by_safe.insert(
                     safe.clone(),
@@ -249,7 +273,7 @@ impl ToolSet {
                 name: pname.clone(),
                 tools: tool_manifests,
                 types: Some(types),
-                unavailable: None,
+                unavailable: why_unavailable(&unavailable, &pname),
             });
             names.insert(
                 pname.clone(),
@@ -260,8 +284,29 @@ impl ToolSet {
             );
             lookup.insert(pname, by_safe);
         }
+        for (name, why) in &unavailable {
+            if lookup.contains_key(name) {
+                continue;
+            }
+            check_provider_name(name).map_err(|reason| ToolSetError::InvalidProviderName {
+                name: name.clone(),
+                reason,
+            })?;
+            let types = provider_declaration(name, Some(&format!("unavailable: {why}")), &[]);
+            declarations.push(types.clone());
+            prompt_declarations.push(types.clone());
+            manifests.push(ProviderManifest {
+                name: name.clone(),
+                tools: Vec::new(),
+                types: Some(types),
+                unavailable: Some(why.clone()),
+            });
+            names.insert(name.clone(), Vec::new());
+            lookup.insert(name.clone(), HashMap::new());
+        }
         Ok(ToolSet(Arc::new(Inner {
             providers: given,
+            unavailable,
             restricted,
             views: std::sync::Mutex::new(HashMap::new()),
             manifests,
@@ -319,9 +364,20 @@ impl ToolSet {
                 (!visible.tools().is_empty()).then_some(visible)
             })
             .collect();
+        // An unavailable namespace stays, unless it had tools and none is left.
+        let unavailable = self
+            .0
+            .unavailable
+            .iter()
+            .filter(|(name, _)| {
+                providers.iter().any(|p| p.name() == name)
+                    || !self.0.providers.iter().any(|p| p.name() == name)
+            })
+            .cloned()
+            .collect();
         // The providers were accepted once; a subset of them is accepted again.
-        let view =
-            Self::build(providers, true, Some(&self.0.names)).unwrap_or_else(|_| ToolSet::empty());
+        let view = Self::build(providers, unavailable, true, Some(&self.0.names))
+            .unwrap_or_else(|_| ToolSet::empty());
         views.insert(keep, view.clone());
         view
     }
@@ -420,6 +476,12 @@ impl ToolSet {
         ctx: ToolContext,
         guard: Option<&dyn CallGuard>,
     ) -> Result<Result<Box<RawValue>, ToolError>, String> {
+        if let Some(why) = why_unavailable(&self.0.unavailable, &call.provider_name) {
+            return Ok(Err(ToolError::tool(format!(
+                "{} is unavailable: {why}",
+                call.provider_name
+            ))));
+        }
         let tool = match self
             .0
             .lookup
@@ -586,6 +648,14 @@ impl ToolSet {
     }
 }
 
+/// Why `provider` is unavailable, if it is.
+fn why_unavailable(unavailable: &[(String, String)], provider: &str) -> Option<String> {
+    unavailable
+        .iter()
+        .find(|(name, _)| name == provider)
+        .map(|(_, why)| why.clone())
+}
+
 /// The error codes a call of `tool` may reject with, and when, for prompts.
 fn error_codes(tool: &Tool) -> Vec<(&'static str, String)> {
     let mut codes = Vec::new();
@@ -645,5 +715,71 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "unknown panic payload".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ping() -> Tool {
+        Tool::new("ping", |_, _| async { Ok(json!("pong")) })
+    }
+
+    #[tokio::test]
+    async fn unavailable_namespaces_exist_and_their_calls_say_why() {
+        let set = ToolSet::with_unavailable(
+            vec![
+                Provider::new("up").tool(ping()),
+                Provider::new("dead").tool(ping()),
+            ],
+            vec![
+                ("dead".into(), "it exited; tell the user".into()),
+                ("gone".into(), "it did not start; tell the user".into()),
+            ],
+        )
+        .unwrap();
+        let marks: Vec<(&str, Option<&str>, usize)> = set
+            .manifests()
+            .iter()
+            .map(|m| (m.name.as_str(), m.unavailable.as_deref(), m.tools.len()))
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                ("up", None, 1),
+                ("dead", Some("it exited; tell the user"), 1),
+                ("gone", Some("it did not start; tell the user"), 0),
+            ]
+        );
+        let call = |provider: &str| ToolCall {
+            call_id: "c1".into(),
+            provider_name: provider.into(),
+            safe_tool_name: "ping".into(),
+            input: None,
+        };
+        let ctx = || ToolContext::new("e1");
+        let result = set.dispatch(&call("gone"), ctx()).await;
+        let error = result.outcome.unwrap_err();
+        assert_eq!(error.code, ErrorCode::ToolError);
+        assert_eq!(
+            error.message,
+            "gone.ping: gone is unavailable: it did not start; tell the user"
+        );
+        let error = set
+            .dispatch(&call("dead"), ctx())
+            .await
+            .outcome
+            .unwrap_err();
+        assert_eq!(
+            error.message,
+            "dead.ping: dead is unavailable: it exited; tell the user"
+        );
+        assert!(set.dispatch(&call("up"), ctx()).await.outcome.is_ok());
+        // A view keeps a namespace without tools, and drops one whose tools are all hidden.
+        let view = set.view(|_| false);
+        let names: Vec<&str> = view.manifests().iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["gone"]);
     }
 }

@@ -6,8 +6,12 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use execbox_host::declarations::{provider_declaration, ToolDeclaration};
+use execbox_host::declarations::{
+    name_remark, provider_declaration, requirement_remarks, ToolDeclaration,
+};
 use execbox_host::{CallGuard, Provider, Tool, ToolSet, ToolSetError};
+use execbox_policy::ObservedResults;
+use serde_json::{json, Value};
 
 use super::content::one_line;
 
@@ -25,6 +29,8 @@ pub struct NamespaceStatus {
     pub unavailable: Option<String>,
     /// It is still starting (and `unavailable` says so).
     pub starting: bool,
+    /// It is an upstream MCP server (its results follow the MCP value mapping).
+    pub upstream: bool,
 }
 
 /// One tool, as listed and searched.
@@ -42,16 +48,40 @@ pub struct Catalog {
     tools: ToolSet,
     namespaces: Vec<(NamespaceStatus, Option<String>)>,
     entries: Vec<Entry>,
+    /// The last result shape of each tool, read when declarations are written.
+    observed: Arc<ObservedResults>,
 }
 
 impl Catalog {
     /// Resolves `providers` (each with its status) and adds `unavailable` namespaces, which
     /// have no tools.
+    ///
+    /// Every namespace that is unavailable (failed to start, died) goes to the runner so
+    /// marked, with why and what to do: the namespace exists, and its calls fail saying so.
     pub fn build(
         providers: Vec<(Provider, NamespaceStatus)>,
         unavailable: Vec<NamespaceStatus>,
+        observed: Arc<ObservedResults>,
     ) -> Result<Catalog, ToolSetError> {
-        let tools = ToolSet::new(providers.iter().map(|(p, _)| p.clone()).collect())?;
+        let marked = providers
+            .iter()
+            .map(|(_, s)| s)
+            .chain(&unavailable)
+            .filter(|s| !s.starting)
+            .filter_map(|s| {
+                let why = s.unavailable.as_ref()?;
+                Some((
+                    s.namespace.clone(),
+                    format!(
+                        "{}: {}. Do not retry: tell the user, who can fix it and restart execbox mcp",
+                        s.source,
+                        one_line(why, 500)
+                    ),
+                ))
+            })
+            .collect();
+        let tools =
+            ToolSet::with_unavailable(providers.iter().map(|(p, _)| p.clone()).collect(), marked)?;
         let mut namespaces = Vec::new();
         let mut entries = Vec::new();
         for (provider, status) in providers {
@@ -74,6 +104,7 @@ impl Catalog {
             tools,
             namespaces,
             entries,
+            observed,
         })
     }
 
@@ -113,6 +144,7 @@ impl Catalog {
             tools: self.tools.visible_to(guard),
             namespaces,
             entries,
+            observed: self.observed.clone(),
         })
     }
 
@@ -124,11 +156,6 @@ impl Catalog {
     /// Every namespace with its status, in order.
     pub fn statuses(&self) -> impl Iterator<Item = &NamespaceStatus> {
         self.namespaces.iter().map(|(s, _)| s)
-    }
-
-    /// How many tools there are.
-    pub fn len(&self) -> usize {
-        self.entries.len()
     }
 
     /// The index: one line per namespace, then one line per tool (`name: summary`).
@@ -164,59 +191,277 @@ impl Catalog {
         out
     }
 
-    /// The tools matching `query`, best first, at most `limit`: each word of the query is
-    /// looked for in the namespace, the tool's names and its description (a name counts
-    /// most). An empty query (or `*`) lists tools in order. `namespace.tool` finds that tool.
-    pub fn search(&self, query: &str, limit: usize) -> Vec<usize> {
-        let query = query.trim().to_lowercase();
-        if query.is_empty() || query == "*" {
-            return (0..self.entries.len()).take(limit).collect();
+    /// `search_tools`' answer for `query`, at most `limit` declarations; see [`Search`].
+    pub fn search(&self, query: &str, limit: usize) -> Search {
+        let trimmed = query.trim();
+        let lower = trimmed.to_lowercase();
+        if lower.is_empty() || lower == "*" {
+            let all: Vec<usize> = (0..self.entries.len()).collect();
+            return self.found(query, all, limit);
         }
-        let query_words: Vec<String> = words(&query);
-        let mut scored: Vec<(u32, usize)> = Vec::new();
+        // `ns.tool` (by either of its names): that tool only. A tool's name alone ranks
+        // that tool first.
+        let exact: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| self.names_of(i)[..3].contains(&lower))
+            .collect();
+        if !exact.is_empty() {
+            return self.found(query, exact, limit);
+        }
+        // A namespace alone (or `ns.*`): its tools, by name.
+        let bare = lower.strip_suffix(".*").unwrap_or(&lower);
+        if let Some(ns) = self.namespace_named(bare) {
+            return self.namespace_listing(query, ns);
+        }
+        // Words: each scored against the tool's names first, then its description. A word
+        // that is a namespace's name keeps the search to that namespace.
+        let mut within = None;
+        let mut terms = Vec::new();
+        for word in words(&lower) {
+            match self.namespace_named(&word) {
+                Some(ns) if within.is_none() => within = Some(ns),
+                _ => terms.push(word),
+            }
+        }
+        if terms.is_empty() {
+            if let Some(ns) = within {
+                return self.namespace_listing(query, ns);
+            }
+        }
+        let mut scored: Vec<((u32, u32), usize)> = Vec::new();
         for (i, entry) in self.entries.iter().enumerate() {
-            let namespace = self.namespaces[entry.namespace].0.namespace.to_lowercase();
-            let full = format!("{namespace}.{}", entry.safe_name.to_lowercase());
-            let names = format!(
+            if within.is_some_and(|ns| ns != entry.namespace) {
+                continue;
+            }
+            let name_words = words(&format!(
                 "{} {}",
                 entry.safe_name.to_lowercase(),
                 entry.original_name.to_lowercase()
+            ));
+            let description_words = words(
+                &entry
+                    .tool
+                    .get_description()
+                    .unwrap_or_default()
+                    .to_lowercase(),
             );
-            let name_words = words(&names);
-            let description = entry
-                .tool
-                .get_description()
-                .unwrap_or_default()
-                .to_lowercase();
-            let mut score = 0;
-            if query == full || query == entry.safe_name.to_lowercase() {
-                score += 100;
+            let (mut by_name, mut by_description) = (0, 0);
+            if self.names_of(i)[3..].contains(&lower) {
+                by_name += 100;
             }
-            for word in &query_words {
-                // Parts of words count from three letters on ("it" is in too many).
-                let part = word.chars().count() >= 3;
-                if name_words.iter().any(|w| w == word) {
-                    score += 6;
-                } else if part && names.contains(word.as_str()) {
-                    score += 4;
-                }
-                if namespace == *word {
-                    score += 3;
-                } else if part && namespace.contains(word.as_str()) {
-                    score += 1;
-                }
-                if words(&description).iter().any(|w| w == word) {
-                    score += 2;
-                } else if part && description.contains(word.as_str()) {
-                    score += 1;
+            for term in &terms {
+                if name_words.iter().any(|w| w == term) {
+                    by_name += 3;
+                } else if term.chars().count() >= 3
+                    && name_words.iter().any(|w| w.starts_with(term.as_str()))
+                {
+                    by_name += 2;
+                } else if !STOP_WORDS.contains(&term.as_str())
+                    && description_words.iter().any(|w| {
+                        w == term || (term.chars().count() >= 4 && w.starts_with(term.as_str()))
+                    })
+                {
+                    by_description += 1;
                 }
             }
-            if score > 0 {
-                scored.push((score, i));
+            if by_name + by_description > 0 {
+                scored.push(((by_name, by_description), i));
             }
         }
         scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        scored.into_iter().take(limit).map(|(_, i)| i).collect()
+        let hits: Vec<usize> = scored.into_iter().map(|(_, i)| i).collect();
+        if hits.is_empty() {
+            return self.nothing_found(query);
+        }
+        self.found(query, hits, limit)
+    }
+
+    /// The names a query may give for a tool exactly: `tool`, `ns.tool`, by either name.
+    fn names_of(&self, hit: usize) -> Vec<String> {
+        let entry = &self.entries[hit];
+        let ns = self.namespaces[entry.namespace].0.namespace.to_lowercase();
+        let safe = entry.safe_name.to_lowercase();
+        let original = entry.original_name.to_lowercase();
+        vec![
+            format!("{ns}.{safe}"),
+            format!("{ns}.{original}"),
+            format!("{ns}[\"{original}\"]"),
+            safe,
+            original,
+        ]
+    }
+
+    fn namespace_named(&self, name: &str) -> Option<usize> {
+        self.namespaces
+            .iter()
+            .position(|(s, _)| s.namespace.eq_ignore_ascii_case(name))
+    }
+
+    /// The answer listing the declarations of `hits` (ranked), as many as `limit` and the
+    /// size bound allow, then the names of the rest.
+    fn found(&self, query: &str, hits: Vec<usize>, limit: usize) -> Search {
+        let mut shown = Vec::new();
+        let mut size = 0;
+        for &hit in &hits {
+            if shown.len() >= limit {
+                break;
+            }
+            let one = self.declarations(&[hit]).chars().count();
+            if !shown.is_empty() && size + one > MAX_DECLARATION_CHARS {
+                break;
+            }
+            size += one;
+            shown.push(hit);
+        }
+        let rest = &hits[shown.len()..];
+        let mut text = if rest.is_empty() {
+            match hits.len() {
+                1 => format!("1 tool matches {query:?}:\n"),
+                n => format!("{n} tools match {query:?}, best first:\n"),
+            }
+        } else {
+            format!(
+                "{} tools match {query:?}, best first; the declarations of the first {}:\n",
+                hits.len(),
+                shown.len()
+            )
+        };
+        let _ = write!(text, "\n```ts\n{}\n```\n", self.declarations(&shown));
+        if !rest.is_empty() {
+            let names: Vec<String> = rest
+                .iter()
+                .take(MAX_LISTED_MORE)
+                .map(|&h| self.label(h))
+                .collect();
+            let _ = write!(
+                text,
+                "\n{} more match: {}{}. Search a tool's name (`{}`) for its declaration, or add words to narrow the search.\n",
+                rest.len(),
+                names.join(", "),
+                if rest.len() > MAX_LISTED_MORE { ", …" } else { "" },
+                self.label(rest[0]),
+            );
+        }
+        self.append_unavailable(&mut text);
+        let tools = shown
+            .iter()
+            .map(|&h| {
+                let entry = &self.entries[h];
+                json!({
+                    "tool": self.label(h),
+                    "name": entry.original_name,
+                    "description": entry.tool.get_description(),
+                    "declaration": self.declarations(&[h]),
+                })
+            })
+            .collect();
+        Search {
+            text,
+            tools,
+            more: rest.len(),
+        }
+    }
+
+    /// A namespace's tools by name (with their summaries), without declarations.
+    fn namespace_listing(&self, query: &str, ns: usize) -> Search {
+        let (status, description) = &self.namespaces[ns];
+        let mut text = format!(
+            "{query:?} is the namespace {} ({}",
+            status.namespace, status.source
+        );
+        if let Some(why) = &status.unavailable {
+            let _ = writeln!(text, "), which is unavailable: {}", one_line(why, 500));
+            return Search {
+                text,
+                tools: Vec::new(),
+                more: 0,
+            };
+        }
+        let tools: Vec<&Entry> = self.entries.iter().filter(|e| e.namespace == ns).collect();
+        let _ = writeln!(
+            text,
+            ", {} tool{}):",
+            tools.len(),
+            if tools.len() == 1 { "" } else { "s" }
+        );
+        if let Some(d) = description {
+            let _ = writeln!(text, "{}", one_line(d, 300));
+        }
+        for entry in tools.iter().take(MAX_LISTED_TOOLS) {
+            let _ = write!(text, "  {}", entry.safe_name);
+            if let Some(summary) = summary(&entry.tool) {
+                let _ = write!(text, ": {summary}");
+            }
+            text.push('\n');
+        }
+        if tools.len() > MAX_LISTED_TOOLS {
+            let _ = writeln!(text, "  … and {} more", tools.len() - MAX_LISTED_TOOLS);
+        }
+        if let Some(first) = tools.first() {
+            let _ = writeln!(
+                text,
+                "Search `{}.{}` (a tool's name) for its declaration, or words to find tools.",
+                status.namespace, first.safe_name
+            );
+        }
+        Search {
+            text,
+            tools: Vec::new(),
+            more: tools.len(),
+        }
+    }
+
+    /// The answer when nothing matches: says so, and lists the namespaces.
+    fn nothing_found(&self, query: &str) -> Search {
+        let mut text = format!(
+            "No tool matches {query:?} (searched tool names and descriptions). The namespaces:\n"
+        );
+        for (i, (status, _)) in self.namespaces.iter().enumerate() {
+            let names: Vec<&str> = self
+                .entries
+                .iter()
+                .filter(|e| e.namespace == i)
+                .map(|e| e.safe_name.as_str())
+                .collect();
+            let _ = write!(text, "  {} ({}", status.namespace, status.source);
+            match &status.unavailable {
+                Some(why) => {
+                    let _ = write!(text, "; unavailable: {}", one_line(why, 200));
+                }
+                None => {
+                    let listed: Vec<&str> = names.iter().copied().take(8).collect();
+                    let _ = write!(text, "): {}", listed.join(", "));
+                    if names.len() > listed.len() {
+                        let _ = write!(text, ", … ({} tools)", names.len());
+                    }
+                    text.push('\n');
+                    continue;
+                }
+            }
+            text.push_str(")\n");
+        }
+        text.push_str(
+            "Try other words, a namespace's name to list its tools, or \"*\" for every tool.\n",
+        );
+        Search {
+            text,
+            tools: Vec::new(),
+            more: 0,
+        }
+    }
+
+    /// Adds the unavailable namespaces, if any, to an answer.
+    fn append_unavailable(&self, text: &mut String) {
+        let unavailable: Vec<String> = self
+            .statuses()
+            .filter_map(|s| {
+                s.unavailable
+                    .as_ref()
+                    .map(|why| format!("{} ({})", s.namespace, one_line(why, 200)))
+            })
+            .collect();
+        if !unavailable.is_empty() {
+            let _ = writeln!(text, "\nUnavailable: {}", unavailable.join("; "));
+        }
     }
 
     /// `namespace.tool` of a search hit.
@@ -228,39 +473,116 @@ impl Catalog {
         )
     }
 
-    /// The original (upstream) name and description of a search hit.
-    pub fn describe(&self, hit: usize) -> (&str, Option<&str>) {
-        let entry = &self.entries[hit];
-        (&entry.original_name, entry.tool.get_description())
-    }
-
-    /// The TypeScript declarations of `hits`, grouped by namespace in catalog order.
+    /// The TypeScript declarations of `hits`, grouped by namespace in the order of their
+    /// first hit, each namespace's tools in the order of `hits`.
     pub fn declarations(&self, hits: &[usize]) -> String {
+        let mut order: Vec<usize> = Vec::new();
+        for &h in hits {
+            let ns = self.entries[h].namespace;
+            if !order.contains(&ns) {
+                order.push(ns);
+            }
+        }
         let mut blocks = Vec::new();
-        for (i, (status, description)) in self.namespaces.iter().enumerate() {
-            let decls: Vec<ToolDeclaration<'_>> = hits
+        for ns in order {
+            let (status, description) = &self.namespaces[ns];
+            let chosen: Vec<&Entry> = hits
                 .iter()
                 .map(|&h| &self.entries[h])
-                .filter(|e| e.namespace == i)
-                .map(|e| ToolDeclaration {
+                .filter(|e| e.namespace == ns)
+                .collect();
+            let remarks: Vec<Vec<String>> =
+                chosen.iter().map(|e| self.remarks(e, status)).collect();
+            let observed: Vec<Option<String>> = chosen
+                .iter()
+                .map(|e| {
+                    let shown = status.upstream && e.tool.get_output_schema().is_none();
+                    shown
+                        .then(|| self.observed.get(&status.namespace, &e.original_name))
+                        .flatten()
+                })
+                .collect();
+            let decls: Vec<ToolDeclaration<'_>> = chosen
+                .iter()
+                .zip(&remarks)
+                .zip(&observed)
+                .map(|((e, remarks), observed)| ToolDeclaration {
                     safe_name: &e.safe_name,
                     description: e.tool.get_description(),
                     input_schema: e.tool.get_input_schema(),
                     output_schema: e.tool.get_output_schema(),
                     errors: &[],
+                    remarks,
+                    result_type: status.upstream.then_some(MCP_RESULT_TYPE),
+                    observed: observed.as_deref(),
                 })
                 .collect();
-            if !decls.is_empty() {
-                blocks.push(provider_declaration(
-                    &status.namespace,
-                    description.as_deref(),
-                    &decls,
-                ));
-            }
+            blocks.push(provider_declaration(
+                &status.namespace,
+                description.as_deref(),
+                &decls,
+            ));
         }
         blocks.join("\n\n")
     }
+
+    /// The `@remarks` of a tool: its name upstream, approval, rate limit, unavailability.
+    fn remarks(&self, entry: &Entry, status: &NamespaceStatus) -> Vec<String> {
+        let mut remarks = Vec::new();
+        if let Some(why) = &status.unavailable {
+            remarks.push(format!(
+                "unavailable: {}; every call fails with \"tool_error\"",
+                one_line(why, 200)
+            ));
+        }
+        let what = if status.upstream {
+            "upstream name"
+        } else {
+            "original name"
+        };
+        // The original name reaches this tool too unless another tool is called so.
+        let aliased = !self
+            .entries
+            .iter()
+            .any(|e| e.namespace == entry.namespace && e.safe_name == entry.original_name);
+        remarks.extend(name_remark(
+            what,
+            &status.namespace,
+            &entry.safe_name,
+            &entry.original_name,
+            aliased,
+        ));
+        remarks.extend(requirement_remarks(entry.tool.requirements()));
+        remarks
+    }
 }
+
+/// `search_tools`' answer: the text the model reads, and per declared tool its structured entry.
+pub struct Search {
+    /// The answer's text: what matched and the declarations, or why nothing did.
+    pub text: String,
+    /// `{tool, name, description, declaration}` of each declared tool, best first.
+    pub tools: Vec<Value>,
+    /// How many more tools matched than were declared.
+    pub more: usize,
+}
+
+/// What an upstream tool without an output schema promises: the MCP value mapping.
+pub const MCP_RESULT_TYPE: &str =
+    "unknown /* no output schema: JSON text → its value; other text → string; several blocks → array */";
+
+/// The declarations of one `search_tools` answer stop growing past this many characters
+/// (at least one is always given).
+const MAX_DECLARATION_CHARS: usize = 6000;
+/// At most this many more matches are named after the declarations.
+const MAX_LISTED_MORE: usize = 15;
+/// At most this many tools are listed for a namespace.
+const MAX_LISTED_TOOLS: usize = 40;
+/// Words that say nothing about a tool when found in its description.
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "the", "to", "of", "and", "or", "for", "in", "on", "with", "by", "is", "it", "from",
+    "at", "as", "be", "this", "that", "all", "any", "me", "my", "do", "how", "what",
+];
 
 /// The first sentence or line of a tool's description (or its title), cut.
 fn summary(tool: &Tool) -> Option<String> {
@@ -299,6 +621,7 @@ mod tests {
             source: format!("MCP server {namespace:?}"),
             unavailable: None,
             starting: false,
+            upstream: true,
         }
     }
 
@@ -308,7 +631,8 @@ mod tests {
                 (
                     Provider::new("github")
                         .tool(tool("create-issue", "Create an issue. Needs a repo."))
-                        .tool(tool("search_repos", "Search repositories by keyword")),
+                        .tool(tool("search_repos", "Search repositories by keyword"))
+                        .tool(tool("get-thing", "Get one thing by its id")),
                     status("github"),
                 ),
                 (
@@ -321,18 +645,29 @@ mod tests {
                 source: "MCP server \"jira\"".into(),
                 unavailable: Some("failed to start: command \"jira-mcp\" not found".into()),
                 starting: false,
+                upstream: true,
             }],
+            Arc::new(ObservedResults::in_memory()),
         )
         .unwrap()
+    }
+
+    fn labels(c: &Catalog, query: &str) -> Vec<String> {
+        c.search(query, 10)
+            .tools
+            .iter()
+            .map(|t| t["tool"].as_str().unwrap().to_owned())
+            .collect()
     }
 
     #[test]
     fn the_index_has_a_line_per_namespace_and_per_tool() {
         assert_eq!(
             catalog().index(),
-            "github (MCP server \"github\", 2 tools)\n\
+            "github (MCP server \"github\", 3 tools)\n\
              \x20 create_issue: Create an issue.\n\
              \x20 search_repos: Search repositories by keyword\n\
+             \x20 get_thing: Get one thing by its id\n\
              docs (MCP server \"docs\", 1 tool)\n\
              \x20 search: Full-text search of the docs\n\
              jira (MCP server \"jira\"; UNAVAILABLE: failed to start: command \"jira-mcp\" not found)\n"
@@ -340,31 +675,118 @@ mod tests {
     }
 
     #[test]
-    fn search_ranks_names_over_descriptions() {
+    fn a_tool_named_exactly_is_the_only_answer() {
         let c = catalog();
-        let labels =
-            |q: &str| -> Vec<String> { c.search(q, 10).into_iter().map(|h| c.label(h)).collect() };
-        // A tool named exactly as the query comes first.
-        assert_eq!(labels("search"), ["docs.search", "github.search_repos"]);
-        assert_eq!(
-            labels("repos search"),
-            ["github.search_repos", "docs.search"]
+        for query in [
+            "github.create_issue",
+            "github.create-issue",
+            "GITHUB.Create_Issue",
+            "github[\"create-issue\"]",
+        ] {
+            assert_eq!(labels(&c, query), ["github.create_issue"], "{query}");
+        }
+        let text = c.search("github.create-issue", 10).text;
+        assert!(
+            text.starts_with("1 tool matches \"github.create-issue\":\n"),
+            "{text}"
         );
-        assert_eq!(labels("issue"), ["github.create_issue"]);
-        assert_eq!(labels("docs.search")[0], "docs.search");
-        assert_eq!(labels("keyword"), ["github.search_repos"]);
-        assert!(labels("nothing-like-it").is_empty());
-        assert_eq!(labels("").len(), 3);
-        assert_eq!(c.search("*", 1).len(), 1);
+        assert!(
+            text.contains("@remarks upstream name: \"create-issue\"; also callable as github[\"create-issue\"]"),
+            "{text}"
+        );
     }
 
     #[test]
-    fn declarations_cover_only_the_hits() {
+    fn search_ranks_names_over_descriptions_and_ignores_namespace_parts() {
         let c = catalog();
-        let hits = c.search("issue", 10);
-        let text = c.declarations(&hits);
+        assert_eq!(labels(&c, "search"), ["docs.search", "github.search_repos"]);
+        assert_eq!(
+            labels(&c, "repos search"),
+            ["github.search_repos", "docs.search"]
+        );
+        assert_eq!(labels(&c, "issue"), ["github.create_issue"]);
+        assert_eq!(labels(&c, "keyword"), ["github.search_repos"]);
+        // A tool's name alone ranks it first.
+        assert_eq!(labels(&c, "create-issue"), ["github.create_issue"]);
+        assert_eq!(labels(&c, "get-thing")[0], "github.get_thing");
+        // "hub" is part of the namespace "github" only: it finds nothing.
+        assert!(labels(&c, "hub").is_empty());
+        // A namespace's name keeps the search to it.
+        assert_eq!(labels(&c, "github search"), ["github.search_repos"]);
+        assert_eq!(labels(&c, "*").len(), 4);
+        assert_eq!(c.search("*", 1).tools.len(), 1);
+        assert_eq!(c.search("*", 1).more, 3);
+    }
+
+    #[test]
+    fn nothing_found_says_so_and_lists_the_namespaces() {
+        let c = catalog();
+        let found = c.search("nonexistent gizmo", 10);
+        assert!(found.tools.is_empty());
+        assert_eq!(
+            found.text,
+            "No tool matches \"nonexistent gizmo\" (searched tool names and descriptions). The namespaces:\n\
+             \x20 github (MCP server \"github\"): create_issue, search_repos, get_thing\n\
+             \x20 docs (MCP server \"docs\"): search\n\
+             \x20 jira (MCP server \"jira\"; unavailable: failed to start: command \"jira-mcp\" not found)\n\
+             Try other words, a namespace's name to list its tools, or \"*\" for every tool.\n"
+        );
+    }
+
+    #[test]
+    fn a_namespace_alone_lists_its_tools_by_name() {
+        let c = catalog();
+        let found = c.search("github", 10);
+        assert!(found.tools.is_empty());
+        assert!(
+            found.text.starts_with("\"github\" is the namespace github (MCP server \"github\", 3 tools):\n  create_issue: Create an issue.\n"),
+            "{}",
+            found.text
+        );
+        assert!(!found.text.contains("declare"), "{}", found.text);
+    }
+
+    #[test]
+    fn declarations_cover_only_the_hits_with_the_mcp_result_type() {
+        let c = catalog();
+        let text = c.declarations(&[0]);
         assert!(text.contains("declare namespace github {"), "{text}");
         assert!(text.contains("function create_issue(input: {"), "{text}");
+        assert!(
+            text.contains(&format!("}}): Promise<{MCP_RESULT_TYPE}>;")),
+            "{text}"
+        );
         assert!(!text.contains("search_repos"), "{text}");
+        c.observed
+            .record("github", "create-issue", "{ id: number }")
+            .unwrap();
+        let text = c.declarations(&[0]);
+        assert!(
+            text.contains("  // observed result: { id: number }\n  function create_issue("),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unavailable_namespaces_go_to_the_runner_marked() {
+        let c = catalog();
+        let jira = c
+            .tools()
+            .manifests()
+            .iter()
+            .find(|m| m.name == "jira")
+            .unwrap();
+        assert_eq!(
+            jira.unavailable.as_deref(),
+            Some("MCP server \"jira\": failed to start: command \"jira-mcp\" not found. Do not retry: tell the user, who can fix it and restart execbox mcp")
+        );
+        assert!(jira.tools.is_empty());
+        let github = &c.tools().manifests()[0];
+        assert_eq!(github.unavailable, None);
+        assert_eq!(
+            github.tools[0].original_name.as_deref(),
+            Some("create-issue")
+        );
+        assert_eq!(github.tools[0].safe_name, "create_issue");
     }
 }

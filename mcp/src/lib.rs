@@ -32,6 +32,7 @@ mod catalog;
 mod config;
 mod content;
 mod names;
+mod plain;
 mod serve_http;
 mod server;
 mod upstream;

@@ -171,13 +171,13 @@ impl CodeModeServer {
             "properties": {
                 "query": {
                     "type": "string",
-                    "description": "Words to look for in tool names and descriptions (e.g. \"create issue\"), `namespace.tool` for one tool, or \"*\" for every tool."
+                    "description": "A tool's name (`namespace.tool`, or its name upstream) for its declaration; words to look for in tool names, then descriptions (e.g. \"create issue\"); a namespace's name to list its tools; or \"*\" for every tool."
                 },
                 "limit": {
                     "type": "integer",
                     "minimum": 1,
                     "maximum": MAX_SEARCH_LIMIT,
-                    "description": format!("At most this many tools (default {}).", self.0.options.default_search_limit)
+                    "description": format!("At most this many declarations (default {}); the answer also stops growing past a few thousand characters and names the other matches.", self.0.options.default_search_limit)
                 }
             },
             "required": ["query"],
@@ -256,46 +256,9 @@ impl CodeModeServer {
             Some(_) => return input_error("`limit` must be a positive integer"),
         };
         self.0.upstreams.settled().await;
-        let catalog = self.catalog();
-        let hits = catalog.search(&query, limit);
-        let mut text = if hits.is_empty() {
-            format!(
-                "No tool matches {query:?} among the {} tools. Try other words, or \"*\" to list them all.",
-                catalog.len()
-            )
-        } else {
-            format!(
-                "{} of the {} tools match {query:?}:\n\n```ts\n{}\n```",
-                hits.len(),
-                catalog.len(),
-                catalog.declarations(&hits)
-            )
-        };
-        let unavailable: Vec<String> = catalog
-            .statuses()
-            .filter_map(|s| {
-                s.unavailable
-                    .as_ref()
-                    .map(|why| format!("{} ({why})", s.namespace))
-            })
-            .collect();
-        if !unavailable.is_empty() {
-            text.push_str(&format!("\n\nUnavailable: {}", unavailable.join("; ")));
-        }
-        let matches: Vec<Value> = hits
-            .iter()
-            .map(|&h| {
-                let (original, description) = catalog.describe(h);
-                json!({
-                    "tool": catalog.label(h),
-                    "name": original,
-                    "description": description,
-                    "declaration": catalog.declarations(&[h]),
-                })
-            })
-            .collect();
-        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-        result.structured_content = Some(json!({ "tools": matches }));
+        let found = self.catalog().search(&query, limit);
+        let mut result = CallToolResult::success(vec![ContentBlock::text(found.text)]);
+        result.structured_content = Some(json!({ "tools": found.tools, "more": found.more }));
         result
     }
 }
@@ -333,8 +296,12 @@ fn describe(catalog: &Catalog, options: &CodeModeOptions) -> String {
          - Tool inputs are JSON objects; results are JSON values. Call `search_tools` to get \
          the TypeScript declaration (parameters and result type) of the tools you need before \
          calling them.\n\
-         - `console.log` lines come back as `logs`. There are no modules, timers, network, \
-         files or processes: only the tools.\n\
+         - An MCP tool's result: its `structuredContent` if it has one (typed by its output \
+         schema); else one text block → the text's JSON value if it parses, else the string.\n\
+         - Several content blocks → an array of their values; none → null; image or audio → \
+         {{type, mimeType, size}}; a tool reporting an error rejects with \"tool_error\".\n\
+         - `console.log` lines come back as `logs`. JavaScript has no modules, timers, or \
+         network, file or process access here: only the tools below.\n\
          - Limits: {} s for the whole program (waiting for tools included), {} MiB of memory.\n\
          \n\
          The answer is JSON: {{\"ok\": true, \"result\": ..., \"logs\": [...]}} or \

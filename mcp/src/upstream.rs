@@ -30,14 +30,16 @@ use rmcp::{ClientHandler, ServiceExt as _};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
+use execbox_host::declarations::shape_of;
 use execbox_host::supervisor::ProcessGroup;
 use execbox_host::{BoxFuture, Provider, Schema, Tool, ToolContext, ToolError, ToolHandler};
-use execbox_policy::{PermissionAliases, Policy};
+use execbox_policy::{ObservedResults, PermissionAliases, Policy};
 
 use super::catalog::{Catalog, NamespaceStatus};
 use super::config::{McpConfig, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
 use super::content::{one_line, result_value};
 use super::names::ToolNames;
+use super::plain::plain_error;
 
 use super::upstream_process;
 
@@ -54,6 +56,9 @@ pub struct UpstreamOptions {
     /// server's namespace must name exactly one of its tools, by the name the server lists or
     /// the name `execute_code`'s index shows, else the server is unavailable, saying why.
     pub policy: Option<Policy>,
+    /// Where the shape of each tool's last result is kept (in memory by default; in the state
+    /// file with [`ObservedResults::open`]), for the declarations `search_tools` shows.
+    pub observed: Arc<ObservedResults>,
 }
 
 impl Default for UpstreamOptions {
@@ -62,6 +67,7 @@ impl Default for UpstreamOptions {
             startup_timeout: Duration::from_secs(60),
             list_timeout: Duration::from_secs(30),
             policy: None,
+            observed: Arc::new(ObservedResults::in_memory()),
         }
     }
 }
@@ -188,7 +194,11 @@ impl Upstreams {
                 })
                 .collect(),
             local,
-            catalog: RwLock::new(Arc::new(Catalog::build(Vec::new(), Vec::new())?)),
+            catalog: RwLock::new(Arc::new(Catalog::build(
+                Vec::new(),
+                Vec::new(),
+                options.observed.clone(),
+            )?)),
             changed,
             sinks: Arc::new(ProgressSinks::default()),
             options,
@@ -353,6 +363,7 @@ impl Hub {
                         source,
                         unavailable: link.dead_reason(),
                         starting: false,
+                        upstream: true,
                     },
                 )),
                 Some(Err(why)) => unavailable.push(NamespaceStatus {
@@ -360,12 +371,14 @@ impl Hub {
                     source,
                     unavailable: Some(why),
                     starting: false,
+                    upstream: true,
                 }),
                 None => unavailable.push(NamespaceStatus {
                     namespace: slot.config.namespace.clone(),
                     source,
                     unavailable: Some("still starting".into()),
                     starting: true,
+                    upstream: true,
                 }),
             }
         }
@@ -377,10 +390,11 @@ impl Hub {
                     source: "tools file".into(),
                     unavailable: None,
                     starting: false,
+                    upstream: false,
                 },
             ));
         }
-        Catalog::build(providers, unavailable)
+        Catalog::build(providers, unavailable, self.options.observed.clone())
     }
 
     /// Rebuilds the catalog and announces it.
@@ -460,6 +474,8 @@ struct Link {
     group: Option<Arc<ProcessGroup>>,
     exit: Option<watch::Receiver<Option<String>>>,
     sinks: Arc<ProgressSinks>,
+    /// Where the shape of each result goes.
+    observed: Arc<ObservedResults>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -698,8 +714,16 @@ async fn call(
             "the MCP server's result cannot be read as JSON: {e}"
         ))
     })?;
-    result_value(result)
+    let value = result_value(result)?;
+    let shape = shape_of(&value, MAX_OBSERVED_SHAPE_CHARS);
+    if let Err(e) = link.observed.record(&link.namespace, &name, &shape) {
+        tracing::warn!(tool = %label, "cannot keep the shape of the result: {e}");
+    }
+    Ok(value)
 }
+
+/// The longest observed result shape kept for a tool, in characters.
+const MAX_OBSERVED_SHAPE_CHARS: usize = 300;
 
 impl Link {
     fn call_error(&self, error: &ServiceError) -> ToolError {
@@ -722,7 +746,7 @@ impl Link {
 fn service_error_text(error: &ServiceError) -> String {
     match error {
         ServiceError::McpError(e) => format!("error {}: {}", e.code.0, one_line(&e.message, 500)),
-        other => one_line(&other.to_string(), 500),
+        other => plain_error(other, 500),
     }
 }
 
@@ -891,6 +915,7 @@ async fn connect(
         group,
         exit,
         sinks,
+        observed: options.observed.clone(),
     });
     let listed = tokio::time::timeout_at(deadline, link.list_tools()).await;
     let failure = match listed {
@@ -961,7 +986,9 @@ async fn handshake_stdio(
             let exited = exit.borrow().clone();
             Err(explain(match (exited, failed) {
                 (Some(how), _) => format!("{how} before completing the MCP handshake"),
-                (None, Ok(Err(e))) => format!("the MCP handshake failed: {e}"),
+                (None, Ok(Err(e))) => {
+                    format!("the MCP handshake failed: {}", initialize_error(&e))
+                }
                 (None, _) => too_slow(timeout),
             }))
         }
@@ -983,11 +1010,28 @@ async fn connect_http(
             group: None,
             exit: None,
         }),
-        Ok(Err(e)) => Err(format!(
-            "cannot connect to {url}: {}",
-            one_line(&e.to_string(), 500)
-        )),
+        Ok(Err(e)) => Err(format!("cannot connect to {url}: {}", initialize_error(&e))),
         Err(_) => Err(too_slow(timeout)),
+    }
+}
+
+/// Why the MCP handshake failed, in plain words: for a transport failure, its cause
+/// (`tcp connect error: Connection refused (os error 111)`), which the SDK's own message
+/// leaves out.
+fn initialize_error(error: &rmcp::service::ClientInitializeError) -> String {
+    match error {
+        rmcp::service::ClientInitializeError::TransportError { error, .. } => {
+            use rmcp::transport::streamable_http_client::StreamableHttpError;
+            // The HTTP client's error is not the transport error's source: reach it here.
+            match error
+                .error
+                .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+            {
+                Some(StreamableHttpError::Client(e)) => plain_error(e, 500),
+                _ => plain_error(error.error.as_ref(), 500),
+            }
+        }
+        other => plain_error(other, 500),
     }
 }
 

@@ -15,6 +15,7 @@
 //!   go; it comes from a policy file ([`Policy::load`], format in `file.rs`) or a
 //!   [`PolicyBuilder`]. [`Policy::principal`] resolves the caller into a [`Principal`];
 //! - [`RateLimits`] holds the counters (in memory, or in a SQLite state file processes share);
+//!   [`ObservedResults`] keeps the shape of each MCP tool's last result beside them;
 //! - an [`Approver`] decides calls of tools that require approval ([`ApproveAll`],
 //!   [`DenyAll`], [`TerminalApprover`], or the embedding application's own); whatever shows
 //!   a question to a person passes its text through [`escape_for_display`];
@@ -33,6 +34,7 @@ mod enforcement;
 mod file;
 mod grants;
 mod limits;
+mod observed;
 mod shown;
 mod state;
 
@@ -47,6 +49,7 @@ pub use approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll, Ter
 pub use audit::{AuditEvent, AuditLog, AuditOutcome};
 pub use enforcement::{AuditedCall, Enforcement, EnforcementOptions};
 pub use limits::RateLimits;
+pub use observed::ObservedResults;
 pub use shown::{escape_for_display, shown_input, MAX_SHOWN_INPUT_CHARS};
 
 use execbox_host::yaml::{did_you_mean, YamlError};

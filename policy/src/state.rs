@@ -21,7 +21,7 @@
 //! The file: WAL mode (readers never block the writer), `synchronous = NORMAL` (a commit
 //! survives a crash of the process; the last commits may be lost on power loss, which loses
 //! counts, never corrupts the file), a 5 s busy timeout, and its schema version in
-//! `PRAGMA user_version` (1), migrated at open. A file from a newer execbox is refused.
+//! `PRAGMA user_version` (2), migrated at open. A file from a newer execbox is refused.
 //!
 //! ```text
 //! CREATE TABLE rate_limit (
@@ -31,6 +31,14 @@
 //!   window_ms INTEGER NOT NULL,
 //!   tat_ns INTEGER NOT NULL,      -- when the next call conforms, ns since the Unix epoch
 //!   PRIMARY KEY (principal, tool, requests, window_ms)
+//! ) WITHOUT ROWID;
+//! -- version 2: the shape of each MCP tool's last result (see `observed.rs`)
+//! CREATE TABLE observed_result (
+//!   namespace TEXT NOT NULL,      -- the upstream's namespace
+//!   tool TEXT NOT NULL,           -- the tool's name as the server lists it
+//!   shape TEXT NOT NULL,          -- `{ sum: number }`
+//!   observed_ms INTEGER NOT NULL, -- when, ms since the Unix epoch
+//!   PRIMARY KEY (namespace, tool)
 //! ) WITHOUT ROWID;
 //! ```
 
@@ -56,7 +64,7 @@ use super::PolicyError;
 pub(crate) type PrincipalKey = Option<Arc<str>>;
 
 /// The schema version this execbox writes (`PRAGMA user_version`).
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// How long a process waits for another one's transaction before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -106,6 +114,49 @@ impl StateDb {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Every observed result shape: `(namespace, tool, shape)`.
+    pub(crate) fn observed_results(&self) -> Result<Vec<(String, String, String)>, PolicyError> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let rows = (|| {
+            let mut statement =
+                conn.prepare("SELECT namespace, tool, shape FROM observed_result")?;
+            let rows = statement
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })();
+        rows.map_err(|e: rusqlite::Error| self.error(&e))
+    }
+
+    /// Records the shape of a tool's last result, replacing the one before.
+    pub(crate) fn record_observed_result(
+        &self,
+        namespace: &str,
+        tool: &str,
+        shape: &str,
+    ) -> Result<(), PolicyError> {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        conn.execute(
+            "INSERT INTO observed_result (namespace, tool, shape, observed_ms)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (namespace, tool) DO UPDATE
+             SET shape = excluded.shape, observed_ms = excluded.observed_ms",
+            rusqlite::params![namespace, tool, shape, now_ms],
+        )
+        .map(|_| ())
+        .map_err(|e| self.error(&e))
+    }
+
+    fn error(&self, e: &rusqlite::Error) -> PolicyError {
+        PolicyError::State {
+            path: self.path.clone(),
+            message: describe(e),
+        }
+    }
 }
 
 /// A SQLite error with its extended code, which says more than "disk I/O error".
@@ -146,6 +197,18 @@ fn migrate(conn: &mut Connection) -> Result<(), Migration> {
                 PRIMARY KEY (principal, tool, requests, window_ms)
             ) WITHOUT ROWID;
             PRAGMA user_version = 1;",
+        )?;
+    }
+    if version < 2 {
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS observed_result (
+                namespace TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                shape TEXT NOT NULL,
+                observed_ms INTEGER NOT NULL,
+                PRIMARY KEY (namespace, tool)
+            ) WITHOUT ROWID;
+            PRAGMA user_version = 2;",
         )?;
     }
     tx.commit()?;

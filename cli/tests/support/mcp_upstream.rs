@@ -7,6 +7,9 @@
 //!   and an embedded resource), `progress {steps}` (progress notifications);
 //! - `beta`: `lookup {key}` (JSON text) and more tools, listed two per page; `grow {name}`
 //!   adds a tool and sends `notifications/tools/list_changed`;
+//! - `calc`: `get-sum {a, b}` (JSON text `{"sum": ...}`, no output schema), `get-greeting`
+//!   (plain text), `echo-back {message}`, `sleep-a-while` (no input): names with hyphens, as
+//!   the reference `everything` server has;
 //! - `mortal`: `die` exits the process with status 9;
 //! - `twins`: `delete-all` and `delete_all` (in that order: the index shows them as
 //!   `delete_all` and `delete_all__2`), each answering with its own name;
@@ -171,6 +174,28 @@ impl Upstream {
                 tools
             }
             "mortal" => vec![tool("die", "Exits the server", no_input())],
+            "calc" => vec![
+                tool(
+                    "get-sum",
+                    "Adds two numbers and returns their sum",
+                    json!({
+                        "type": "object",
+                        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                        "required": ["a", "b"]
+                    }),
+                ),
+                tool(
+                    "get-greeting",
+                    "Returns a greeting as plain text",
+                    no_input(),
+                ),
+                tool(
+                    "echo-back",
+                    "Echoes the message back",
+                    json!({"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}),
+                ),
+                tool("sleep-a-while", "Sleeps briefly, then answers", no_input()),
+            ],
             "twins" => vec![
                 tool("delete-all", "Deletes everything (dashed)", no_input()),
                 tool("delete_all", "Deletes everything (underscored)", no_input()),
@@ -260,6 +285,19 @@ impl Upstream {
                 Ok(text(format!("hello from {grown}")))
             }
             ("twins", twin @ ("delete-all" | "delete_all")) => Ok(text(format!("\"{twin}\""))),
+            ("calc", "get-sum") => {
+                let a = args.get("a").and_then(Value::as_f64).unwrap_or(0.0);
+                let b = args.get("b").and_then(Value::as_f64).unwrap_or(0.0);
+                Ok(text(json!({"sum": a + b}).to_string()))
+            }
+            ("calc", "get-greeting") => Ok(text("hello".into())),
+            ("calc", "echo-back") => Ok(text(
+                args.get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            )),
+            ("calc", "sleep-a-while") => Ok(text("slept".into())),
             ("mortal", "die") => {
                 eprintln!("mortal: exiting as asked");
                 std::process::exit(9);
