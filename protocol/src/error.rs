@@ -90,8 +90,9 @@ pub struct ErrorBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Where in the program as sent the error was thrown, when the runner knows.
+    /// Boxed: most errors have none, and every `Result<_, ErrorBody>` carries the room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub location: Option<ErrorLocation>,
+    pub location: Option<Box<ErrorLocation>>,
     /// Why a trusted layer refused, in a word code can test (`"rate_limited"`,
     /// `"approval_denied"`, `"unavailable"`, ...), beside the spec's `code`. Guest code reads it as
     /// `error.reason`.
@@ -157,7 +158,7 @@ impl ErrorBody {
 
     /// The same error, thrown at `location`.
     pub fn with_location(mut self, location: ErrorLocation) -> Self {
-        self.location = Some(location);
+        self.location = Some(Box::new(location));
         self
     }
 

@@ -431,7 +431,8 @@ impl<'a> Fields<'a> {
         };
         let location = obj
             .get("location")
-            .and_then(|l| serde_json::from_value::<ErrorLocation>(l.clone()).ok());
+            .and_then(|l| serde_json::from_value::<ErrorLocation>(l.clone()).ok())
+            .map(Box::new);
         let reason = match obj.get("reason") {
             Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
             _ => None,
