@@ -64,9 +64,10 @@ impl fmt::Display for ErrorCode {
     }
 }
 
-/// The message of every `timeout` error: the deadline passed, or the execution was cancelled.
-/// Runners, hosts and tools that end an execution for time all say exactly this, so a
-/// caller can rely on one text (the code, not the text, carries the meaning).
+/// How the message of every `timeout` error starts: the deadline passed, or the execution was
+/// cancelled. A cancel says exactly this; execbox's runner goes on, for a deadline, to say what
+/// the program was doing (`Execution timed out after 1000 ms while waiting for: store.get
+/// (pending 0.9 s)`), so a caller tests the code, or this prefix, never the whole text.
 pub const TIMEOUT_MESSAGE: &str = "Execution timed out";
 
 /// The message of every `memory_limit` error.

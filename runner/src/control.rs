@@ -44,6 +44,8 @@ struct ControlState {
     closed_mid_execution: bool,
     /// When the active execution started.
     started_at: Option<Instant>,
+    /// The active execution's `timeoutMs`.
+    timeout_ms: u64,
     /// When the watchdog ends the active execution if the engine has not.
     watch_at: Option<Instant>,
     /// The watchdog ended the active execution (and answered it, unless the transport closed).
@@ -148,6 +150,7 @@ impl Control {
         state.active = Some(id.to_owned());
         let now = Instant::now();
         state.started_at = Some(now);
+        state.timeout_ms = timeout_ms;
         state.fired = false;
         self.watch_at(
             &mut state,
@@ -209,6 +212,7 @@ impl Control {
             state.fired = true;
             let id = state.active.clone().unwrap_or_default();
             let elapsed = state.started_at.map(|t| t.elapsed()).unwrap_or_default();
+            let timeout_ms = state.timeout_ms;
             let sink = if state.closed_mid_execution {
                 None
             } else {
@@ -220,8 +224,19 @@ impl Control {
             // call per loop turn) still ends as what it is.
             let outcome = if self.memory.load(Ordering::Relaxed) {
                 ErrorBody::memory_limit()
-            } else {
+            } else if self.interrupt.load(Ordering::SeqCst) {
+                // Cancelled: the bare message, as for any cancel.
                 ErrorBody::timeout()
+            } else {
+                ErrorBody::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "{} after {timeout_ms} ms while running JavaScript (one call of a \
+                         built-in function, such as a search in a large array or string, ran \
+                         past the limit)",
+                        execbox_protocol::TIMEOUT_MESSAGE
+                    ),
+                )
             };
             if let Some(sink) = sink {
                 sink.send(&Message::Done(Done {

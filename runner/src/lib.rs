@@ -54,6 +54,7 @@ mod ceilings;
 mod cli;
 mod control;
 mod engine;
+mod hints;
 #[cfg(feature = "cli")]
 pub mod listen;
 mod location;
@@ -62,6 +63,7 @@ mod logs;
 mod normalize;
 mod session;
 mod stdio;
+mod timeout;
 mod transport;
 mod typescript;
 

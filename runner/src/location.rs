@@ -12,6 +12,7 @@
 
 use execbox_protocol::{ErrorBody, ErrorLocation};
 
+use crate::hints;
 use crate::normalize::{fence_body, Compiled};
 
 /// The script name guest code is compiled under; stack frames of guest code name it.
@@ -47,6 +48,11 @@ impl Locator {
         self
     }
 
+    /// The execution's namespaces and their tools' safe names.
+    pub(crate) fn namespaces(&self) -> &hints::Namespaces {
+        &self.providers
+    }
+
     /// `TypeError: not a function` at a call `ns.name(` where `ns` is a provider without a
     /// tool `name`: the message `ns.name is not a function; ns has: a, b`.
     fn missing_tool(&self, name: &str, message: &str, line: u32, column: u32) -> Option<String> {
@@ -77,17 +83,45 @@ impl Locator {
     }
 
     /// `error` located at the innermost guest frame of `stack` (a QuickJS stack or a syntax
-    /// error's); unchanged when the stack names no guest frame.
+    /// error's); unchanged when the stack names no guest frame. An error the engine raised for
+    /// a common mistake says what to write instead (see [`hints`]).
     pub(crate) fn locate(&self, mut error: ErrorBody, stack: &str) -> ErrorBody {
+        let name = error.name.as_deref().unwrap_or_default();
         let Some((line, column)) = innermost_guest_frame(stack) else {
+            if name == "ReferenceError" {
+                if let Some(better) = hints::dynamic_import(&error.message, &self.providers) {
+                    error.message = better;
+                }
+            }
             return error;
         };
         let (line, column) = self.compiled.user_position(line, column);
-        let name = error.name.as_deref().unwrap_or_default();
         if let Some(better) = self.missing_tool(name, &error.message, line, column) {
             error.message = better;
+        } else if name == "ReferenceError" {
+            let source_at = self.source_from(line, column).unwrap_or_default();
+            if let Some(better) = hints::not_defined(&error.message, &source_at, &self.providers) {
+                error.message = better;
+            }
         }
         error.with_location(self.at(line, column))
+    }
+
+    /// The location of the innermost guest frame of `stack`, if it has one.
+    pub(crate) fn position(&self, stack: &str) -> Option<ErrorLocation> {
+        let (line, column) = innermost_guest_frame(stack)?;
+        let (line, column) = self.compiled.user_position(line, column);
+        Some(self.at(line, column))
+    }
+
+    /// The text of line `line` from column `column` on (both 1-based, in characters).
+    fn source_from(&self, line: u32, column: u32) -> Option<String> {
+        let text = self.body.lines().nth(line.checked_sub(1)? as usize)?;
+        Some(
+            text.chars()
+                .skip(column.saturating_sub(1) as usize)
+                .collect(),
+        )
     }
 
     /// The location `line`, `column` with the line's text (a window of it around the column

@@ -1,6 +1,6 @@
 //! Console capture with the spec's truncation: earliest lines first, then a UTF-16 character budget.
 
-use execbox_protocol::RuntimeOptions;
+use execbox_protocol::{LogsTruncated, RuntimeOptions};
 
 /// Collects console lines for one execution, applying the limits as lines arrive.
 ///
@@ -17,6 +17,8 @@ pub(crate) struct LogBuffer {
     max_lines: u64,
     /// Set once a line was clipped or the budget hit zero: nothing more is kept.
     full: bool,
+    /// The last kept line was clipped.
+    cut: bool,
 }
 
 impl LogBuffer {
@@ -28,6 +30,7 @@ impl LogBuffer {
             remaining: options.max_log_chars,
             max_lines: options.max_log_lines,
             full: false,
+            cut: false,
         }
     }
 
@@ -50,11 +53,18 @@ impl LogBuffer {
         self.lines.push(clip_utf16(line, self.remaining as usize));
         self.remaining = 0;
         self.full = true;
+        self.cut = true;
     }
 
-    /// The kept lines.
-    pub(crate) fn into_lines(self) -> Vec<String> {
-        self.lines
+    /// The kept lines, and what truncation took from them (`None` when it took nothing):
+    /// the lines not kept at all, and whether the last kept line was clipped.
+    pub(crate) fn into_parts(self) -> (Vec<String>, Option<LogsTruncated>) {
+        let omitted_lines = self.seen - self.lines.len() as u64;
+        let truncated = (omitted_lines > 0 || self.cut).then_some(LogsTruncated {
+            omitted_lines,
+            cut_line: self.cut,
+        });
+        (self.lines, truncated)
     }
 }
 
@@ -78,7 +88,7 @@ fn clip_utf16(s: &str, units: usize) -> String {
 mod tests {
     use super::*;
 
-    fn logs(max_lines: u64, max_chars: u64, lines: &[&str]) -> Vec<String> {
+    fn buffer(max_lines: u64, max_chars: u64, lines: &[&str]) -> LogBuffer {
         let mut buf = LogBuffer::new(&RuntimeOptions {
             max_log_lines: max_lines,
             max_log_chars: max_chars,
@@ -87,7 +97,32 @@ mod tests {
         for l in lines {
             buf.push(l);
         }
-        buf.into_lines()
+        buf
+    }
+
+    fn logs(max_lines: u64, max_chars: u64, lines: &[&str]) -> Vec<String> {
+        buffer(max_lines, max_chars, lines).into_parts().0
+    }
+
+    fn truncated(max_lines: u64, max_chars: u64, lines: &[&str]) -> Option<(u64, bool)> {
+        let (_, truncated) = buffer(max_lines, max_chars, lines).into_parts();
+        truncated.map(|t| (t.omitted_lines, t.cut_line))
+    }
+
+    #[test]
+    fn what_truncation_took_is_counted() {
+        let many: Vec<String> = (0..500).map(|i| i.to_string()).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(truncated(100, 64_000, &many), Some((400, false)));
+        // "67890" is cut to "67"; "x" is omitted.
+        assert_eq!(truncated(10, 7, &["12345", "67890", "x"]), Some((1, true)));
+        // An exact fit cuts nothing; the lines after it are omitted.
+        assert_eq!(
+            truncated(10, 10, &["12345", "67890", "x"]),
+            Some((1, false))
+        );
+        assert_eq!(truncated(2, 10, &["12345", "67890"]), None);
+        assert_eq!(truncated(0, 10, &["a", "b"]), Some((2, false)));
     }
 
     #[test]

@@ -475,7 +475,7 @@ fn take_turn(
                         id: exec.id.clone(),
                         duration_ms: started.elapsed().as_millis() as u64,
                         logs: finished.logs,
-                        logs_truncated: None,
+                        logs_truncated: finished.logs_truncated,
                         outcome: finished.outcome,
                     };
                     out.send(&fit_done(done, limits.max_message_bytes));

@@ -14,6 +14,10 @@
   const ReflectApply = Reflect.apply;
   const ObjectDefineProperty = Object.defineProperty;
   const ObjectGetPrototypeOf = Object.getPrototypeOf;
+  const ObjectSetPrototypeOf = Object.setPrototypeOf;
+  const ReflectGet = Reflect.get;
+  const ReflectHas = Reflect.has;
+  const ProxyCtor = Proxy;
   const ObjectKeys = Object.keys;
   const ObjectPrototype = Object.prototype;
   const ArrayIsArray = Array.isArray;
@@ -23,7 +27,9 @@
   const JSONParse = JSON.parse;
   const StringCtor = String;
   const StringToWellFormed = String.prototype.toWellFormed;
+  const StringSlice = String.prototype.slice;
   const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
   const PromiseCtor = Promise;
   const PromiseResolve = Promise.resolve;
   const PromiseThen = Promise.prototype.then;
@@ -72,8 +78,9 @@
 
   // callId -> [resolve, reject] of the guest promise waiting for that call.
   const pending = new MapCtor();
-  // Error objects this file created from trusted outcomes -> [code, message] at creation.
-  // A WeakMap, not a property: the guest can neither read, copy nor forge the mark.
+  // Error objects this file created from trusted outcomes -> [code, message, reason,
+  // retryAfterMs] at creation. A WeakMap, not a property: the guest can neither read, copy
+  // nor forge the mark.
   const trusted = new WeakMapCtor();
 
   function define(target, key, value) {
@@ -86,10 +93,15 @@
     });
   }
 
-  function trustedError(code, message) {
+  // `reason` (a string) and `retryAfterMs` (a number) are optional, as on the wire.
+  function trustedError(code, message, reason, retryAfterMs) {
     const error = new ErrorCtor(message);
     define(error, "code", code);
-    ReflectApply(WeakMapSet, trusted, [error, [code, message]]);
+    if (typeof reason === "string") define(error, "reason", reason);
+    else reason = undefined;
+    if (typeof retryAfterMs === "number") define(error, "retryAfterMs", retryAfterMs);
+    else retryAfterMs = undefined;
+    ReflectApply(WeakMapSet, trusted, [error, [code, message, reason, retryAfterMs]]);
     return error;
   }
 
@@ -392,6 +404,41 @@
     });
   }
 
+  // A tool call's promise used as if it were the result (`math.stats({}).mean`, a forgotten
+  // `await`) is a TypeError naming the tool, not a silent `undefined`. Every tool-call promise
+  // gets this prototype: a proxy whose target inherits from Promise.prototype, so `await`,
+  // `then`, `instanceof Promise` and every other Promise behaviour are unchanged, and only a
+  // string key that neither the Promise nor Object prototypes have (nor `toJSON`, which
+  // JSON.stringify probes) throws. The tool's name lives in a WeakMap the guest cannot reach;
+  // the handler has no prototype, so the guest cannot add traps to it.
+  const toolPromises = new WeakMapCtor();
+  const PROMISE_KEYS = { __proto__: null, then: 1, catch: 1, finally: 1, constructor: 1, toJSON: 1 };
+  const toolPromisePrototype = new ProxyCtor({ __proto__: PromisePrototype }, {
+    __proto__: null,
+    get: function (target, key, receiver) {
+      if (typeof key === "string" && PROMISE_KEYS[key] !== 1 && !ReflectHas(target, key)) {
+        const tool = ReflectApply(WeakMapGet, toolPromises, [receiver]);
+        if (tool !== undefined) throw new TypeErrorCtor(promiseReadMessage(key, tool));
+      }
+      return ReflectGet(target, key, receiver);
+    },
+  });
+
+  function promiseReadMessage(key, tool) {
+    if (key.length > 60) key = ReflectApply(StringSlice, key, [0, 60]) + "…";
+    const access = isIdentifier(key) ? "." + key : "[" + JSONStringify(wellFormed(key)) + "]";
+    return access + " was read from the Promise that " + tool + "(...) returns, not from its " +
+      "result: tool calls are asynchronous; write `const x = await " + tool +
+      "(...)`, then use x" + access;
+  }
+
+  // `promise`, marked as the promise of a call of `tool` ("provider.tool").
+  function toolPromise(promise, tool) {
+    ObjectSetPrototypeOf(promise, toolPromisePrototype);
+    ReflectApply(WeakMapSet, toolPromises, [promise, tool]);
+    return promise;
+  }
+
   // record: [providerName, safeName, json, resolve, reject]
   function dispatch(record) {
     const sent = sendToolCall(record[0], record[1], record[2]);
@@ -417,13 +464,14 @@
   }
 
   function makeTool(providerName, safeName) {
+    const tool = providerName + "." + safeName;
     return function (input) {
       let json;
       try {
         json = serialize(input);
       } catch (error) {
-        return rejected(trustedError("serialization_error", notSerializableMessage(
-          INPUT_NOT_SERIALIZABLE + " to " + providerName + "." + safeName, "input", error)));
+        return toolPromise(rejected(trustedError("serialization_error", notSerializableMessage(
+          INPUT_NOT_SERIALIZABLE + " to " + tool, "input", error))), tool);
       }
       let settleOk;
       let settleFailed;
@@ -438,19 +486,69 @@
         ReflectApply(MapSet, queued, [queueTail, record]);
         queueTail++;
       }
-      return promise;
+      return toolPromise(promise, tool);
     };
   }
 
-  // providers: [[name, [safeName, ...]], ...]; limit: calls in flight at once.
+  // A tool of a provider the host declared unavailable: every call rejects with `tool_error`
+  // saying why, and sends nothing.
+  function makeUnavailableTool(providerName, key, why) {
+    const tool = providerName + "." + key;
+    return function () {
+      return toolPromise(rejected(trustedError("tool_error",
+        providerName + " is unavailable: " + why, "unavailable")), tool);
+    };
+  }
+
+  // The namespace of an unavailable provider: any string key but `then` and `toJSON` (so
+  // `await ns` and `JSON.stringify(ns)` stay ordinary) and those of Object.prototype reads as
+  // a tool that rejects saying why; symbols read as on a plain object.
+  function unavailableNamespace(name, tools, why) {
+    const target = {};
+    for (let t = 0; t < tools.length; t++) {
+      define(target, tools[t][0], makeUnavailableTool(name, tools[t][0], why));
+    }
+    return new ProxyCtor(target, {
+      __proto__: null,
+      get: function (target, key, receiver) {
+        if (typeof key === "string" && key !== "then" && key !== "toJSON" &&
+          !ReflectHas(target, key)) {
+          return makeUnavailableTool(name, key, why);
+        }
+        return ReflectGet(target, key, receiver);
+      },
+    });
+  }
+
+  // providers: [[name, [[safeName, alias | undefined], ...], unavailable | undefined], ...];
+  // limit: calls in flight at once. An alias (the tool's original name, when it differs and
+  // clashes with no safe name) is the same function, not enumerable: `Object.keys` of a
+  // namespace stays its safe names.
   function install(providers, limit) {
     maxPending = limit > 0 ? limit : 1;
     for (let p = 0; p < providers.length; p++) {
       const name = providers[p][0];
       const tools = providers[p][1];
-      const namespace = {};
-      for (let t = 0; t < tools.length; t++) {
-        define(namespace, tools[t], makeTool(name, tools[t]));
+      const why = providers[p][2];
+      let namespace;
+      if (typeof why === "string") {
+        namespace = unavailableNamespace(name, tools, why);
+      } else {
+        namespace = {};
+        for (let t = 0; t < tools.length; t++) {
+          define(namespace, tools[t][0], makeTool(name, tools[t][0]));
+        }
+        for (let t = 0; t < tools.length; t++) {
+          const alias = tools[t][1];
+          if (typeof alias !== "string") continue;
+          ObjectDefineProperty(namespace, alias, {
+            __proto__: null,
+            value: namespace[tools[t][0]],
+            writable: true,
+            enumerable: false,
+            configurable: true,
+          });
+        }
       }
       ObjectDefineProperty(globalObject, name, {
         __proto__: null,
@@ -462,15 +560,16 @@
     }
   }
 
-  // Settles a pending call: ok with a value, or failed with a trusted code and message; then
-  // sends what waits in the queue.
-  function settle(callId, ok, value, code, message) {
+  // Settles a pending call: ok with a value, or failed with a trusted code and message (and
+  // the refusal's reason and retry time when the host gave them); then sends what waits in
+  // the queue.
+  function settle(callId, ok, value, code, message, reason, retryAfterMs) {
     const entry = ReflectApply(MapGet, pending, [callId]);
     if (entry === undefined) return false;
     ReflectApply(MapDelete, pending, [callId]);
     inflight--;
     if (ok) entry[0](value);
-    else entry[1](trustedError(code, message));
+    else entry[1](trustedError(code, message, reason, retryAfterMs));
     pump();
     return true;
   }
@@ -486,12 +585,14 @@
     }
   }
 
-  // A rejection reason as [code, message]: trusted codes survive, everything else is runtime_error.
+  // A rejection reason as [code, message, name, stack, reason, retryAfterMs]: trusted codes
+  // survive with their reason and retry time, everything else is runtime_error with the
+  // error's name and stack.
   function describe(reason) {
     const mark = typeof reason === "object" && reason !== null
       ? ReflectApply(WeakMapGet, trusted, [reason])
       : undefined;
-    if (mark !== undefined) return [mark[0], mark[1]];
+    if (mark !== undefined) return [mark[0], mark[1], undefined, undefined, mark[2], mark[3]];
     let message;
     try {
       const candidate = reason !== null && reason !== undefined ? reason.message : undefined;
@@ -522,7 +623,8 @@
 
   function fail(reason) {
     const described = describe(reason);
-    return ["error", described[0], described[1], described[2], described[3]];
+    return ["error", described[0], described[1], described[2], described[3], described[4],
+      described[5]];
   }
 
   function start(program) {

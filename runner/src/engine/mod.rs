@@ -8,25 +8,32 @@
 //! then dropped. The [`Engine`] keeps one spare sandbox ready, built while the session is
 //! idle, so an `execute` does not pay for creating one.
 
+// The wire error is returned by value where a program fails to start (once per execution, never
+// in a loop); boxing it would only add an allocation to every such failure.
+#![allow(clippy::result_large_err)]
+
 mod alloc;
 mod precompiled;
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use execbox_protocol::{
-    replace_lone_surrogates, ErrorBody, ErrorCode, Execute, Message, RawValue, ToolCall, ToolResult,
+    replace_lone_surrogates, ErrorBody, ErrorCode, Execute, LogsTruncated, Message, RawValue,
+    ToolCall, ToolResult,
 };
 use rquickjs::context::EvalOptions;
 use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value};
 
+use crate::hints;
 use crate::location::{Locator, GUEST_FILENAME};
 use crate::logs::LogBuffer;
 use crate::normalize::{fenced_program, normalize, Compiled};
+use crate::timeout::{self, timed_out, Busy, InFlight};
 use crate::transport::{oversized, Outbound};
 use crate::typescript::{self, StripError};
 use alloc::{Budget, BudgetAllocator};
@@ -49,6 +56,8 @@ pub(crate) enum Event {
 pub(crate) struct Finished {
     /// Console lines after truncation.
     pub(crate) logs: Vec<String>,
+    /// What truncation took from the logs, when it took anything.
+    pub(crate) logs_truncated: Option<LogsTruncated>,
     /// The result JSON (`None` for undefined) or the error.
     pub(crate) outcome: Result<Option<Box<RawValue>>, ErrorBody>,
     /// True when the transport closed: there is nobody to send `done` to.
@@ -134,6 +143,7 @@ impl Engine {
                 Err(e) => {
                     return Finished {
                         logs: Vec::new(),
+                        logs_truncated: None,
                         outcome: Err(ErrorBody::new(
                             ErrorCode::InternalError,
                             format!("cannot create a sandbox: {e}"),
@@ -156,7 +166,11 @@ struct ExecState {
     /// Whether the running program is the normaliser's fallback, and its code when it is
     /// not the request's (TypeScript, erased); `None` before it runs.
     compiled: Option<(bool, Option<String>)>,
-    pending: HashSet<String>,
+    /// The tool calls in flight, by callId.
+    pending: HashMap<String, InFlight>,
+    /// The stack of the last exception the engine caught from the guest's start or a job: where
+    /// the guest was when an interrupt stopped it.
+    thrown_stack: Option<String>,
     out: Option<Arc<dyn Outbound>>,
     max_message_bytes: usize,
 }
@@ -192,7 +206,7 @@ enum Stop {
     Cancelled,
     Closed,
     Memory,
-    Deadline,
+    Deadline(Busy),
 }
 
 impl Sandbox {
@@ -226,7 +240,8 @@ impl Sandbox {
         let state = Rc::new(RefCell::new(ExecState {
             logs: LogBuffer::default(),
             compiled: None,
-            pending: HashSet::new(),
+            pending: HashMap::new(),
+            thrown_stack: None,
             out: None,
             max_message_bytes: usize::MAX,
         }));
@@ -263,7 +278,7 @@ impl Sandbox {
             return Some(Stop::Memory);
         }
         if self.deadline.get().is_some_and(|d| Instant::now() >= d) {
-            return Some(Stop::Deadline);
+            return Some(Stop::Deadline(Busy::Running));
         }
         None
     }
@@ -281,6 +296,7 @@ impl Sandbox {
             state.logs = LogBuffer::new(&exec.options);
             state.compiled = None;
             state.pending.clear();
+            state.thrown_stack = None;
             state.out = Some(out);
             state.max_message_bytes = limits.max_message_bytes;
         }
@@ -294,29 +310,38 @@ impl Sandbox {
         self.deadline.set(None);
         let mut state = self.state.borrow_mut();
         state.out = None;
-        state.pending.clear();
-        let logs = std::mem::take(&mut state.logs).into_lines();
-        match outcome {
-            Ok(outcome) => Finished {
-                logs,
-                outcome,
-                aborted: false,
-            },
-            Err(Stop::Closed) => Finished {
-                logs,
-                outcome: Err(ErrorBody::timeout()),
-                aborted: true,
-            },
-            Err(Stop::Memory) => Finished {
-                logs,
-                outcome: Err(ErrorBody::memory_limit()),
-                aborted: false,
-            },
-            Err(Stop::Cancelled | Stop::Deadline) => Finished {
-                logs,
-                outcome: Err(ErrorBody::timeout()),
-                aborted: false,
-            },
+        let pending: Vec<InFlight> = std::mem::take(&mut state.pending).into_values().collect();
+        let thrown_stack = state.thrown_stack.take();
+        let compiled = state.compiled.clone();
+        let (logs, logs_truncated) = std::mem::take(&mut state.logs).into_parts();
+        drop(state);
+        let (outcome, aborted) = match outcome {
+            Ok(outcome) => (outcome, false),
+            Err(Stop::Closed) => (Err(ErrorBody::timeout()), true),
+            Err(Stop::Memory) => (Err(ErrorBody::memory_limit()), false),
+            Err(Stop::Cancelled) => (Err(ErrorBody::timeout()), false),
+            Err(Stop::Deadline(busy)) => {
+                // Where the guest was, when an interrupt stopped it in its own code.
+                let location = match (busy, compiled, thrown_stack) {
+                    (Busy::Running, Some((fallback, stripped)), Some(stack)) => LazyLocator {
+                        exec,
+                        stripped: stripped.as_deref(),
+                        fallback,
+                    }
+                    .get()
+                    .position(&stack)
+                    .filter(|l| l.source.as_deref().is_some_and(timeout::names_a_loop)),
+                    _ => None,
+                };
+                let error = timed_out(exec.options.timeout_ms, busy, location, &pending);
+                (Err(error), false)
+            }
+        };
+        Finished {
+            logs,
+            logs_truncated,
+            outcome,
+            aborted,
         }
     }
 
@@ -327,9 +352,9 @@ impl Sandbox {
         limits: RunLimits,
         wait: &mut dyn FnMut(Instant) -> Event,
     ) -> Result<Result<Option<Box<RawValue>>, ErrorBody>, Stop> {
-        let started = self
-            .context
-            .with(|ctx| start_guest(&ctx, exec, limits, &self.state));
+        let started = self.context.with(|ctx| {
+            start_guest(&ctx, exec, limits, &self.state).map_err(|e| no_module_statements(exec, e))
+        });
         if let Some(stop) = self.stop_reason() {
             return Err(stop);
         }
@@ -350,6 +375,10 @@ impl Sandbox {
                     Ok(false) => break,
                     Err(_) => {
                         if let Some(stop) = self.stop_reason() {
+                            // The uncatchable interrupt is still pending: its stack says where
+                            // the guest was.
+                            let stack = self.context.with(|ctx| stack_of(&ctx.catch()));
+                            self.state.borrow_mut().thrown_stack = stack;
                             return Err(stop);
                         }
                     }
@@ -379,13 +408,19 @@ impl Sandbox {
                 Event::ToolResult(result) => self.settle(result),
                 Event::Cancel => return Err(Stop::Cancelled),
                 Event::Closed => return Err(Stop::Closed),
-                Event::Deadline => return Err(Stop::Deadline),
+                Event::Deadline => return Err(Stop::Deadline(Busy::Waiting)),
             }
         }
     }
 
     fn settle(&self, result: ToolResult) {
-        if !self.state.borrow_mut().pending.remove(&result.call_id) {
+        if self
+            .state
+            .borrow_mut()
+            .pending
+            .remove(&result.call_id)
+            .is_none()
+        {
             // Late (its execution ended), answered twice, or never sent: callIds are unique
             // per process, so it cannot belong to this execution.
             tracing::warn!(call_id = %result.call_id, "ignoring tool_result: no pending call of the active execution has that callId");
@@ -421,6 +456,9 @@ impl Sandbox {
                     undefined,
                     body.code.as_str(),
                     body.message.as_str(),
+                    body.reason.as_deref(),
+                    // A number the guest reads exactly (below 2^53).
+                    body.retry_after_ms.map(|ms| ms.min(1 << 53) as f64),
                 )),
             };
             if settled.is_err() {
@@ -483,6 +521,7 @@ fn register_guest_surface<'js>(
                 }
             };
             let call_id = format!("call-{}", NEXT_CALL.fetch_add(1, Ordering::Relaxed));
+            let in_flight = InFlight::new(format!("{provider}.{tool}"));
             let message = Message::ToolCall(ToolCall {
                 call_id: call_id.clone(),
                 provider_name: provider,
@@ -499,7 +538,7 @@ fn register_guest_surface<'js>(
                     ),
                 );
             }
-            state.pending.insert(call_id.clone());
+            state.pending.insert(call_id.clone(), in_flight);
             drop(state);
             out.send(&message);
             rquickjs::String::from_str(ctx, &call_id).map(|s| s.into_value())
@@ -539,12 +578,17 @@ fn start_guest(
         let providers = Array::new(ctx.clone())?;
         for (i, provider) in exec.providers.iter().enumerate() {
             let tools = Array::new(ctx.clone())?;
-            for (j, tool) in provider.tools.iter().enumerate() {
-                tools.set(j, tool.safe_name.as_str())?;
+            let aliases = hints::aliases(provider);
+            for (j, (tool, alias)) in provider.tools.iter().zip(aliases).enumerate() {
+                let pair = Array::new(ctx.clone())?;
+                pair.set(0, tool.safe_name.as_str())?;
+                pair.set(1, alias)?;
+                tools.set(j, pair)?;
             }
             let entry = Array::new(ctx.clone())?;
             entry.set(0, provider.name.as_str())?;
             entry.set(1, tools)?;
+            entry.set(2, provider.unavailable.as_deref())?;
             providers.set(i, entry)?;
         }
         let max_pending = u32::try_from(limits.max_pending_tool_calls).unwrap_or(u32::MAX);
@@ -627,13 +671,13 @@ fn start_guest(
             _ => return Err(located(exec, None, fallback, &failure)),
         },
     };
-    let mut state = state.borrow_mut();
-    state.compiled = Some((fallback, stripped));
-    let code = state.compiled.as_ref().and_then(|(_, s)| s.clone());
-    drop(state);
+    let code = stripped.clone();
+    state.borrow_mut().compiled = Some((fallback, stripped));
     hooks.start.call::<_, ()>((function,)).map_err(|e| match e {
         rquickjs::Error::Exception => {
             let thrown = ctx.catch();
+            // Kept for a timeout: an interrupt is the one exception the guest cannot catch.
+            state.borrow_mut().thrown_stack = stack_of(&thrown);
             let locator = LazyLocator {
                 exec,
                 stripped: code.as_deref(),
@@ -643,6 +687,27 @@ fn start_guest(
         }
         other => engine_failure(ctx, other, "starting the guest"),
     })
+}
+
+/// A syntax error of a program with an `import` or `export` statement: that statement, with a
+/// message saying there are no modules and the tools are globals. Any other error is kept.
+fn no_module_statements(exec: &Execute, error: ErrorBody) -> ErrorBody {
+    if error.name.as_deref() != Some("SyntaxError") {
+        return error;
+    }
+    let Some((line, column, keyword)) = hints::module_statement(fenced_program(&exec.code)) else {
+        return error;
+    };
+    let locator = LazyLocator {
+        exec,
+        stripped: None,
+        fallback: true,
+    }
+    .get();
+    let message = hints::module_statement_message(keyword, locator.namespaces());
+    ErrorBody::new(ErrorCode::RuntimeError, message)
+        .with_name("SyntaxError")
+        .with_location(locator.at(line, column))
 }
 
 /// Normalises and compiles `code`: the primary form, then the fallback. On failure, the error
@@ -808,6 +873,12 @@ fn compile<'js>(ctx: &Ctx<'js>, compiled: &Compiled) -> Result<Value<'js>, Compi
         })
 }
 
+/// The `stack` of a thrown error object (QuickJS's interrupt is one, its stack an own data
+/// property); `None` for any other value.
+fn stack_of(thrown: &Value<'_>) -> Option<String> {
+    thrown.as_exception()?.get::<_, String>("stack").ok()
+}
+
 /// Turns an engine error into a wire error, describing a thrown value like the guest's own.
 fn engine_failure(ctx: &Ctx<'_>, error: rquickjs::Error, doing: &str) -> ErrorBody {
     if !matches!(error, rquickjs::Error::Exception) {
@@ -893,6 +964,10 @@ fn error_body(
     let code = ErrorCode::parse(&code).unwrap_or(ErrorCode::RuntimeError);
     let mut error = ErrorBody::new(code, message);
     if code != ErrorCode::RuntimeError {
+        // A trusted refusal keeps its reason and retry time.
+        error.reason = described.get::<Option<String>>(at + 4).ok().flatten();
+        let retry: Option<f64> = described.get(at + 5).ok().flatten();
+        error.retry_after_ms = retry.filter(|ms| *ms >= 0.0).map(|ms| ms as u64);
         return Some(error);
     }
     let name: Option<String> = described.get(at + 2).ok().flatten();
@@ -900,8 +975,10 @@ fn error_body(
         error = error.with_name(shortened(name));
     }
     let stack: Option<String> = described.get(at + 3).ok().flatten();
-    Some(match (locator, stack) {
-        (Some(locator), Some(stack)) => locator.get().locate(error, &stack),
-        _ => error,
+    Some(match locator {
+        Some(locator) => locator
+            .get()
+            .locate(error, stack.as_deref().unwrap_or_default()),
+        None => error,
     })
 }
