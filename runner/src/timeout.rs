@@ -144,7 +144,7 @@ mod tests {
             error.message,
             "Execution timed out after 1000 ms while running JavaScript at line 3"
         );
-        assert_eq!(error.location, Some(location));
+        assert_eq!(error.location, Some(Box::new(location)));
         let bare = timed_out(200, Busy::Running, None, &[call("t.x")]);
         assert_eq!(
             bare.message,

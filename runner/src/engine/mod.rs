@@ -8,10 +8,6 @@
 //! then dropped. The [`Engine`] keeps one spare sandbox ready, built while the session is
 //! idle, so an `execute` does not pay for creating one.
 
-// The wire error is returned by value where a program fails to start (once per execution, never
-// in a loop); boxing it would only add an allocation to every such failure.
-#![allow(clippy::result_large_err)]
-
 mod alloc;
 mod precompiled;
 
