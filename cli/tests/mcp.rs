@@ -1401,10 +1401,15 @@ async fn require_approval_and_grants_reach_the_tool_by_either_of_its_names(
         description.contains("twins (MCP server \"twins\", 1 tool)\n  delete_all__2"),
         "{description}"
     );
+    // `twins.delete_all` is now the upstream's own name of the one visible tool (an alias of
+    // delete_all__2), never the hidden `delete-all`.
     let value = mcp
-        .value("[typeof twins.delete_all, await twins.delete_all__2()]")
+        .value("[Object.keys(twins), await twins.delete_all__2(), await twins.delete_all()]")
         .await?;
-    check!(value == json!(["undefined", "delete_all"]), "{value}");
+    check!(
+        value == json!([["delete_all__2"], "delete_all", "delete_all"]),
+        "{value}"
+    );
     mcp.stop().await?;
     // A grant that means two tools is an error naming them.
     let policy = h.write(

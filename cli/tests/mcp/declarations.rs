@@ -248,6 +248,17 @@ pub async fn an_unavailable_upstream_stays_a_namespace_saying_why(
         .value("[typeof crash, typeof remote, typeof alpha]")
         .await?;
     check!(kinds == json!(["object", "object", "object"]), "{kinds}");
+    // A call on one fails with tool_error saying why, without reaching anything.
+    let refused = mcp
+        .value("try { await crash.anything({}); return 'ran' } catch (e) { return [e.code, e.reason, e.message] }")
+        .await?;
+    check!(
+        refused[0] == "tool_error"
+            && refused[1] == "unavailable"
+            && refused[2].as_str().is_some_and(|m| m
+                .starts_with("crash is unavailable: MCP server \"crash\": exited with status 3")),
+        "{refused}"
+    );
     let found = search(&mcp, "crash").await?;
     check!(
         found.text.starts_with("\"crash\" is the namespace crash (MCP server \"crash\"), which is unavailable: exited with status 3"),
