@@ -50,6 +50,7 @@ mod guard;
 mod inprocess;
 pub mod json;
 mod names;
+mod notes;
 mod pool;
 pub mod process_output;
 mod prompt;
@@ -70,7 +71,7 @@ pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
     MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
 };
-pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
+pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor, Unawaited};
 pub use guard::{
     Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall,
 };
@@ -92,6 +93,6 @@ pub use toolset::{ToolSet, ToolSetError};
 pub use ws::{RetryPolicy, WsExecutor};
 
 // The types a caller must name, so one `use execbox_host::…` line is enough.
-pub use execbox_protocol::{ErrorBody, ErrorCode, RuntimeOptions};
+pub use execbox_protocol::{ErrorBody, ErrorCode, LogsTruncated, RuntimeOptions};
 pub use tokio_util::sync::CancellationToken;
 pub use yaml::YamlError;
