@@ -1,7 +1,7 @@
 //! Tool calls a program started but did not await, still running when its `done` came: by
 //! default they finish (within the time limit) before the result is returned, with every
 //! executor kind; `Unawaited::Cancel` stops them; a time limit cuts them short; and a log line
-//! names them whatever became of them.
+//! names them whatever became of them. Also the host's other note: what log truncation took.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +21,11 @@ const FINISHED: &str = "[execbox] 2 tool calls were not awaited: store.put ×2; 
 /// `store.put` writes its key after `delay` (or fails for key "bad"); `store.hang` waits
 /// until cancelled. Returns the tools and what `put` wrote.
 fn store(delay: Duration) -> (ToolSet, Arc<Mutex<Vec<String>>>) {
+    store_in("store", delay)
+}
+
+/// [`store`]'s tools in the namespace `provider`.
+fn store_in(provider: &str, delay: Duration) -> (ToolSet, Arc<Mutex<Vec<String>>>) {
     let written = Arc::new(Mutex::new(Vec::new()));
     let sink = written.clone();
     let put = Tool::new("put", move |input: Value, ctx: ToolContext| {
@@ -42,7 +47,7 @@ fn store(delay: Duration) -> (ToolSet, Arc<Mutex<Vec<String>>>) {
         ctx.cancel.cancelled().await;
         Err::<Value, _>(ToolError::cancelled())
     });
-    let tools = ToolSet::new(vec![Provider::new("store").tool(put).tool(hang)]).unwrap();
+    let tools = ToolSet::new(vec![Provider::new(provider).tool(put).tool(hang)]).unwrap();
     (tools, written)
 }
 
@@ -148,4 +153,79 @@ async fn awaited_calls_are_not_named() {
     assert_eq!(result.value(), Some(json!(2)), "{result:?}");
     assert_eq!(written(&sink), ["a"]);
     assert_eq!(result.logs, ["hi"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_still_waiting_for_a_slot_when_done_comes_start_finish_and_are_never_answered() {
+    // One call at a time: when `done` comes, one call runs and two wait. All three run to
+    // their end; none of their results reaches the runner.
+    let (tools, sink) = store_in("t", Duration::from_millis(100));
+    let (mut connection, mut runner) = super::scripted_connection(execbox_host::SessionTimings {
+        max_concurrent_tool_calls: 1,
+        ..execbox_host::SessionTimings::default()
+    });
+    let script = async {
+        let id = runner.accept().await;
+        for key in ["a", "b", "c"] {
+            runner.send(execbox_protocol::Message::ToolCall(
+                execbox_protocol::ToolCall {
+                    call_id: format!("call-{key}"),
+                    provider_name: "t".into(),
+                    safe_tool_name: "put".into(),
+                    input: Some(serde_json::value::to_raw_value(&json!({ "key": key })).unwrap()),
+                },
+            ));
+        }
+        runner.done(&id);
+        runner
+    };
+    let request = ExecuteRequest::new("x").tools(&tools);
+    let (result, mut runner) = tokio::join!(connection.execute(&request), script);
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(written(&sink), ["a", "b", "c"]);
+    assert_eq!(
+        result.logs.last().map(String::as_str),
+        Some("[execbox] 3 tool calls were not awaited: t.put ×3; they finished after the program returned — await them")
+    );
+    assert!(
+        runner.host.try_recv().is_err(),
+        "the host answered a call of a finished execution"
+    );
+}
+
+#[tokio::test]
+async fn a_done_with_truncated_logs_gets_a_note_and_keeps_logs_truncated_in_its_json() {
+    let (mut connection, mut runner) =
+        super::scripted_connection(execbox_host::SessionTimings::default());
+    let script = async {
+        let id = runner.accept().await;
+        runner.send(execbox_protocol::Message::Done(execbox_protocol::Done {
+            id,
+            duration_ms: 1,
+            logs: vec!["0".into(), "1".into()],
+            logs_truncated: Some(execbox_protocol::LogsTruncated {
+                omitted_lines: 3,
+                cut_line: true,
+            }),
+            outcome: Ok(None),
+        }));
+    };
+    let request = ExecuteRequest::new("x").options(execbox_protocol::RuntimeOptions {
+        max_log_chars: 10,
+        ..execbox_protocol::RuntimeOptions::default()
+    });
+    let (result, ()) = tokio::join!(connection.execute(&request), script);
+    assert_eq!(
+        result.logs,
+        [
+            "0",
+            "1",
+            "[execbox] the last log line was cut at the 10-character log limit; 3 more log lines not shown"
+        ]
+    );
+    let done: Value = serde_json::from_str(&result.to_done_json()).unwrap();
+    assert_eq!(
+        done["logsTruncated"],
+        json!({"omittedLines": 3, "cutLine": true})
+    );
 }
