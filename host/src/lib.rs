@@ -16,7 +16,9 @@
 //!   [`ExecuteResult`]: [`ProcessExecutor`] (a fresh runner process each time),
 //!   [`PooledExecutor`] (warm runner processes), [`WsExecutor`] (a runner behind
 //!   `execbox-runner --listen`) and `InProcessExecutor` (engine threads in this process,
-//!   feature `inprocess`; trusted code only);
+//!   feature `inprocess`; trusted code only); tool calls the program did not await finish
+//!   before the result by default, or are cancelled ([`Unawaited`]), and the result's logs
+//!   end with the host's `[execbox]` notes on them and on what log truncation took;
 //! - underneath, a [`Connection`] speaks the protocol's host side over any transport, and asks
 //!   the request's [`CallGuard`] (if any) what the execution may see and whether each call
 //!   may run;
