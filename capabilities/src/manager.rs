@@ -482,6 +482,7 @@ impl CapabilityManager {
             principal: record.principal.clone(),
             status,
             error,
+            logs: record.logs.clone(),
             at_ms: now_ms(),
         });
     }
@@ -502,9 +503,9 @@ impl CapabilityManager {
         let started = accepted;
         let id_owned = record.execution_id.clone();
         let id = id_owned.as_str();
-        let outcome = match self.0.store.set_status(id, ExecutionStatus::Running, None) {
-            Err(e) => RunOutcome::Failed(e.message),
-            Ok(()) if cancel.is_cancelled() => RunOutcome::Stopped,
+        let (outcome, logs) = match self.0.store.set_status(id, ExecutionStatus::Running, None) {
+            Err(e) => (RunOutcome::Failed(e.message), Vec::new()),
+            Ok(()) if cancel.is_cancelled() => (RunOutcome::Stopped, Vec::new()),
             Ok(()) => {
                 let limit = TimeLimit {
                     accepted,
@@ -523,7 +524,10 @@ impl CapabilityManager {
             }
             other => other,
         };
-        let ending = Ending::of(outcome, &capability.config.def);
+        let ending = Ending {
+            logs,
+            ..Ending::of(outcome, &capability.config.def)
+        };
         // No child outlives its parent's end: children it did not wait for are stopped (and
         // have ended) before the parent's terminal status is written.
         if let Err(e) = self.stop_all_for_parent(id).await {
@@ -533,7 +537,8 @@ impl CapabilityManager {
     }
 
     /// Runs the execution on its executor: a script in a runner (nested capabilities
-    /// available, tool calls under the caller's policy), or an external command.
+    /// available, tool calls under the caller's policy), or an external command. Returns
+    /// the end and the logs (a script's; none for an external command).
     async fn run(
         &self,
         record: &ExecutionRecord,
@@ -542,7 +547,7 @@ impl CapabilityManager {
         principal: &Option<Principal>,
         limit: TimeLimit,
         cancel: &CancellationToken,
-    ) -> RunOutcome {
+    ) -> (RunOutcome, Vec<String>) {
         let id = record.execution_id.as_str();
         match &executor.config.kind {
             ExecutorKind::Script => {
@@ -570,7 +575,7 @@ impl CapabilityManager {
             }
             ExecutorKind::External { .. } => {
                 let store = self.0.store.clone();
-                external::run(
+                let outcome = external::run(
                     ExternalRun {
                         executor: &executor.config,
                         capability: &capability.config,
@@ -588,7 +593,8 @@ impl CapabilityManager {
                         }
                     },
                 )
-                .await
+                .await;
+                (outcome, Vec::new())
             }
         }
     }
@@ -610,6 +616,7 @@ impl CapabilityManager {
             result,
             additional_context: context,
             error,
+            logs,
         } = ending;
         let ended = match self.0.store.finish(
             id,
@@ -617,6 +624,7 @@ impl CapabilityManager {
             result.as_ref(),
             context.as_ref(),
             error.as_ref(),
+            &logs,
         ) {
             Ok(Some(t)) => t,
             Ok(None) => {
@@ -651,6 +659,7 @@ impl CapabilityManager {
             result,
             additional_context: context,
             error: error.clone(),
+            logs,
             updated_ms: ended,
             ended_ms: Some(ended),
             ..record
@@ -1023,6 +1032,7 @@ fn starting_record(
         result: None,
         additional_context: None,
         error: None,
+        logs: Vec::new(),
         created_ms: now,
         updated_ms: now,
         ended_ms: None,
@@ -1035,6 +1045,8 @@ struct Ending {
     result: Option<Value>,
     additional_context: Option<Value>,
     error: Option<CapabilityError>,
+    /// The run's logs (a script's console lines and the host's notes).
+    logs: Vec<String>,
 }
 
 impl Ending {
@@ -1047,6 +1059,7 @@ impl Ending {
             result: None,
             additional_context: None,
             error: Some(err(code, message)),
+            logs: Vec::new(),
         };
         match outcome {
             RunOutcome::Completed {
@@ -1058,6 +1071,7 @@ impl Ending {
                     result,
                     additional_context,
                     error: None,
+                    logs: Vec::new(),
                 },
                 Some(why) => failed(
                     ExecutionStatus::Failed,

@@ -263,6 +263,11 @@ pub struct ExecutionRecord {
     pub additional_context: Option<Value>,
     /// Why it failed, timed out or stopped.
     pub error: Option<CapabilityError>,
+    /// The console lines of a script execution, then the host's `[execbox]` notes (what the
+    /// log limits left out, tool calls the program did not await), once it ended; absent
+    /// when there are none (external executors have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
     /// When it was started, Unix milliseconds.
     pub created_ms: u64,
     /// When its status last changed, Unix milliseconds.
@@ -281,6 +286,7 @@ impl ExecutionRecord {
             result: self.result.clone(),
             additional_context: self.additional_context.clone(),
             error: self.error.clone(),
+            logs: self.logs.clone(),
             capability_path: self.capability_path.clone(),
         }
     }
@@ -314,6 +320,11 @@ pub struct ExecutionOutcome {
     pub additional_context: Option<Value>,
     /// What went wrong (not completed).
     pub error: Option<CapabilityError>,
+    /// The console lines of a script execution, then the host's `[execbox]` notes (what the
+    /// log limits left out, tool calls the program did not await), once it ended; absent
+    /// when there are none (external executors have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
     /// The capability's folder, to resolve resources relative to it.
     pub capability_path: String,
 }
@@ -383,6 +394,10 @@ pub struct ExecutionEvent {
     pub status: ExecutionStatus,
     /// The error, for failed, timeout and stopped.
     pub error: Option<CapabilityError>,
+    /// With the end of a script execution: its logs, as [`ExecutionRecord::logs`]; absent
+    /// when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
     /// When, Unix milliseconds.
     pub at_ms: u64,
 }

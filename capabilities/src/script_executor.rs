@@ -51,7 +51,14 @@ pub(crate) fn program(entry_text: &str, params: &Value) -> String {
     format!("const params = JSON.parse({literal}); {entry_text}")
 }
 
-pub(crate) async fn run(run: ScriptRun<'_>) -> RunOutcome {
+/// Runs the script; returns its end and its logs (none when it never ran).
+pub(crate) async fn run(run: ScriptRun<'_>) -> (RunOutcome, Vec<String>) {
+    let mut logs = Vec::new();
+    let outcome = run_logged(run, &mut logs).await;
+    (outcome, logs)
+}
+
+async fn run_logged(run: ScriptRun<'_>, logs: &mut Vec<String>) -> RunOutcome {
     let name = &run.capability.def.name;
     let Some(entry) = &run.capability.entry else {
         return RunOutcome::Failed(format!(
@@ -95,6 +102,7 @@ pub(crate) async fn run(run: ScriptRun<'_>) -> RunOutcome {
         .id(run.execution_id)
         .guard(run.guard);
     let result = run.executor.execute(request).await;
+    logs.clone_from(&result.logs);
     if result.was_cancelled() {
         return RunOutcome::Stopped;
     }

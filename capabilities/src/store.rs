@@ -1,9 +1,10 @@
 //! The execution store: every execution and its status history in SQLite (WAL), written
 //! before any status is reported, and the recovery of executions a dead process left behind.
 //!
-//! Schema (`PRAGMA user_version` 1, migrated at open; a newer file is refused):
+//! Schema (`PRAGMA user_version` 2, migrated at open; a newer file is refused):
 //! - `executions`: one row per execution (id, capability, type, executor, path, parent,
-//!   principal, status, params, result, additional context, error code and message, times),
+//!   principal, status, params, result, additional context, error code and message, times,
+//!   and since version 2 `logs`, a JSON array of strings or NULL),
 //!   plus `owner_pid`, the process running it, and `pgid`, the process group of its external
 //!   executor while one runs;
 //! - `status_history`: one row per status change (execution, status, time, detail).
@@ -36,7 +37,7 @@ use super::records::{
 };
 
 /// The schema version this execbox writes.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long to wait for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -73,10 +74,10 @@ fn store_error(path: &Path, e: impl std::fmt::Display) -> CapabilityError {
     )
 }
 
-const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms";
+const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms, logs";
 
-/// [`COLUMNS`] without the params, result and additional context, for lists.
-const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms";
+/// [`COLUMNS`] without the params, result, additional context and logs, for lists.
+const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms, NULL";
 
 impl ExecutionStore {
     /// Opens (creating it and its folder if missing) and migrates `path`, then recovers what
@@ -151,6 +152,13 @@ impl ExecutionStore {
                     );
                     CREATE INDEX IF NOT EXISTS status_history_execution ON status_history (execution_id);
                     PRAGMA user_version = 1;",
+                )
+                .map_err(fail)?;
+            }
+            if version < 2 {
+                tx.execute_batch(
+                    "ALTER TABLE executions ADD COLUMN logs TEXT;
+                    PRAGMA user_version = 2;",
                 )
                 .map_err(fail)?;
             }
@@ -311,6 +319,7 @@ impl ExecutionStore {
         result: Option<&Value>,
         additional_context: Option<&Value>,
         error: Option<&CapabilityError>,
+        logs: &[String],
     ) -> Result<Option<u64>, CapabilityError> {
         let now = now_ms();
         let mut conn = self.lock();
@@ -318,7 +327,7 @@ impl ExecutionStore {
         // One terminal status per execution: an execution another process already ended
         // (recovered as interrupted) keeps that end.
         let changed = tx.execute(
-            "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, pgid = NULL WHERE id = ?1 AND status IN ('starting', 'running', 'stopping')",
+            "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, logs = ?8, pgid = NULL WHERE id = ?1 AND status IN ('starting', 'running', 'stopping')",
             params![
                 id,
                 status.as_str(),
@@ -327,6 +336,7 @@ impl ExecutionStore {
                 error.map(|e| e.code.as_str()),
                 error.map(|e| e.message.as_str()),
                 now as i64,
+                (!logs.is_empty()).then(|| Value::from(logs).to_string()),
             ],
         )
         .map_err(|e| self.fail(e))?;
@@ -432,6 +442,9 @@ fn record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
         created_ms: row.get::<_, i64>(13)? as u64,
         updated_ms: row.get::<_, i64>(14)? as u64,
         ended_ms: row.get::<_, Option<i64>>(15)?.map(|t| t as u64),
+        logs: json_column(row, 16)?
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default(),
     })
 }
 
@@ -500,6 +513,7 @@ mod tests {
             result: None,
             additional_context: None,
             error: None,
+            logs: Vec::new(),
             created_ms: now_ms(),
             updated_ms: now_ms(),
             ended_ms: None,
@@ -583,7 +597,7 @@ mod tests {
             ExecutionStatus::Stopping
         );
         store
-            .finish("x", ExecutionStatus::Stopped, None, None, None)
+            .finish("x", ExecutionStatus::Stopped, None, None, None, &[])
             .unwrap();
         store
             .set_status("x", ExecutionStatus::Stopping, None)
@@ -622,12 +636,12 @@ mod tests {
             .insert(&record("a", ExecutionStatus::Starting))
             .unwrap();
         assert!(store
-            .finish("a", ExecutionStatus::Stopped, None, None, None)
+            .finish("a", ExecutionStatus::Stopped, None, None, None, &[])
             .unwrap()
             .is_some());
         // A second end (another process recovered it first, say) leaves the first alone.
         assert!(store
-            .finish("a", ExecutionStatus::Failed, None, None, None)
+            .finish("a", ExecutionStatus::Failed, None, None, None, &[])
             .unwrap()
             .is_none());
         let history: Vec<ExecutionStatus> = store

@@ -178,6 +178,24 @@ pub struct TypesArgs {
     pub diagnostics: Diagnostics,
 }
 
+/// `--unawaited`: what becomes of tool calls a program did not await.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnawaitedArg {
+    /// They finish within the time limit before the result is returned.
+    Finish,
+    /// They are cancelled when the program returns.
+    Cancel,
+}
+
+impl From<UnawaitedArg> for execbox_host::Unawaited {
+    fn from(arg: UnawaitedArg) -> Self {
+        match arg {
+            UnawaitedArg::Finish => execbox_host::Unawaited::Finish,
+            UnawaitedArg::Cancel => execbox_host::Unawaited::Cancel,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The script to run, or `-` for stdin.
@@ -201,6 +219,11 @@ pub struct RunArgs {
     /// Run at most this many tool calls at once; the others wait in arrival order.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_TOOL_CALLS as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_tool_calls: u32,
+    /// What becomes of tool calls the program started but did not await when it returned:
+    /// `finish` lets them end (within the time limit) before the result is printed, `cancel`
+    /// stops them. Either way an `[execbox]` log line names them.
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = UnawaitedArg::Finish)]
+    pub unawaited: UnawaitedArg,
     /// Use the runner at this WebSocket address instead of spawning one (`ws://` or `wss://`;
     /// a Service in front of many runners works: turned-away sessions are retried).
     #[arg(long, value_name = "ws://ADDR")]

@@ -255,6 +255,10 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                     .wait(&id, None)
                     .await?
                     .context("the execution did not end")?;
+                // As `execbox run` does: the logs on stderr, the result on stdout.
+                for line in &outcome.logs {
+                    eprintln!("{line}");
+                }
                 if json {
                     out(&pretty(&outcome));
                 } else if let Some(result) = &outcome.result {

@@ -55,6 +55,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let request = ExecuteRequest::new(code)
         .tools(&tools)
         .options(options)
+        .unawaited(args.unawaited.into())
         .guard(Arc::new(enforcement));
     let executor = executor(&args, timings)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -4,6 +4,9 @@
 
 mod support;
 
+#[path = "capabilities/logs.rs"]
+mod logs;
+
 use std::time::Duration;
 
 use execbox_capabilities::{

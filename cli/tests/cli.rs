@@ -3,6 +3,9 @@
 
 mod support;
 
+#[path = "cli/unawaited.rs"]
+mod unawaited;
+
 use serde_json::Value;
 
 use support::cli::{execbox, text};

@@ -4,6 +4,9 @@
 
 mod support;
 
+#[path = "executors/unawaited.rs"]
+mod unawaited;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,7 +15,8 @@ use std::time::{Duration, Instant};
 use execbox_host::{
     CommandTool, Connection, ExecuteRequest, Executor, InProcessExecutor, PoolOptions,
     PooledExecutor, ProcessExecutor, Provider, RetryPolicy, RunnerEvent, SessionTimings, Tool,
-    ToolError, ToolSet, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS, MAX_QUEUED_TOOL_CALLS,
+    ToolError, ToolSet, Unawaited, WsExecutor, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
+    MAX_QUEUED_TOOL_CALLS,
 };
 use execbox_protocol::{ErrorCode, Message, RawValue, RuntimeOptions, Started, ToolCall};
 use serde_json::{json, Value};
@@ -758,12 +762,14 @@ async fn a_cancelled_execution_never_starts_its_queued_tool_calls() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_answered() {
-    // Execution A fires a slow call without awaiting it and returns; B, on the same pooled
-    // runner, awaits a fast call. B gets its own answer, A's call is killed before it can
-    // finish, and the only `tool_result` the runner ever receives is B's.
-    let dir = TempDir::new("stale");
+/// Execution A fires a slow call without awaiting it and returns; B, on the same pooled
+/// runner, awaits a fast call. Returns the folder (`slow.pid`, `slow.done`), A's result and
+/// the lines the host sent the runner, after checking that B got its own answer on A's runner.
+async fn unawaited_then_awaited(
+    name: &str,
+    unawaited: Unawaited,
+) -> (TempDir, execbox_host::ExecuteResult, String) {
+    let dir = TempDir::new(name);
     let (pids_file, log) = (dir.join("runner.pids"), dir.join("host-to-runner.ndjson"));
     let slow = CommandTool::new("tools", "slow", "/bin/sh").args([
         "-c".to_owned(),
@@ -789,7 +795,7 @@ async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_an
     .unwrap();
     // A keeps running for a moment after firing, so that the slow process surely starts.
     let a = pool
-        .execute(ExecuteRequest::new("tools.slow({ user: 'alice' }); const t0 = Date.now(); while (Date.now() - t0 < 300) {} 'a'").tools(&tools).options(options(5000)))
+        .execute(ExecuteRequest::new("tools.slow({ user: 'alice' }); const t0 = Date.now(); while (Date.now() - t0 < 300) {} 'a'").tools(&tools).options(options(5000)).unawaited(unawaited))
         .await;
     assert_eq!(a.value(), Some(json!("a")), "{a:?}");
     let b = pool
@@ -801,7 +807,43 @@ async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_an
         .await;
     assert_eq!(b.value(), Some(json!({"user": "bob"})), "{b:?}");
     assert_eq!(read_pids(&pids_file).len(), 1, "B ran on A's runner");
+    let sent = std::fs::read_to_string(&log).unwrap();
+    (dir, a, sent)
+}
 
+/// The `tool_result` lines the host sent, which must be B's alone.
+fn only_bs_result_was_sent(sent: &str) {
+    let results: Vec<&str> = sent
+        .lines()
+        .filter(|line| line.contains(r#""type":"tool_result""#))
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].contains("bob"), "{results:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_left_running_by_a_finished_execution_finish_first_and_are_never_answered() {
+    let (dir, a, sent) = unawaited_then_awaited("stale-finish", Unawaited::Finish).await;
+    // A returned only once its call had finished, and said so; its result never reached the
+    // runner.
+    assert!(
+        dir.join("slow.done").exists(),
+        "the slow call did not finish"
+    );
+    assert_eq!(
+        a.logs.last().map(String::as_str),
+        Some("[execbox] 1 tool call was not awaited: tools.slow; it finished after the program returned — await it")
+    );
+    only_bs_result_was_sent(&sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_left_running_are_killed_with_unawaited_cancel_and_never_answered() {
+    let (dir, a, sent) = unawaited_then_awaited("stale-cancel", Unawaited::Cancel).await;
+    assert_eq!(
+        a.logs.last().map(String::as_str),
+        Some("[execbox] 1 tool call was not awaited: tools.slow; it was cancelled when the program returned — await it")
+    );
     let slow_pid = read_pid(&dir.join("slow.pid")).expect("the slow call started");
     assert!(
         wait_gone(slow_pid, REAPED_WITHIN).await,
@@ -812,13 +854,7 @@ async fn tool_calls_left_running_by_a_finished_execution_are_killed_and_never_an
         !dir.join("slow.done").exists(),
         "the slow call ran to completion"
     );
-    let sent = std::fs::read_to_string(&log).unwrap();
-    let results: Vec<&str> = sent
-        .lines()
-        .filter(|line| line.contains(r#""type":"tool_result""#))
-        .collect();
-    assert_eq!(results.len(), 1, "{results:?}");
-    assert!(results[0].contains("bob"), "{results:?}");
+    only_bs_result_was_sent(&sent);
 }
 
 /// The runner's side of a [`Connection`] whose runner the test plays.
@@ -913,8 +949,8 @@ fn parked_tool(starts: Arc<std::sync::atomic::AtomicUsize>) -> Tool {
 #[tokio::test]
 async fn a_runner_flooding_tool_calls_gets_the_excess_refused_and_no_result_after_done() {
     // A hostile runner sends cap + queue bound + 5 calls at once. The host runs `cap`, queues
-    // the bound and refuses the last 5 at once; after `done` nothing more reaches the runner
-    // and the queued calls never start.
+    // the bound and refuses the last 5 at once; after `done` (unawaited calls cancelled)
+    // nothing more reaches the runner and the queued calls never start.
     let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let tools = ToolSet::new(vec![Provider::new("t").tool(parked_tool(starts.clone()))]).unwrap();
     let cap = 4;
@@ -941,6 +977,7 @@ async fn a_runner_flooding_tool_calls_gets_the_excess_refused_and_no_result_afte
     let request = ExecuteRequest::new("x")
         .tools(&tools)
         .options(options(5000))
+        .unawaited(Unawaited::Cancel)
         .cancel_on(never.clone());
     let (result, mut runner) = tokio::join!(connection.execute(&request), script);
     assert!(result.is_ok(), "{result:?}");

@@ -5,6 +5,8 @@ mod support;
 
 #[path = "policy/approval_and_audit.rs"]
 mod approval_and_audit;
+#[path = "policy/reasons.rs"]
+mod reasons;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

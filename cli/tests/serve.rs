@@ -6,6 +6,8 @@ mod support;
 
 #[path = "serve/limits.rs"]
 mod limits;
+#[path = "serve/logs.rs"]
+mod logs;
 
 use std::time::Duration;
 

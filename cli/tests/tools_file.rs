@@ -188,3 +188,35 @@ fn a_billion_laughs_file_is_refused_quickly() {
     refused_by_check_and_run(&file, &[&format!("{file}:"), "alias"]);
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn a_command_tool_runs_in_the_tools_file_folder_whatever_the_callers_folder() {
+    let dir = Dir::new("cwd");
+    std::fs::create_dir_all(dir.0.join("tools")).unwrap();
+    // The script is found by a relative argument, and reads a file relative to its folder.
+    dir.write("data.txt", "from the tools folder\n");
+    dir.write(
+        "tools/plain.sh",
+        "read line < ./data.txt\nprintf '{\"line\":\"%s\",\"pwd\":\"%s\"}' \"$line\" \"$PWD\"\n",
+    );
+    let file = dir.tools("sh", "        args: [./tools/plain.sh]\n");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_execbox"))
+        .args(["run", "-", "--tools", &file])
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"return await t.x({})").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["line"], "from the tools folder");
+    let pwd = std::fs::canonicalize(value["pwd"].as_str().unwrap()).unwrap();
+    assert_eq!(pwd, std::fs::canonicalize(&dir.0).unwrap());
+}

@@ -133,6 +133,7 @@ impl fmt::Debug for CommandTool {
             .field("command", &s.command)
             .field("args", &s.args)
             .field("env", &s.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("current_dir", &s.current_dir)
             .field("timeout", &s.timeout)
             .finish()
     }
@@ -145,6 +146,7 @@ struct Spec {
     command: PathBuf,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    current_dir: Option<PathBuf>,
     timeout: Duration,
 }
 
@@ -162,8 +164,16 @@ impl CommandTool {
             command: command.into(),
             args: Vec::new(),
             env: Vec::new(),
+            current_dir: None,
             timeout: DEFAULT_TIMEOUT,
         }))
+    }
+
+    /// Runs the command in `dir` (relative `args` then resolve against it); by default in the
+    /// host's working directory. A tools file sets its own folder.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        Arc::make_mut(&mut self.0).current_dir = Some(dir.into());
+        self
     }
 
     /// Appends arguments.
@@ -235,6 +245,9 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(dir) = &spec.current_dir {
+        command.current_dir(dir);
+    }
     // Declared after `child`, so dropped before it: if this future is dropped mid-call the
     // group is killed while its leader is still unreaped, so the id cannot have been reused.
     let (mut child, group) = supervisor::spawn(&mut command)

@@ -12,12 +12,18 @@
 //! a call beyond either bound is answered at once with `tool_error`. The runner is not
 //! trusted to keep its own pending calls in check.
 //!
-//! When an execution ends, however it ends (its `done`, the deadline, a cancel, a dead
-//! runner), its queued calls are dropped unstarted, its running calls are cancelled (their
-//! [`ToolContext::cancel`] fires, command tools are killed) and waited for, and none of their
-//! results is sent to the runner: every `tool_result` goes out from the session loop, which
-//! has stopped by then. Only then does [`Connection::execute`] return, so a pooled runner is
-//! reused only after its previous execution's calls are gone.
+//! When the runner's `done` comes while tool calls of the execution are still running or
+//! waiting (the program did not await them), the request's [`Unawaited`] decides: by default
+//! they finish within the execution's time limit, else they are cancelled; either way the
+//! result's logs end with a note naming them (see [`Unawaited`]). This is the one place that
+//! rule lives, so every executor follows it.
+//!
+//! When an execution ends otherwise (the deadline, a cancel, a dead runner), or once its
+//! unawaited calls are settled, its queued calls are dropped unstarted, its running calls are
+//! cancelled (their [`ToolContext::cancel`] fires, command tools are killed) and waited for,
+//! and no result of theirs is sent to the runner: every `tool_result` goes out from the
+//! session loop, which has stopped by then. Only then does [`Connection::execute`] return,
+//! so a pooled runner is reused only after its previous execution's calls are gone.
 //!
 //! A `tool_call` whose callId this connection has already seen is refused (logged, never run
 //! a second time). Runners number calls per process, so an id never legitimately repeats.
@@ -35,8 +41,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::executor::{next_execution_id, ExecuteRequest, ExecuteResult};
+use crate::executor::{next_execution_id, ExecuteRequest, ExecuteResult, Unawaited};
 use crate::guard::{CallGuard, ExecutionEnd};
+use crate::notes::{self, CancelledBy, Fate};
 use crate::tool::ToolContext;
 use crate::toolset::ToolSet;
 
@@ -251,6 +258,7 @@ impl Connection {
             code,
             options,
             cancel,
+            unawaited,
             ..
         } = request;
         let options = *options;
@@ -258,6 +266,7 @@ impl Connection {
             id: id.to_owned(),
             outcome: Err(ErrorBody::new(code, message)),
             logs: Vec::new(),
+            logs_truncated: None,
             duration_ms: started.elapsed().as_millis() as u64,
             cancelled: false,
         };
@@ -280,9 +289,8 @@ impl Connection {
                 "runner transport is closed".into(),
             );
         }
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_millis(options.timeout_ms)
-            + self.timings.deadline_grace;
+        let time_limit = tokio::time::Instant::now() + Duration::from_millis(options.timeout_ms);
+        let deadline = time_limit + self.timings.deadline_grace;
         let tools_token = calls.token().clone();
 
         loop {
@@ -296,17 +304,23 @@ impl Connection {
                         continue;
                     }
                     Err(fatal) => {
-                        let mut result = self.abandon(id, started, &tools_token, false).await;
+                        let mut result = self.abandon(id, started, &tools_token, false, &options).await;
                         result.outcome = Err(guard_failure(&fatal));
                         return result;
                     }
                 },
-                () = cancel.cancelled() => return self.abandon(id, started, &tools_token, true).await,
-                () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, false).await,
+                () = cancel.cancelled() => return self.abandon(id, started, &tools_token, true, &options).await,
+                () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, false, &options).await,
             };
             match event {
                 Some(RunnerEvent::Message(Message::Done(done))) if done.id == id => {
-                    return ExecuteResult::from_done(done);
+                    let mut result = ExecuteResult::from_done(done, &options);
+                    let settled = calls.settle(*unawaited, time_limit, cancel).await;
+                    result.logs.extend(notes::unawaited(&settled.calls));
+                    if let Some(fatal) = settled.fatal {
+                        result.outcome = Err(guard_failure(&fatal));
+                    }
+                    return result;
                 }
                 Some(RunnerEvent::Message(Message::ToolCall(call))) => {
                     if !self.admit_call_id(&call.call_id) {
@@ -369,6 +383,7 @@ impl Connection {
         started: Instant,
         tools_token: &CancellationToken,
         by_caller: bool,
+        options: &execbox_protocol::RuntimeOptions,
     ) -> ExecuteResult {
         let why = if by_caller {
             "cancelled by the caller"
@@ -382,11 +397,14 @@ impl Connection {
         let grace = tokio::time::sleep(self.timings.cancel_grace);
         tokio::pin!(grace);
         let mut logs = Vec::new();
+        let mut logs_truncated = None;
         loop {
             tokio::select! {
                 event = self.rx.recv() => match event {
                     Some(RunnerEvent::Message(Message::Done(done))) if done.id == id => {
+                        logs_truncated = done.logs_truncated;
                         logs = done.logs;
+                        logs.extend(notes::logs_truncated(logs_truncated, logs.len(), options));
                         break;
                     }
                     Some(RunnerEvent::Message(_)) => continue,
@@ -399,6 +417,7 @@ impl Connection {
             id: id.to_owned(),
             outcome: Err(ErrorBody::timeout()),
             logs,
+            logs_truncated,
             duration_ms: started.elapsed().as_millis() as u64,
             cancelled: by_caller,
         }
@@ -421,6 +440,18 @@ struct ToolCalls {
     running_ids: HashMap<tokio::task::Id, String>,
     queue: VecDeque<ToolCall>,
     queued_bytes: usize,
+    /// Every call running or waiting, by callId: the order it came in and the name the
+    /// program called it by (`store.put`), to name the calls the program did not await.
+    pending: HashMap<String, (u64, String)>,
+    arrived: u64,
+}
+
+/// What became of the calls still running or waiting when the program returned.
+struct Settled {
+    /// Each call's name as the program called it and its fate, in the order they came in.
+    calls: Vec<(String, Fate)>,
+    /// The message of a guard that failed fatally meanwhile: the execution must fail.
+    fatal: Option<String>,
 }
 
 impl ToolCalls {
@@ -441,6 +472,8 @@ impl ToolCalls {
             running_ids: HashMap::new(),
             queue: VecDeque::new(),
             queued_bytes: 0,
+            pending: HashMap::new(),
+            arrived: 0,
         }
     }
 
@@ -451,6 +484,7 @@ impl ToolCalls {
     /// Starts the call, or queues it; returns the answer of a call refused at once.
     fn submit(&mut self, call: ToolCall) -> Option<ToolResult> {
         if self.running.len() < self.limit && self.queue.is_empty() {
+            self.track(&call);
             self.start(call);
             return None;
         }
@@ -471,9 +505,73 @@ impl ToolCalls {
                 outcome: Err(ErrorBody::new(ErrorCode::ToolError, message)),
             });
         }
+        self.track(&call);
         self.queued_bytes += bytes;
         self.queue.push_back(call);
         None
+    }
+
+    /// Remembers an admitted call until its result comes back.
+    fn track(&mut self, call: &ToolCall) {
+        self.arrived += 1;
+        let name = format!("{}.{}", call.provider_name, call.safe_tool_name);
+        self.pending
+            .insert(call.call_id.clone(), (self.arrived, name));
+    }
+
+    /// The program returned: the calls still running or waiting are settled as `mode` says,
+    /// `time_limit` and `cancel` cutting a wait for them short. Returns what became of each;
+    /// none is left running or waiting.
+    async fn settle(
+        &mut self,
+        mode: Unawaited,
+        time_limit: tokio::time::Instant,
+        cancel: &CancellationToken,
+    ) -> Settled {
+        let mut order: Vec<(String, u64, String)> = self
+            .pending
+            .iter()
+            .map(|(id, (seq, name))| (id.clone(), *seq, name.clone()))
+            .collect();
+        order.sort_by_key(|(_, seq, _)| *seq);
+        let mut fates: HashMap<String, Fate> = HashMap::new();
+        let mut fatal = None;
+        let mut cancelled_by = CancelledBy::Return;
+        if mode == Unawaited::Finish {
+            while !self.pending.is_empty() {
+                tokio::select! {
+                    result = self.next_result() => match result {
+                        Some(Ok(result)) => {
+                            let error = result.outcome.err().map(|e| e.text());
+                            fates.insert(result.call_id, Fate::Finished(error));
+                        }
+                        Some(Err(message)) => {
+                            fatal = Some(message);
+                            cancelled_by = CancelledBy::HostError;
+                            break;
+                        }
+                        None => break,
+                    },
+                    () = cancel.cancelled() => {
+                        cancelled_by = CancelledBy::Caller;
+                        break;
+                    }
+                    () = tokio::time::sleep_until(time_limit) => {
+                        cancelled_by = CancelledBy::TimeLimit;
+                        break;
+                    }
+                }
+            }
+        }
+        self.shutdown().await;
+        let calls = order
+            .into_iter()
+            .map(|(id, _, name)| {
+                let fate = fates.remove(&id).unwrap_or(Fate::Cancelled(cancelled_by));
+                (name, fate)
+            })
+            .collect();
+        Settled { calls, fatal }
     }
 
     fn start(&mut self, call: ToolCall) {
@@ -503,11 +601,14 @@ impl ToolCalls {
         let joined = self.running.join_next_with_id().await?;
         let result = match joined {
             Ok((task, result)) => {
-                self.running_ids.remove(&task);
+                if let Some(call_id) = self.running_ids.remove(&task) {
+                    self.pending.remove(&call_id);
+                }
                 result
             }
             Err(error) => {
                 let call_id = self.running_ids.remove(&error.id())?;
+                self.pending.remove(&call_id);
                 tracing::error!(%call_id, "tool call task failed: {error}");
                 Ok(ToolResult {
                     call_id,
@@ -544,6 +645,7 @@ impl ToolCalls {
         }
         self.running.detach_all();
         self.running_ids.clear();
+        self.pending.clear();
     }
 }
 
@@ -552,11 +654,19 @@ fn input_bytes(call: &ToolCall) -> usize {
 }
 
 impl ExecuteResult {
-    fn from_done(done: Done) -> ExecuteResult {
+    /// The result the runner's `done` reports, with the note on what the log limits took.
+    fn from_done(done: Done, options: &execbox_protocol::RuntimeOptions) -> ExecuteResult {
+        let mut logs = done.logs;
+        logs.extend(notes::logs_truncated(
+            done.logs_truncated,
+            logs.len(),
+            options,
+        ));
         ExecuteResult {
             id: done.id,
             outcome: done.outcome,
-            logs: done.logs,
+            logs,
+            logs_truncated: done.logs_truncated,
             duration_ms: done.duration_ms,
             cancelled: false,
         }
@@ -602,5 +712,44 @@ fn guard_failed(id: &str, message: &str) -> ExecuteResult {
         id: id.to_owned(),
         outcome: Err(guard_failure(message)),
         ..ExecuteResult::failed(ErrorCode::InternalError, "")
+    }
+}
+
+#[cfg(test)]
+mod done_tests {
+    use execbox_protocol::{LogsTruncated, RuntimeOptions};
+
+    use super::*;
+
+    #[test]
+    fn a_done_with_truncated_logs_says_so_in_the_logs_and_keeps_the_wire_field() {
+        let done = Done {
+            id: "e1".into(),
+            duration_ms: 3,
+            logs: vec!["0".into(), "1".into()],
+            logs_truncated: Some(LogsTruncated {
+                omitted_lines: 400,
+                cut_line: false,
+            }),
+            outcome: Ok(None),
+        };
+        let options = RuntimeOptions {
+            max_log_lines: 2,
+            ..RuntimeOptions::default()
+        };
+        let result = ExecuteResult::from_done(done, &options);
+        assert_eq!(
+            result.logs,
+            [
+                "0",
+                "1",
+                "[execbox] 400 more log lines not shown (limit 2 lines)"
+            ]
+        );
+        let json: serde_json::Value = serde_json::from_str(&result.to_done_json()).unwrap();
+        assert_eq!(
+            json["logsTruncated"],
+            serde_json::json!({"omittedLines": 400, "cutLine": false})
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use execbox_protocol::{ErrorBody, ErrorCode, RawValue, RuntimeOptions};
+use execbox_protocol::{ErrorBody, ErrorCode, LogsTruncated, RawValue, RuntimeOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::guard::CallGuard;
@@ -43,6 +43,35 @@ pub struct ExecuteRequest {
     pub(crate) cancel: CancellationToken,
     pub(crate) guard: Option<Arc<dyn CallGuard>>,
     pub(crate) id: Option<String>,
+    pub(crate) unawaited: Unawaited,
+}
+
+/// What becomes of the tool calls a program started but did not await, still running when
+/// the program returned (its `done` came). None of their results reaches the program (its
+/// sandbox is gone), and whatever is chosen, the result's [`logs`](ExecuteResult::logs) end
+/// with one line naming them by the names the program called and saying what became of them:
+///
+/// ```text
+/// [execbox] 2 tool calls were not awaited: store.put ×2; they finished after the program returned — await them
+/// [execbox] 1 tool call was not awaited: store.put; it was cancelled when the program returned — await it
+/// [execbox] 3 tool calls were not awaited: store.put ×2, kv.get; store.put ×2 finished after the program returned; kv.get was cancelled at the time limit — await them
+/// ```
+///
+/// A call that finished with an error adds `(1 failed: <its error>)` after `returned`. The
+/// outcome of the execution is the program's own either way. Calls the program awaited, or
+/// whose results reached it before it returned, are not named.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Unawaited {
+    /// They run to their end (queued ones start as slots free up) within the execution's time
+    /// limit (`timeoutMs`, counted from when the program went to the runner); the result is
+    /// returned after them, so their side effects have landed. Calls still running at the
+    /// time limit, or when the caller cancels, are cancelled. The default.
+    #[default]
+    Finish,
+    /// They are cancelled when the program returns (running ones see
+    /// [`ToolContext::cancel`](crate::ToolContext::cancel), command tools are killed, queued
+    /// ones never start).
+    Cancel,
 }
 
 impl ExecuteRequest {
@@ -56,6 +85,7 @@ impl ExecuteRequest {
             cancel: CancellationToken::new(),
             guard: None,
             id: None,
+            unawaited: Unawaited::default(),
         }
     }
 
@@ -110,6 +140,13 @@ impl ExecuteRequest {
         self
     }
 
+    /// What becomes of tool calls the program did not await (default [`Unawaited::Finish`]:
+    /// they finish within the time limit before the result is returned).
+    pub fn unawaited(mut self, unawaited: Unawaited) -> Self {
+        self.unawaited = unawaited;
+        self
+    }
+
     /// The code as given.
     pub fn code(&self) -> &str {
         &self.code
@@ -129,8 +166,13 @@ pub struct ExecuteResult {
     pub id: String,
     /// `Ok(None)` is a successful `undefined`; `Err` carries one of the seven codes.
     pub outcome: Result<Option<Box<RawValue>>, ErrorBody>,
-    /// The guest's console lines, truncated by the runner.
+    /// The guest's console lines, truncated by the runner, then the host's notes, each
+    /// starting `[execbox] `: what the log limits left out (see
+    /// [`ExecuteResult::logs_truncated`]) and the tool calls the program did not await
+    /// (see [`Unawaited`]).
     pub logs: Vec<String>,
+    /// What the runner's log limits took from `logs`, as its `done` said (`logsTruncated`).
+    pub logs_truncated: Option<LogsTruncated>,
     /// Wall time as measured by the runner (or by the host if the runner never answered).
     pub duration_ms: u64,
     /// The caller's cancellation token ended the execution (the wire code is still
@@ -150,6 +192,7 @@ impl ExecuteResult {
             id: next_execution_id(),
             outcome: Err(ErrorBody::new(code, message)),
             logs: Vec::new(),
+            logs_truncated: None,
             duration_ms: 0,
             cancelled: false,
         }
@@ -212,7 +255,7 @@ impl ExecuteResult {
             id: self.id.clone(),
             duration_ms: self.duration_ms,
             logs: self.logs.clone(),
-            logs_truncated: None,
+            logs_truncated: self.logs_truncated,
             outcome: self.outcome.clone(),
         })
         .encode()

@@ -16,7 +16,9 @@
 //!   [`ExecuteResult`]: [`ProcessExecutor`] (a fresh runner process each time),
 //!   [`PooledExecutor`] (warm runner processes), [`WsExecutor`] (a runner behind
 //!   `execbox-runner --listen`) and `InProcessExecutor` (engine threads in this process,
-//!   feature `inprocess`; trusted code only);
+//!   feature `inprocess`; trusted code only); tool calls the program did not await finish
+//!   before the result by default, or are cancelled ([`Unawaited`]), and the result's logs
+//!   end with the host's `[execbox]` notes on them and on what log truncation took;
 //! - underneath, a [`Connection`] speaks the protocol's host side over any transport, and asks
 //!   the request's [`CallGuard`] (if any) what the execution may see and whether each call
 //!   may run;
@@ -50,6 +52,7 @@ mod guard;
 mod inprocess;
 pub mod json;
 mod names;
+mod notes;
 mod pool;
 pub mod process_output;
 mod prompt;
@@ -70,7 +73,7 @@ pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
     MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
 };
-pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
+pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor, Unawaited};
 pub use guard::{
     Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall,
 };
@@ -92,6 +95,6 @@ pub use toolset::{ToolSet, ToolSetError};
 pub use ws::{RetryPolicy, WsExecutor};
 
 // The types a caller must name, so one `use execbox_host::…` line is enough.
-pub use execbox_protocol::{ErrorBody, ErrorCode, RuntimeOptions};
+pub use execbox_protocol::{ErrorBody, ErrorCode, LogsTruncated, RuntimeOptions};
 pub use tokio_util::sync::CancellationToken;
 pub use yaml::YamlError;

@@ -71,6 +71,13 @@ pub struct ToolError {
     pub code: ErrorCode,
     /// The text the guest sees as `error.message`.
     pub message: String,
+    /// Why a trusted layer refused the call, in a word code can test (`"rate_limited"`,
+    /// `"approval_denied"`, ...): `error.reason` on the wire and in the guest. `None` for a
+    /// call that ran and failed.
+    pub reason: Option<String>,
+    /// With a `reason` of `"rate_limited"`: milliseconds until the same call may be admitted
+    /// (`error.retryAfterMs`).
+    pub retry_after_ms: Option<u64>,
 }
 
 impl ToolError {
@@ -79,7 +86,21 @@ impl ToolError {
         ToolError {
             code,
             message: message.into(),
+            reason: None,
+            retry_after_ms: None,
         }
+    }
+
+    /// The same error, refused for `reason` (see [`ToolError::reason`]).
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// The same error, with the time after which a retry may be admitted.
+    pub fn with_retry_after_ms(mut self, ms: u64) -> Self {
+        self.retry_after_ms = Some(ms);
+        self
     }
 
     /// A failure of the tool's implementation (`tool_error`).
@@ -112,13 +133,21 @@ impl ToolError {
 
 impl From<ToolError> for ErrorBody {
     fn from(e: ToolError) -> Self {
-        ErrorBody::new(e.code, e.message)
+        let mut body = ErrorBody::new(e.code, e.message);
+        body.reason = e.reason;
+        body.retry_after_ms = e.retry_after_ms;
+        body
     }
 }
 
 impl From<ErrorBody> for ToolError {
     fn from(e: ErrorBody) -> Self {
-        ToolError::new(e.code, e.message)
+        ToolError {
+            code: e.code,
+            message: e.message,
+            reason: e.reason,
+            retry_after_ms: e.retry_after_ms,
+        }
     }
 }
 

@@ -27,7 +27,10 @@
 //!
 //! - A `command` containing a `/` that is not absolute is resolved against the directory of
 //!   the tools file; a bare name (`python3`) is looked up in `PATH` (the tool's own `env`
-//!   `PATH` if it sets one, as when it runs). Commands run in the host's working directory.
+//!   `PATH` if it sets one, as when it runs). Commands run in the tools file's folder, so
+//!   relative `args` (`command: python3`, `args: [./tools/plain.py]`) and files the command
+//!   opens resolve against it whatever folder the host was started in (a desktop MCP client
+//!   may start `execbox mcp` in `/`).
 //! - `args` and `env` values may be strings, numbers or booleans (numbers and booleans are
 //!   passed as their YAML text).
 //! - The file is read strictly (`yaml.rs`): an unknown field (``inputSchema``, ``timeout``),
@@ -274,6 +277,7 @@ impl ToolsFile {
                 let mut path_env = None;
                 let mut handler = CommandTool::new(pname.clone(), tname.clone(), command.clone())
                     .args(tdef.args.into_iter().map(|a| OsString::from(a.0)))
+                    .current_dir(base_dir)
                     .timeout(timeout);
                 for (k, v) in tdef.env.0 {
                     if k.is_empty() || k.contains('=') || k.contains('\0') || v.0.contains('\0') {

@@ -5,15 +5,21 @@
 //! refusal is audited before it is returned:
 //!
 //! 1. permissions: the principal must hold every permission the tool requires, else
-//!    `tool_error` `<provider.tool>: permission denied` (the same words whether or not the
-//!    tool exists; a tool the principal may not call is also left out of what it is shown);
+//!    `tool_error` `<provider.tool>: permission denied`, reason `permission_denied` (the same
+//!    words whether or not the tool exists; a tool the principal may not call is also left
+//!    out of what it is shown);
 //! 2. the rate limit, per principal and tool: `tool_error` `rate limit exceeded for
-//!    <provider.tool>: <limit>; retry in <N> s`;
-//! 3. approval, for a tool that requires it: `tool_error` `<provider.tool>: approval denied`
-//!    (someone said no) or `<provider.tool>: approval required` (nobody could be asked);
+//!    <provider.tool>: <limit>; retry in <N> s`, reason `rate_limited` and `retryAfterMs`
+//!    (the limiter's wait, rounded up to whole milliseconds);
+//! 3. approval, for a tool that requires it: `tool_error` `<provider.tool>: approval denied`,
+//!    reason `approval_denied` (someone said no), or `<provider.tool>: approval required`,
+//!    reason `approval_required` (nobody could be asked);
 //! 4. the call's `tool_call_started` line is written (if it cannot be, the call does not run
 //!    and the execution ends); the call runs; its admission audits its outcome before the
 //!    result may be sent.
+//!
+//! The reason (`error.reason`, `error.retryAfterMs` in the guest) lets code tell a refusal
+//! from a failure of the tool without reading the message.
 //!
 //! Checking the rate limit before asking for approval spares a person questions about calls
 //! that would be refused anyway; a call refused approval still counts against the limit.
@@ -247,17 +253,20 @@ impl Enforcement {
             return Err(self.refuse(
                 &call,
                 AuditOutcome::Denied,
-                ToolError::tool(format!("{tool}: permission denied")),
+                ToolError::tool(format!("{tool}: permission denied"))
+                    .with_reason(REASON_PERMISSION_DENIED),
             ));
         }
         if let Some(limit) = &requirements.rate_limit {
             match self.check_limit(tool, limit).await {
                 Ok(()) => {}
-                Err(e @ PolicyError::RateLimited { .. }) => {
+                Err(e @ PolicyError::RateLimited { retry_after, .. }) => {
                     return Err(self.refuse(
                         &call,
                         AuditOutcome::RateLimited,
-                        ToolError::tool(e.to_string()),
+                        ToolError::tool(e.to_string())
+                            .with_reason(REASON_RATE_LIMITED)
+                            .with_retry_after_ms(retry_after_ms(retry_after)),
                     ))
                 }
                 Err(e) => {
@@ -279,14 +288,14 @@ impl Enforcement {
             );
             let refused = match self.approver.approve(request).await {
                 Approval::Approved => None,
-                Approval::Denied => Some("approval denied"),
-                Approval::Unavailable => Some("approval required"),
+                Approval::Denied => Some(("approval denied", REASON_APPROVAL_DENIED)),
+                Approval::Unavailable => Some(("approval required", REASON_APPROVAL_REQUIRED)),
             };
-            if let Some(why) = refused {
+            if let Some((why, reason)) = refused {
                 return Err(self.refuse(
                     &call,
                     AuditOutcome::ApprovalDenied,
-                    ToolError::tool(format!("{tool}: {why}")),
+                    ToolError::tool(format!("{tool}: {why}")).with_reason(reason),
                 ));
             }
         }
@@ -374,6 +383,23 @@ impl Enforcement {
             Err(e) => fatal(e),
         }
     }
+}
+
+/// `error.reason` of a call refused because the principal lacks a permission the tool requires.
+const REASON_PERMISSION_DENIED: &str = "permission_denied";
+/// `error.reason` of a call refused by the tool's rate limit; `error.retryAfterMs` says when
+/// the same call may be admitted.
+const REASON_RATE_LIMITED: &str = "rate_limited";
+/// `error.reason` of a call someone refused to approve.
+const REASON_APPROVAL_DENIED: &str = "approval_denied";
+/// `error.reason` of a call that needs approval when nobody could be asked.
+const REASON_APPROVAL_REQUIRED: &str = "approval_required";
+
+/// A rate limit's wait in whole milliseconds, rounded up so a retry after it is admitted,
+/// and at least 1.
+fn retry_after_ms(wait: Duration) -> u64 {
+    let ms = wait.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
 }
 
 /// A policy failure that must end the execution.
@@ -609,6 +635,8 @@ mod tests {
             (e.code, e.message.as_str()),
             (ErrorCode::ToolError, "email.send: permission denied")
         );
+        assert_eq!(e.reason.as_deref(), Some("permission_denied"));
+        assert_eq!(e.retry_after_ms, None);
         assert!(!guard.may_call(&tool(&["email:send"], None, false)));
 
         let limited = tool(&["weather:read"], Some((1, 60)), false);
@@ -627,6 +655,10 @@ mod tests {
             e.message,
             "rate limit exceeded for weather.get: 1 per 1m; retry in 60 s"
         );
+        assert_eq!(e.reason.as_deref(), Some("rate_limited"));
+        // One call a minute, just taken: the wait is (nearly) the whole minute.
+        let wait = e.retry_after_ms.unwrap();
+        assert!((59_000..=60_000).contains(&wait), "{wait}");
 
         let e = refused(
             guard
@@ -639,6 +671,7 @@ mod tests {
                 .await,
         );
         assert_eq!(e.message, "email.draft: approval required");
+        assert_eq!(e.reason.as_deref(), Some("approval_required"));
 
         let admitted = guard
             .admit_call(GuardedCall::new(
@@ -720,6 +753,7 @@ mod tests {
                 .await,
         );
         assert_eq!(e.message, "email.send: approval denied");
+        assert_eq!(e.reason.as_deref(), Some("approval_denied"));
         let asked = recorder.0.lock().unwrap().clone();
         assert_eq!(asked.len(), 1);
         assert_eq!(
