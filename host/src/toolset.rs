@@ -683,7 +683,10 @@ fn named(label: &str, error: ToolError) -> ToolError {
     if error.message.contains(label) {
         return error;
     }
-    ToolError::new(error.code, format!("{label}: {}", error.message))
+    ToolError {
+        message: format!("{label}: {}", error.message),
+        ..error
+    }
 }
 
 /// At most 20 names, comma-separated, then how many more.

@@ -441,6 +441,7 @@ mod tests {
                 serde_json::value::RawValue::from_string(raw.into()).unwrap(),
             )),
             logs: logs.iter().map(|s| s.to_string()).collect(),
+            logs_truncated: None,
             duration_ms: 1,
             cancelled: false,
         }
