@@ -314,9 +314,10 @@ impl Connection {
             };
             match event {
                 Some(RunnerEvent::Message(Message::Done(done))) if done.id == id => {
+                    let ending = notes::Ending::of(&done.outcome);
                     let mut result = ExecuteResult::from_done(done, &options);
                     let settled = calls.settle(*unawaited, time_limit, cancel).await;
-                    result.logs.extend(notes::unawaited(&settled.calls));
+                    result.logs.extend(notes::unawaited(&settled.calls, ending));
                     if let Some(fatal) = settled.fatal {
                         result.outcome = Err(guard_failure(&fatal));
                     }

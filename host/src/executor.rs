@@ -181,11 +181,29 @@ pub struct ExecuteResult {
 }
 
 /// How the message of an execution whose time limit passed while it waited for a runner
-/// starts. A runner's own `timeout` always says [`execbox_protocol::TIMEOUT_MESSAGE`], so this
+/// starts. A runner's own `timeout` starts with [`execbox_protocol::TIMEOUT_MESSAGE`], so this
 /// one cannot be mistaken for it.
 const QUEUED_OUT_MESSAGE: &str = "the execution waited its whole time limit of ";
 
 impl ExecuteResult {
+    /// The same result, its `timeout` message naming `limit_ms`, the limit the caller set,
+    /// where the runner named `sent_ms`, the part of it left when the runner got the program
+    /// ("Execution timed out after 1999 ms" for a 2000 ms limit).
+    pub(crate) fn naming_the_limit(mut self, sent_ms: u64, limit_ms: u64) -> ExecuteResult {
+        if let Err(error) = &mut self.outcome {
+            let sent = format!("{} after {sent_ms} ms", execbox_protocol::TIMEOUT_MESSAGE);
+            if error.code == ErrorCode::Timeout && sent_ms != limit_ms {
+                if let Some(rest) = error.message.strip_prefix(&sent) {
+                    error.message = format!(
+                        "{} after {limit_ms} ms{rest}",
+                        execbox_protocol::TIMEOUT_MESSAGE
+                    );
+                }
+            }
+        }
+        self
+    }
+
     /// A failure decided by the host before or without a runner's `done`.
     pub fn failed(code: ErrorCode, message: impl Into<String>) -> ExecuteResult {
         ExecuteResult {
@@ -285,5 +303,24 @@ mod tests {
         let ran = ExecuteResult::failed(ErrorCode::Timeout, execbox_protocol::TIMEOUT_MESSAGE);
         assert!(!ran.was_queued_out());
         assert!(!ExecuteResult::cancelled_early().was_queued_out());
+    }
+
+    #[test]
+    fn a_runner_timeout_names_the_limit_the_caller_set() {
+        let ran = ExecuteResult::failed(
+            ErrorCode::Timeout,
+            "Execution timed out after 1999 ms while running JavaScript",
+        );
+        assert_eq!(
+            ran.naming_the_limit(1999, 2000).error().unwrap().message,
+            "Execution timed out after 2000 ms while running JavaScript"
+        );
+        // A guest's own error that happens to say so is left alone.
+        let thrown =
+            ExecuteResult::failed(ErrorCode::RuntimeError, "Execution timed out after 1999 ms");
+        assert_eq!(
+            thrown.naming_the_limit(1999, 2000).error().unwrap().message,
+            "Execution timed out after 1999 ms"
+        );
     }
 }

@@ -64,9 +64,34 @@ pub(crate) enum CancelledBy {
     HostError,
 }
 
-/// The note naming the unawaited calls, `name` as the program called them (`store.put`), in
-/// the order the program made them; `None` when there were none.
-pub(crate) fn unawaited(calls: &[(String, Fate)]) -> Option<String> {
+/// How the program ended while the calls were still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// It returned a value: the calls were not awaited.
+    Returned,
+    /// It threw (a `Promise.all` that failed first, say): the calls may have been awaited.
+    Failed,
+    /// Its time ran out, perhaps while it awaited them (the runner's message names them).
+    TimedOut,
+}
+
+impl Ending {
+    /// The ending as `done` tells it.
+    pub(crate) fn of(
+        outcome: &Result<Option<Box<execbox_protocol::RawValue>>, execbox_protocol::ErrorBody>,
+    ) -> Ending {
+        match outcome {
+            Ok(_) => Ending::Returned,
+            Err(e) if e.code == execbox_protocol::ErrorCode::Timeout => Ending::TimedOut,
+            Err(_) => Ending::Failed,
+        }
+    }
+}
+
+/// The note naming the calls still running when the program ended, `name` as the program
+/// called them (`store.put`), in the order the program made them; `None` when there were none.
+/// After a return they were not awaited, and the note says to await them.
+pub(crate) fn unawaited(calls: &[(String, Fate)], ending: Ending) -> Option<String> {
     if calls.is_empty() {
         return None;
     }
@@ -88,12 +113,13 @@ pub(crate) fn unawaited(calls: &[(String, Fate)]) -> Option<String> {
         }
     }
     let n = calls.len();
-    let mut note = format!(
-        "{PREFIX}{n} tool call{} {} not awaited: {}",
-        plural(n),
-        if n == 1 { "was" } else { "were" },
-        tally(&all)
-    );
+    let was = if n == 1 { "was" } else { "were" };
+    let what = match ending {
+        Ending::Returned => format!("{was} not awaited"),
+        Ending::Failed => format!("{was} still running when the program failed"),
+        Ending::TimedOut => format!("{was} still running when the time ran out"),
+    };
+    let mut note = format!("{PREFIX}{n} tool call{} {what}: {}", plural(n), tally(&all));
     let uniform = groups.len() == 1;
     for (kind, names, errors) in &groups {
         let subject = match (uniform, names.len()) {
@@ -104,16 +130,18 @@ pub(crate) fn unawaited(calls: &[(String, Fate)]) -> Option<String> {
         note.push_str("; ");
         note.push_str(&subject);
         note.push(' ');
-        note.push_str(&kind.phrase(names.len()));
+        note.push_str(&kind.phrase(names.len(), ending));
         if let Some(first) = errors.first() {
             note.push_str(&format!(" ({} failed: {})", errors.len(), shorten(first)));
         }
     }
-    note.push_str(if n == 1 {
-        " — await it"
-    } else {
-        " — await them"
-    });
+    if ending == Ending::Returned {
+        note.push_str(if n == 1 {
+            " — await it"
+        } else {
+            " — await them"
+        });
+    }
     Some(note)
 }
 
@@ -132,12 +160,17 @@ impl Kind {
         }
     }
 
-    fn phrase(self, n: usize) -> String {
+    fn phrase(self, n: usize, ending: Ending) -> String {
         let was = if n == 1 { "was" } else { "were" };
+        let ended = match ending {
+            Ending::Returned => "returned",
+            Ending::Failed => "failed",
+            Ending::TimedOut => "timed out",
+        };
         match self {
-            Kind::Finished => "finished after the program returned".to_owned(),
+            Kind::Finished => format!("finished after the program {ended}"),
             Kind::Cancelled(CancelledBy::Return) => {
-                format!("{was} cancelled when the program returned")
+                format!("{was} cancelled when the program {ended}")
             }
             Kind::Cancelled(CancelledBy::TimeLimit) => format!("{was} cancelled at the time limit"),
             Kind::Cancelled(CancelledBy::Caller) => {
@@ -255,11 +288,11 @@ mod tests {
     fn unawaited_calls_are_named_and_counted_with_their_fate() {
         let finished = Fate::Finished(None);
         assert_eq!(
-            unawaited(&[call("store.put", finished.clone()), call("store.put", finished.clone())]).as_deref(),
+            unawaited(&[call("store.put", finished.clone()), call("store.put", finished.clone())], Ending::Returned).as_deref(),
             Some("[execbox] 2 tool calls were not awaited: store.put ×2; they finished after the program returned — await them")
         );
         assert_eq!(
-            unawaited(&[call("store.put", Fate::Cancelled(CancelledBy::Return))]).as_deref(),
+            unawaited(&[call("store.put", Fate::Cancelled(CancelledBy::Return))], Ending::Returned).as_deref(),
             Some("[execbox] 1 tool call was not awaited: store.put; it was cancelled when the program returned — await it")
         );
         assert_eq!(
@@ -267,10 +300,22 @@ mod tests {
                 call("store.put", finished.clone()),
                 call("kv.get", Fate::Cancelled(CancelledBy::TimeLimit)),
                 call("store.put", Fate::Finished(Some("disk full".into()))),
-            ])
+            ], Ending::Returned)
             .as_deref(),
             Some("[execbox] 3 tool calls were not awaited: store.put ×2, kv.get; store.put ×2 finished after the program returned (1 failed: disk full); kv.get was cancelled at the time limit — await them")
         );
-        assert_eq!(unawaited(&[]), None);
+        assert_eq!(unawaited(&[], Ending::Returned), None);
+    }
+
+    #[test]
+    fn calls_running_when_the_program_failed_or_timed_out_are_not_called_unawaited() {
+        assert_eq!(
+            unawaited(&[call("alpha.slow", Fate::Cancelled(CancelledBy::TimeLimit))], Ending::TimedOut).as_deref(),
+            Some("[execbox] 1 tool call was still running when the time ran out: alpha.slow; it was cancelled at the time limit")
+        );
+        assert_eq!(
+            unawaited(&[call("store.put", Fate::Finished(None)), call("store.put", Fate::Finished(None))], Ending::Failed).as_deref(),
+            Some("[execbox] 2 tool calls were still running when the program failed: store.put ×2; they finished after the program failed")
+        );
     }
 }

@@ -201,10 +201,11 @@ impl Executor for PooledExecutor {
                 inner.give_back(connection, permit.is_some()).await;
                 return inner.queued_out(limit);
             }
+            let limit_ms = request.options.timeout_ms;
             request.options.timeout_ms = left.as_millis().max(1) as u64;
             let result = connection.execute(&request).await;
             inner.give_back(connection, permit.is_some()).await;
-            result
+            result.naming_the_limit(request.options.timeout_ms, limit_ms)
         })
     }
 }
