@@ -495,10 +495,15 @@ fn object_shape(objects: &[&Map<String, Value>], depth: usize) -> String {
         } else {
             ""
         };
+        // A key the tool chose, quoted as JSON, with the two line separators JSON leaves raw
+        // escaped too: the shape stays on its `//` line.
         let name = if is_identifier(key) {
             key.to_string()
         } else {
-            Value::String(key.to_string()).to_string()
+            Value::String(key.to_string())
+                .to_string()
+                .replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029")
         };
         members.push(format!(
             "{name}{optional}: {}",
@@ -660,6 +665,11 @@ mod tests {
             "(number | string | null)[]"
         );
         assert_eq!(shape_of(&json!([]), 200), "unknown[]");
+        // A tool's key cannot end the `//` line the shape is shown on.
+        assert_eq!(
+            shape_of(&json!({"a\nb\u{2028}*/": 1}), 200),
+            "{ \"a\\nb\\u2028*/\": number }"
+        );
         assert_eq!(shape_of(&json!("x"), 200), "string");
         let deep = json!({"a": {"b": {"c": {"d": {"e": 1}}}}});
         assert_eq!(shape_of(&deep, 200), "{ a: { b: { c: { d: {...} } } } }");
