@@ -296,7 +296,10 @@
   function notSerializableMessage(summary, root, error) {
     if (isNotSerializable(error)) {
       let path = error.path;
-      if (path.length > 160) path = path.slice(0, 80) + "…" + path.slice(-60);
+      if (path.length > 160) {
+        path = ReflectApply(StringSlice, path, [0, 80]) + "…" +
+          ReflectApply(StringSlice, path, [-60]);
+      }
       return summary + ": " + root + path + " " + error.why;
     }
     return summary + ": " + root + " could not be read: reading it threw: " + describe(error)[1];
@@ -413,6 +416,11 @@
   // the handler has no prototype, so the guest cannot add traps to it.
   const toolPromises = new WeakMapCtor();
   const PROMISE_KEYS = { __proto__: null, then: 1, catch: 1, finally: 1, constructor: 1, toJSON: 1 };
+  // The target cannot be changed through the proxy (its prototype, its properties), so one
+  // guest statement cannot turn every later tool promise into something else.
+  function refuse() {
+    return false;
+  }
   const toolPromisePrototype = new ProxyCtor({ __proto__: PromisePrototype }, {
     __proto__: null,
     get: function (target, key, receiver) {
@@ -422,6 +430,10 @@
       }
       return ReflectGet(target, key, receiver);
     },
+    setPrototypeOf: refuse,
+    defineProperty: refuse,
+    deleteProperty: refuse,
+    preventExtensions: refuse,
   });
 
   function promiseReadMessage(key, tool) {
@@ -493,7 +505,9 @@
   // A tool of a provider the host declared unavailable: every call rejects with `tool_error`
   // saying why, and sends nothing.
   function makeUnavailableTool(providerName, key, why) {
-    const tool = providerName + "." + key;
+    let name = key;
+    if (name.length > 60) name = ReflectApply(StringSlice, name, [0, 60]) + "…";
+    const tool = providerName + (isIdentifier(name) ? "." + name : "[" + JSONStringify(wellFormed(name)) + "]");
     return function () {
       return toolPromise(rejected(trustedError("tool_error",
         providerName + " is unavailable: " + why, "unavailable")), tool);
@@ -574,14 +588,21 @@
     return true;
   }
 
+  // An array the engine reads: without a prototype, so a slot it does not set reads as
+  // undefined, never as what the guest put on Array.prototype (nor through a getter there).
+  function own(items) {
+    ObjectSetPrototypeOf(items, null);
+    return items;
+  }
+
   // The final value: ["ok", json | undefined] or ["error", code, message]. Whatever goes
   // wrong while reading it (a throwing getter or proxy trap included) is serialization_error.
   function finish(value) {
     try {
-      return ["ok", serialize(value)];
+      return own(["ok", serialize(value)]);
     } catch (error) {
-      return ["error", "serialization_error",
-        notSerializableMessage(RESULT_NOT_SERIALIZABLE, "result", error)];
+      return own(["error", "serialization_error",
+        notSerializableMessage(RESULT_NOT_SERIALIZABLE, "result", error)]);
     }
   }
 
@@ -592,7 +613,7 @@
     const mark = typeof reason === "object" && reason !== null
       ? ReflectApply(WeakMapGet, trusted, [reason])
       : undefined;
-    if (mark !== undefined) return [mark[0], mark[1], undefined, undefined, mark[2], mark[3]];
+    if (mark !== undefined) return own([mark[0], mark[1], undefined, undefined, mark[2], mark[3]]);
     let message;
     try {
       const candidate = reason !== null && reason !== undefined ? reason.message : undefined;
@@ -613,7 +634,7 @@
         // A throwing getter: no name, no location.
       }
     }
-    return ["runtime_error", wellFormed(message), name, stack];
+    return own(["runtime_error", wellFormed(message), name, stack, undefined, undefined]);
   }
 
   // ---- the guest's own promise ----
@@ -623,8 +644,19 @@
 
   function fail(reason) {
     const described = describe(reason);
-    return ["error", described[0], described[1], described[2], described[3], described[4],
-      described[5]];
+    return own(["error", described[0], described[1], described[2], described[3], described[4],
+      described[5]]);
+  }
+
+  // When even describing the failure fails (a guest getter that throws, say), the program
+  // still ends, as a plain runtime_error.
+  const UNREADABLE = "the program failed with an error that could not be read";
+  function failSafely(reason) {
+    try {
+      return fail(reason);
+    } catch (_) {
+      return own(["error", "runtime_error", UNREADABLE]);
+    }
   }
 
   function start(program) {
@@ -633,7 +665,7 @@
     try {
       value = typeof program === "function" ? program() : program;
     } catch (error) {
-      outcome = fail(error);
+      outcome = failSafely(error);
       return;
     }
     const promise = ReflectApply(PromiseResolve, PromiseCtor, [value]);
@@ -642,11 +674,11 @@
         try {
           outcome = finish(result);
         } catch (error) {
-          outcome = fail(error);
+          outcome = failSafely(error);
         }
       },
       function (reason) {
-        outcome = fail(reason);
+        outcome = failSafely(reason);
       },
     ]);
   }

@@ -685,7 +685,7 @@ fn start_guest(
     })
 }
 
-/// A syntax error of a program with an `import` or `export` statement: that statement, with a
+/// A syntax error at a program's `import` or `export` statement: that statement, with a
 /// message saying there are no modules and the tools are globals. Any other error is kept.
 fn no_module_statements(exec: &Execute, error: ErrorBody) -> ErrorBody {
     if error.name.as_deref() != Some("SyntaxError") {
@@ -694,6 +694,11 @@ fn no_module_statements(exec: &Execute, error: ErrorBody) -> ErrorBody {
     let Some((line, column, keyword)) = hints::module_statement(fenced_program(&exec.code)) else {
         return error;
     };
+    // Only where the parser stopped at that statement: a real error elsewhere (an `import` line
+    // inside a template string, a guest's own SyntaxError) is the one to show.
+    if error.location.as_ref().map(|l| l.line) != Some(line) {
+        return error;
+    }
     let locator = LazyLocator {
         exec,
         stripped: None,
@@ -950,6 +955,11 @@ fn shortened(name: String) -> String {
 /// The error of a `describe` array from `at`: `[code, message, name, stack]`. An uncaught
 /// guest error (`runtime_error`) gets its name and the location of its innermost guest frame;
 /// a trusted code keeps the host's message as it is.
+/// Longest refusal reason carried to the host (a word like `rate_limited`).
+const MAX_REASON_CHARS: usize = 64;
+/// Largest retry time carried, as JavaScript numbers count exactly (2^53 - 1).
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
 fn error_body(
     described: &Array<'_>,
     at: usize,
@@ -961,9 +971,15 @@ fn error_body(
     let mut error = ErrorBody::new(code, message);
     if code != ErrorCode::RuntimeError {
         // A trusted refusal keeps its reason and retry time.
-        error.reason = described.get::<Option<String>>(at + 4).ok().flatten();
+        error.reason = described
+            .get::<Option<String>>(at + 4)
+            .ok()
+            .flatten()
+            .filter(|r| !r.is_empty() && r.len() <= MAX_REASON_CHARS);
         let retry: Option<f64> = described.get(at + 5).ok().flatten();
-        error.retry_after_ms = retry.filter(|ms| *ms >= 0.0).map(|ms| ms as u64);
+        error.retry_after_ms = retry
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .map(|ms| ms.min(MAX_SAFE_INTEGER) as u64);
         return Some(error);
     }
     let name: Option<String> = described.get(at + 2).ok().flatten();
