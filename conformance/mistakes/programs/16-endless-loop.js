@@ -1,5 +1,2 @@
 // mistake: a loop that never ends
-let i = 0;
-while (true) {
-  i++;
-}
+let i = 0; while (true) { i++; }
