@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
             name: "t".into(),
             tools: vec![ToolManifest::named("echo")],
             types: None,
+            unavailable: None,
         }],
     }));
     let mut expected = Expected::default();

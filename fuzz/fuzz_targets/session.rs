@@ -119,6 +119,7 @@ fn providers(choice: u8) -> Vec<ProviderManifest> {
         name: name.into(),
         tools: tools.iter().map(|&t| ToolManifest::named(t)).collect(),
         types: None,
+        unavailable: None,
     };
     match choice % 4 {
         0 => vec![],
@@ -126,6 +127,10 @@ fn providers(choice: u8) -> Vec<ProviderManifest> {
         2 => vec![
             provider("t", &["echo"]),
             provider("tools", &["echo", "hang"]),
+            ProviderManifest {
+                unavailable: Some("the upstream did not start".into()),
+                ..provider("gone", &[])
+            },
         ],
         _ => vec![
             provider("t", &["echo", "__proto__", "constructor", "then"]),
