@@ -1,0 +1,49 @@
+"""Type stubs of the extension module (private: use the ``execbox`` package)."""
+
+from typing import Any, Callable, List, Optional, Tuple
+
+class NativeTools:
+    def __init__(self, specs: List[Tuple[str, str, Any, bool, Optional[str], Optional[str], Optional[str]]]) -> None: ...
+    def is_empty(self) -> bool: ...
+
+class Running:
+    def cancel(self) -> None: ...
+
+class NativePool:
+    def __init__(self, argv: List[str], size: int, prewarm: bool, overflow: bool) -> None: ...
+    def run(
+        self,
+        tools: NativeTools,
+        code: str,
+        timeout_ms: Optional[int] = None,
+        memory_limit_bytes: Optional[int] = None,
+        max_log_lines: Optional[int] = None,
+        max_log_chars: Optional[int] = None,
+        event_loop: Any = None,
+    ) -> tuple: ...
+    def start(
+        self,
+        tools: NativeTools,
+        code: str,
+        callback: Callable[[tuple], None],
+        timeout_ms: Optional[int] = None,
+        memory_limit_bytes: Optional[int] = None,
+        max_log_lines: Optional[int] = None,
+        max_log_chars: Optional[int] = None,
+        event_loop: Any = None,
+    ) -> Running: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def runners_started(self) -> int: ...
+
+def serve_runner() -> None: ...
+def declarations(tools: NativeTools) -> str: ...
+def prompt(
+    tools: NativeTools,
+    timeout_ms: Optional[int] = None,
+    memory_limit_bytes: Optional[int] = None,
+    max_log_lines: Optional[int] = None,
+    max_log_chars: Optional[int] = None,
+) -> str: ...

@@ -1,0 +1,86 @@
+"""What an execution gives back: ``Result``, its ``Error`` and the error's ``Location``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in the program an error was thrown."""
+
+    line: int
+    """1-based line."""
+    column: int
+    """1-based column, in characters."""
+    source: Optional[str] = None
+    """The text of that line (a long line is shown as a window around the column)."""
+    caret: Optional[int] = None
+    """The 1-based character position in ``source`` the caret points at."""
+
+
+@dataclass(frozen=True)
+class Error:
+    """Why an execution failed.
+
+    ``code`` is one of ``timeout``, ``memory_limit``, ``validation_error``, ``tool_error``,
+    ``runtime_error``, ``serialization_error``, ``internal_error``; ``str(error)`` is the
+    error as a person or a model reads it (name, message, line and a caret).
+    """
+
+    code: str
+    message: str
+    name: Optional[str] = None
+    """The JavaScript error's name (``TypeError``), when the program threw one."""
+    reason: Optional[str] = None
+    """Why a tool call was refused, when the host says (``rate_limited``, ...)."""
+    retry_after_ms: Optional[int] = None
+    """When a retry may succeed, for a rate-limited call."""
+    location: Optional[Location] = None
+    text: str = field(default="", repr=False)
+
+    def __str__(self) -> str:
+        return self.text or self.message
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of one execution.
+
+    ``ok`` is true when the program returned; then ``value`` is what it returned (``None``
+    when it returned nothing) and ``error`` is ``None``. Otherwise ``error`` says why.
+    ``logs`` are the program's console lines (and execbox's own notes, starting
+    ``[execbox]``); ``duration_ms`` is how long the execution took.
+    """
+
+    ok: bool
+    value: Any
+    error: Optional[Error]
+    logs: List[str]
+    duration_ms: int
+
+
+def _result(raw: tuple) -> Result:
+    ok, value, error, logs, duration_ms = raw
+    return Result(
+        ok=ok,
+        value=None if value is None else json.loads(value),
+        error=None if error is None else _error(error),
+        logs=logs,
+        duration_ms=duration_ms,
+    )
+
+
+def _error(raw: tuple) -> Error:
+    code, message, name, reason, retry_after_ms, location, text = raw
+    return Error(
+        code=code,
+        message=message,
+        name=name,
+        reason=reason,
+        retry_after_ms=retry_after_ms,
+        location=None if location is None else Location(*location),
+        text=text,
+    )

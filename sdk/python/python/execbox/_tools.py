@@ -1,0 +1,202 @@
+"""Tools written in Python: ``Tool``, ``ToolError``, and their adapters for the native side.
+
+Every tool is wrapped in an adapter that takes the input as JSON text and returns
+``(status, text, reason, retry_after_ms)``: ``("ok", result_json, None, None)``, or
+``("tool_error" | "serialization_error", message, reason, retry_after_ms)``. All of Python's
+semantics (exceptions, JSON) stay here; the extension module only moves text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import traceback
+from typing import Any, Awaitable, Callable, List, Mapping, Optional, Tuple, Union
+
+from execbox import _native
+
+ToolFunction = Callable[[Any], Union[Any, Awaitable[Any]]]
+"""A tool: called with the input (a dict, or ``None`` when the program passed nothing),
+returns a JSON value (dict, list, str, int, float, bool or None), or a coroutine of one."""
+
+Answer = Tuple[str, str, Optional[str], Optional[int]]
+
+
+class ToolError(Exception):
+    """Raise it from a tool to fail the call with this message, and optionally say why
+    (``reason``, a short word a program can test) and when a retry may succeed.
+
+    The program's ``await`` rejects with an ``Error`` whose ``code`` is ``"tool_error"``,
+    ``message`` this message, and ``reason`` / ``retryAfterMs`` these values.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: Optional[str] = None,
+        retry_after_ms: Optional[int] = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.retry_after_ms = retry_after_ms
+
+
+class Tool:
+    """A tool with its description and JSON Schemas.
+
+    The description (by default the function's docstring) and the schemas go into the
+    TypeScript declarations a model is shown (``execbox.types``). Input that fails
+    ``input_schema`` is refused with ``validation_error`` without calling ``fn``; a result
+    that fails ``output_schema`` fails the call the same way.
+    """
+
+    __slots__ = ("fn", "description", "input_schema", "output_schema")
+
+    def __init__(
+        self,
+        fn: ToolFunction,
+        description: Optional[str] = None,
+        input_schema: Optional[Mapping[str, Any]] = None,
+        output_schema: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"Tool(fn=...) must be a callable, not {type(fn).__name__}")
+        self.fn = fn
+        self.description = description
+        self.input_schema = input_schema
+        self.output_schema = output_schema
+
+    def __repr__(self) -> str:
+        return f"Tool({getattr(self.fn, '__qualname__', self.fn)!r})"
+
+
+Tools = Mapping[str, Mapping[str, Union[ToolFunction, Tool]]]
+"""Namespace → tool name → a callable or a ``Tool``: ``{"math": {"add": add}}`` gives the
+program ``await math.add({...})``."""
+
+
+def native_tools(tools: Optional[Tools], tracebacks: bool) -> Tuple[Any, bool]:
+    """The tools resolved by the host core, and whether any is async."""
+    specs: List[tuple] = []
+    has_async = False
+    if tools is None:
+        tools = {}
+    if not isinstance(tools, Mapping):
+        raise TypeError(
+            "tools must be a dict of namespace → dict of tool name → callable, "
+            f"not {type(tools).__name__}"
+        )
+    for namespace, entries in tools.items():
+        if not isinstance(namespace, str):
+            raise TypeError(f"tools: namespace {namespace!r} must be a str")
+        if not isinstance(entries, Mapping):
+            raise TypeError(
+                f"tools[{namespace!r}] must be a dict of tool name → callable, "
+                f"not {type(entries).__name__}"
+            )
+        for name, entry in entries.items():
+            where = f"tools[{namespace!r}][{name!r}]"
+            if not isinstance(name, str):
+                raise TypeError(f"{where}: the tool name must be a str")
+            tool = entry if isinstance(entry, Tool) else None
+            fn = tool.fn if tool is not None else entry
+            if not callable(fn):
+                raise TypeError(
+                    f"{where} must be a callable or an execbox.Tool, not {type(fn).__name__}"
+                )
+            is_async = _is_async(fn)
+            has_async = has_async or is_async
+            description = tool.description if tool is not None else None
+            if description is None:
+                description = _docstring(fn)
+            label = f"{namespace}.{name}"
+            specs.append(
+                (
+                    namespace,
+                    name,
+                    _adapter(label, fn, is_async, tracebacks),
+                    is_async,
+                    description,
+                    _schema(where, "input_schema", tool.input_schema if tool else None),
+                    _schema(where, "output_schema", tool.output_schema if tool else None),
+                )
+            )
+    return _native.NativeTools(specs), has_async
+
+
+def _is_async(fn: Any) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _docstring(fn: Any) -> Optional[str]:
+    if isinstance(fn, functools.partial):
+        fn = fn.func
+    doc = inspect.getdoc(fn) if inspect.isfunction(fn) or inspect.ismethod(fn) else None
+    return doc or None
+
+
+def _schema(where: str, field: str, schema: Any) -> Optional[str]:
+    if schema is None:
+        return None
+    if not isinstance(schema, (Mapping, bool)):
+        raise TypeError(f"{where}.{field} must be a JSON Schema (a dict), not {type(schema).__name__}")
+    try:
+        return json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{where}.{field} is not JSON: {e}") from None
+
+
+def _adapter(label: str, fn: Any, is_async: bool, tracebacks: bool) -> Callable[[str], Any]:
+    loads = json.loads
+
+    if is_async:
+
+        async def call_async(text: str) -> Answer:
+            try:
+                out = await fn(loads(text))
+            except Exception as e:  # noqa: BLE001 - every failure of a tool is the program's answer
+                return _failure(e, tracebacks)
+            return _encode(label, out)
+
+        return call_async
+
+    def call(text: str) -> Answer:
+        try:
+            out = fn(loads(text))
+            if inspect.iscoroutine(out):
+                # A sync-looking callable that returned a coroutine (a decorator that hid
+                # `async def`): it runs to its end on a loop of its own, on this thread.
+                out = asyncio.run(out)
+        except Exception as e:  # noqa: BLE001 - every failure of a tool is the program's answer
+            return _failure(e, tracebacks)
+        return _encode(label, out)
+
+    return call
+
+
+def _encode(label: str, out: Any) -> Answer:
+    try:
+        return ("ok", json.dumps(out, allow_nan=False, separators=(",", ":")), None, None)
+    except (TypeError, ValueError, RecursionError) as e:
+        return ("serialization_error", f"{label} returned a value JSON cannot hold: {e}", None, None)
+
+
+def _failure(e: Exception, tracebacks: bool) -> Answer:
+    if isinstance(e, ToolError):
+        retry = e.retry_after_ms
+        if retry is not None and (not isinstance(retry, int) or retry < 0):
+            retry = None
+        return ("tool_error", str(e.message), e.reason, retry)
+    message = str(e) or type(e).__name__
+    if tracebacks:
+        message += "\n" + "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return ("tool_error", message, None, None)
+
+
