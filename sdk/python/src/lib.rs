@@ -10,6 +10,7 @@
 // `_exit` in `serve_runner`.
 #![allow(unsafe_code)]
 
+mod attach;
 mod outcome;
 mod pool;
 mod runtime;
@@ -70,6 +71,7 @@ fn prompt(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve_runner, m)?)?;
+    m.add_function(wrap_pyfunction!(attach::shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(declarations, m)?)?;
     m.add_function(wrap_pyfunction!(prompt, m)?)?;
     m.add_class::<NativeTools>()?;

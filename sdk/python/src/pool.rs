@@ -138,9 +138,13 @@ impl NativePool {
         let rx = std::sync::Mutex::new(rx);
         let wait = |limit| {
             py.detach(|| {
-                rx.lock()
+                let got = rx
+                    .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .recv_timeout(limit)
+                    .recv_timeout(limit);
+                // A daemon thread still waiting at exit must not take the GIL again.
+                crate::attach::park_if_closing();
+                got
             })
         };
         loop {
@@ -181,12 +185,13 @@ impl NativePool {
         let prepared = self.prepare(tools, code, limits, event_loop)?;
         let cancel = prepared.cancel.clone();
         spawn(tools, prepared, move |result| {
-            Python::attach(|py| {
+            // At exit nobody waits for the result any more: it is dropped.
+            let _ = crate::attach::attach(|py| {
                 let delivered = to_python(py, result).and_then(|t| callback.call1(py, (t,)));
                 if let Err(e) = delivered {
                     e.write_unraisable(py, None);
                 }
-            })
+            });
         })?;
         Ok(Running { cancel })
     }

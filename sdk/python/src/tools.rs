@@ -19,6 +19,8 @@ use pyo3::types::{PyCFunction, PyTuple};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::attach::attach;
+
 /// The event loops async tools run on, by execution id: the caller's running loop for
 /// `run_async`, the package's background loop for `run`.
 #[derive(Default)]
@@ -153,10 +155,11 @@ impl ToolHandler for PythonTool {
             return Box::pin(async move {
                 let name = label.clone();
                 tokio::task::spawn_blocking(move || {
-                    Python::attach(|py| {
+                    attach(|py| {
                         let out = adapter.call1(py, (text,));
                         answer(py, &label, out.map(|o| o.into_bound(py)))
                     })
+                    .unwrap_or_else(|| Err(exiting(&label)))
                 })
                 .await
                 .unwrap_or_else(|_| Err(ToolError::tool(format!("{name} stopped abruptly"))))
@@ -170,20 +173,23 @@ impl ToolHandler for PythonTool {
                 )));
             };
             let (tx, rx) = oneshot::channel();
-            let future = Python::attach(|py| schedule(py, &adapter, &event_loop, text, tx))
-                .map_err(|e| {
+            let future = attach(|py| {
+                schedule(py, &adapter, &event_loop, text, tx).map_err(|e| {
                     ToolError::tool(format!(
                         "{label} could not be started: {}",
-                        python_error(&e)
+                        python_error_in(py, &e)
                     ))
-                })?;
+                })
+            })
+            .unwrap_or_else(|| Err(exiting(&label)))?;
             tokio::select! {
                 settled = rx => match settled {
-                    Ok(Settled::Done(out)) => Python::attach(|py| answer(py, &label, out.map(|o| o.into_bound(py)))),
+                    Ok(Settled::Done(out)) => attach(|py| answer(py, &label, out.map(|o| o.into_bound(py))))
+                        .unwrap_or_else(|| Err(exiting(&label))),
                     Ok(Settled::Cancelled) | Err(_) => Err(ToolError::cancelled()),
                 },
                 _ = ctx.cancel.cancelled() => {
-                    Python::attach(|py| {
+                    attach(|py| {
                         let _ = future.call_method0(py, "cancel");
                     });
                     Err(ToolError::cancelled())
@@ -267,11 +273,14 @@ fn answer(
     Err(error)
 }
 
-/// `str(exception)`, or its class name when that is empty.
-fn python_error(e: &PyErr) -> String {
-    Python::attach(|py| python_error_in(py, e))
+/// The tool could not run: the interpreter is shutting down.
+fn exiting(label: &str) -> ToolError {
+    ToolError::tool(format!(
+        "{label} did not run: the Python interpreter is shutting down"
+    ))
 }
 
+/// `str(exception)`, or its class name when that is empty.
 fn python_error_in(py: Python<'_>, e: &PyErr) -> String {
     let text = e.value(py).to_string();
     if text.is_empty() {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import sys
 import threading
@@ -71,6 +72,10 @@ def _check_code(code: Any) -> str:
         raise TypeError(f"code must be a str (the program's source), not {type(code).__name__}")
     return code
 
+
+# Before the interpreter finalizes, execbox's own threads stop entering Python (a thread that
+# takes the GIL during finalization would abort the process).
+atexit.register(_native.shutdown)
 
 _lock = threading.Lock()
 _background: Optional[Tuple[int, asyncio.AbstractEventLoop]] = None
