@@ -3,7 +3,8 @@
 //! The Python layer (`python/execbox/`) is the public API; this module gives it three things:
 //! [`NativeTools`] (Python callables resolved once into a tool set), [`NativePool`] (warm,
 //! locked-down runner processes that run programs against a tool set) and [`serve_runner`]
-//! (the runner itself, for the runner processes). Executions run on one tokio runtime per
+//! (the runner itself, for the runner processes), and [`NativePolicy`] (a policy guarding the
+//! tool calls). Executions run on one tokio runtime per
 //! process ([`runtime`]); Python code only ever runs with the GIL taken on threads of its own.
 
 // PyO3's macros expand to unsafe code (the C API); this crate writes none of its own beyond
@@ -12,12 +13,14 @@
 
 mod attach;
 mod outcome;
+mod policy;
 mod pool;
 mod runtime;
 mod tools;
 
 use pyo3::prelude::*;
 
+pub use policy::NativePolicy;
 pub use pool::{NativePool, Running};
 pub use tools::NativeTools;
 
@@ -77,5 +80,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeTools>()?;
     m.add_class::<NativePool>()?;
     m.add_class::<Running>()?;
+    m.add_class::<NativePolicy>()?;
     Ok(())
 }

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::outcome::to_python;
+use crate::policy::NativePolicy;
 use crate::runtime::runtime;
 use crate::tools::NativeTools;
 
@@ -114,7 +115,7 @@ impl NativePool {
 
     /// Runs `code` and waits for its result, looking for signals while it waits: Ctrl-C
     /// cancels the execution and raises `KeyboardInterrupt` once it has stopped.
-    #[pyo3(signature = (tools, code, timeout_ms=None, memory_limit_bytes=None, max_log_lines=None, max_log_chars=None, event_loop=None))]
+    #[pyo3(signature = (tools, code, timeout_ms=None, memory_limit_bytes=None, max_log_lines=None, max_log_chars=None, event_loop=None, policy=None))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -126,9 +127,10 @@ impl NativePool {
         max_log_lines: Option<u64>,
         max_log_chars: Option<u64>,
         event_loop: Option<Py<PyAny>>,
+        policy: Option<PyRef<'py, NativePolicy>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let limits = options(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars);
-        let prepared = self.prepare(tools, code, limits, event_loop)?;
+        let prepared = self.prepare(tools, code, limits, event_loop, policy.as_deref())?;
         let cancel = prepared.cancel.clone();
         let (tx, rx) = mpsc::sync_channel::<ExecuteResult>(1);
         spawn(tools, prepared, move |result| {
@@ -168,7 +170,7 @@ impl NativePool {
 
     /// Starts `code` and returns at once; `callback(result)` is called (with the GIL, on
     /// another thread) when it ends, cancelled or not.
-    #[pyo3(signature = (tools, code, callback, timeout_ms=None, memory_limit_bytes=None, max_log_lines=None, max_log_chars=None, event_loop=None))]
+    #[pyo3(signature = (tools, code, callback, timeout_ms=None, memory_limit_bytes=None, max_log_lines=None, max_log_chars=None, event_loop=None, policy=None))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
@@ -180,9 +182,10 @@ impl NativePool {
         max_log_lines: Option<u64>,
         max_log_chars: Option<u64>,
         event_loop: Option<Py<PyAny>>,
+        policy: Option<PyRef<'_, NativePolicy>>,
     ) -> PyResult<Running> {
         let limits = options(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars);
-        let prepared = self.prepare(tools, code, limits, event_loop)?;
+        let prepared = self.prepare(tools, code, limits, event_loop, policy.as_deref())?;
         let cancel = prepared.cancel.clone();
         spawn(tools, prepared, move |result| {
             // At exit nobody waits for the result any more: it is dropped.
@@ -226,6 +229,7 @@ impl NativePool {
         code: String,
         limits: RuntimeOptions,
         event_loop: Option<Py<PyAny>>,
+        policy: Option<&NativePolicy>,
     ) -> PyResult<Prepared> {
         if std::process::id() != self.owner {
             return Err(PyRuntimeError::new_err(
@@ -243,11 +247,14 @@ impl NativePool {
             self.next_id.fetch_add(1, Ordering::Relaxed)
         );
         let cancel = CancellationToken::new();
-        let request = ExecuteRequest::new(code)
+        let mut request = ExecuteRequest::new(code)
             .tools(tools.set())
             .options(limits)
             .id(&id)
             .cancel_on(cancel.clone());
+        if let Some(policy) = policy {
+            request = request.guard(policy.guard());
+        }
         tools.loops().remember(&id, event_loop);
         Ok(Prepared {
             executor,

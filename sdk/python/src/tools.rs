@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use execbox_host::{
-    BoxFuture, ErrorCode, Provider, Tool, ToolContext, ToolError, ToolHandler, ToolSet,
+    BoxFuture, ErrorCode, Provider, RateLimit, Tool, ToolContext, ToolError, ToolHandler, ToolSet,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -50,6 +50,20 @@ impl Loops {
     }
 }
 
+/// One tool as the Python layer describes it (see [`NativeTools::new`]).
+type ToolSpec = (
+    (
+        String,
+        String,
+        Py<PyAny>,
+        bool,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ),
+    (Vec<String>, Option<String>, bool),
+);
+
 /// A tool set made of Python callables, shared by every execution given it.
 #[pyclass(frozen, module = "execbox._native")]
 pub struct NativeTools {
@@ -72,23 +86,15 @@ impl NativeTools {
 #[pymethods]
 impl NativeTools {
     /// `specs`: `(namespace, name, adapter, is_async, description, input_schema,
-    /// output_schema)` per tool, the schemas as JSON text or `None`.
+    /// output_schema, permissions, rate_limit, requires_approval)` per tool, the schemas as
+    /// JSON text or `None`, the rate limit as `100 per 1h` or `None`.
     #[new]
-    #[allow(clippy::type_complexity)]
-    fn new(
-        specs: Vec<(
-            String,
-            String,
-            Py<PyAny>,
-            bool,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-        )>,
-    ) -> PyResult<Self> {
+    fn new(specs: Vec<ToolSpec>) -> PyResult<Self> {
         let loops = Arc::new(Loops::default());
         let mut namespaces: Vec<(String, Vec<Tool>)> = Vec::new();
-        for (namespace, name, adapter, is_async, description, input, output) in specs {
+        for spec in specs {
+            let (namespace, name, adapter, is_async, description, input, output) = spec.0;
+            let (permissions, rate_limit, requires_approval) = spec.1;
             let handler = PythonTool {
                 adapter: Arc::new(adapter),
                 is_async,
@@ -106,6 +112,16 @@ impl NativeTools {
                 tool =
                     tool.output_schema(schema_value(&namespace, &name, "output_schema", &schema)?);
             }
+            if !permissions.is_empty() {
+                tool = tool.permissions(permissions);
+            }
+            if let Some(limit) = rate_limit {
+                let limit = limit.parse::<RateLimit>().map_err(|e| {
+                    PyValueError::new_err(format!("tools[{namespace:?}][{name:?}].rate_limit: {e}"))
+                })?;
+                tool = tool.rate_limit(limit);
+            }
+            tool = tool.requires_approval(requires_approval);
             match namespaces.iter_mut().find(|(n, _)| *n == namespace) {
                 Some((_, tools)) => tools.push(tool),
                 None => namespaces.push((namespace, vec![tool])),

@@ -18,7 +18,12 @@ def python_blocks(path: pathlib.Path):
 
 
 @pytest.mark.parametrize("path", READMES, ids=lambda p: str(p.relative_to(HERE.parents[2])))
-def test_the_python_examples_run_and_print_what_they_say(path):
+def test_the_python_examples_run_and_print_what_they_say(path, tmp_path, monkeypatch):
+    # The policy example of docs/sdk-python.md reads `policy.yaml`.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\nprincipals:\n  alice: { permissions: ['docs:read'] }\n"
+    )
     blocks = python_blocks(path)
     assert blocks, f"{path} has no python example"
     namespace: dict = {}

@@ -9,13 +9,16 @@ by the OS.
 5
 """
 
+from execbox._policy import ApprovalRequest, Policy
 from execbox._result import Error, Location, Result
 from execbox._sandbox import Sandbox, prompt, run, run_async, types
 from execbox._tools import Tool, ToolError, ToolFunction, Tools
 
 __all__ = [
+    "ApprovalRequest",
     "Error",
     "Location",
+    "Policy",
     "Result",
     "Sandbox",
     "Tool",

@@ -3,8 +3,21 @@
 from typing import Any, Callable, List, Optional, Tuple
 
 class NativeTools:
-    def __init__(self, specs: List[Tuple[str, str, Any, bool, Optional[str], Optional[str], Optional[str]]]) -> None: ...
+    def __init__(
+        self,
+        specs: List[Tuple[Tuple[str, str, Any, bool, Optional[str], Optional[str], Optional[str]], Tuple[List[str], Optional[str], bool]]],
+    ) -> None: ...
     def is_empty(self) -> bool: ...
+
+class NativePolicy:
+    def __init__(
+        self,
+        path: Optional[str] = None,
+        principal: Optional[str] = None,
+        audit_log: Optional[str] = None,
+        state: Optional[str] = None,
+        approve: Optional[Callable[[str, str, Optional[str], str], bool]] = None,
+    ) -> None: ...
 
 class Running:
     def cancel(self) -> None: ...
@@ -20,6 +33,7 @@ class NativePool:
         max_log_lines: Optional[int] = None,
         max_log_chars: Optional[int] = None,
         event_loop: Any = None,
+        policy: Optional[NativePolicy] = None,
     ) -> tuple: ...
     def start(
         self,
@@ -31,6 +45,7 @@ class NativePool:
         max_log_lines: Optional[int] = None,
         max_log_chars: Optional[int] = None,
         event_loop: Any = None,
+        policy: Optional[NativePolicy] = None,
     ) -> Running: ...
     def close(self) -> None: ...
     @property

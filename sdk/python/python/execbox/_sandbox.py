@@ -10,6 +10,7 @@ import threading
 from typing import Any, Optional, Tuple
 
 from execbox import _native
+from execbox._policy import Policy
 from execbox._result import Result, _result
 from execbox._tools import Tools, native_tools
 
@@ -105,12 +106,25 @@ def _default_pool() -> Any:
         return _default[1]
 
 
-def _run(pool: Any, tools: Any, has_async: bool, code: str, limits: Limits) -> Result:
+def _native_policy(policy: Optional[Policy]) -> Any:
+    if policy is None:
+        return None
+    if not isinstance(policy, Policy):
+        raise TypeError(f"policy must be an execbox.Policy, not {type(policy).__name__}")
+    return policy._native
+
+
+def _run(
+    pool: Any, tools: Any, has_async: bool, code: str, limits: Limits, policy: Optional[Policy]
+) -> Result:
     event_loop = _background_loop() if has_async else None
-    return _result(pool.run(tools, code, *limits, event_loop=event_loop))
+    guard = _native_policy(policy)
+    return _result(pool.run(tools, code, *limits, event_loop=event_loop, policy=guard))
 
 
-async def _run_async(pool: Any, tools: Any, code: str, limits: Limits) -> Result:
+async def _run_async(
+    pool: Any, tools: Any, code: str, limits: Limits, policy: Optional[Policy]
+) -> Result:
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -120,7 +134,8 @@ async def _run_async(pool: Any, tools: Any, code: str, limits: Limits) -> Result
         except RuntimeError:
             pass  # the loop has closed: nobody is waiting for this result any more
 
-    running = pool.start(tools, code, deliver, *limits, event_loop=loop)
+    guard = _native_policy(policy)
+    running = pool.start(tools, code, deliver, *limits, event_loop=loop, policy=guard)
     try:
         raw = await future
     except asyncio.CancelledError:
@@ -143,17 +158,20 @@ def run(
     max_log_lines: Optional[int] = None,
     max_log_chars: Optional[int] = None,
     tool_tracebacks: bool = False,
+    policy: Optional[Policy] = None,
 ) -> Result:
     """Runs ``code`` (the body of an async function: ``await`` tools, ``return`` a value) in a
     locked-down runner, with ``tools`` as global namespaces, and returns its ``Result``.
 
     Limits default to 5 s, 64 MiB, 100 log lines and 64,000 log characters. Ctrl-C cancels the
     execution and raises ``KeyboardInterrupt``. With ``tool_tracebacks``, a tool's exception
-    reaches the program with its Python traceback (by default, only its message does).
+    reaches the program with its Python traceback (by default, only its message does). With
+    a ``policy``, every tool call is checked against it (permissions, rate limits, approvals)
+    and audited.
     """
     limits = _limits(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars)
     native, has_async = native_tools(tools, tool_tracebacks)
-    return _run(_default_pool(), native, has_async, _check_code(code), limits)
+    return _run(_default_pool(), native, has_async, _check_code(code), limits, policy)
 
 
 async def run_async(
@@ -165,12 +183,13 @@ async def run_async(
     max_log_lines: Optional[int] = None,
     max_log_chars: Optional[int] = None,
     tool_tracebacks: bool = False,
+    policy: Optional[Policy] = None,
 ) -> Result:
     """``run`` for asyncio: async tools run on the caller's event loop, sync ones on threads;
     cancelling the task cancels the execution."""
     limits = _limits(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars)
     native, _ = native_tools(tools, tool_tracebacks)
-    return await _run_async(_default_pool(), native, _check_code(code), limits)
+    return await _run_async(_default_pool(), native, _check_code(code), limits, policy)
 
 
 def types(tools: Optional[Tools] = None) -> str:
@@ -200,7 +219,8 @@ class Sandbox:
     ``pool`` runners are started at once and reused after clean executions (a runner whose
     execution failed is replaced, so nothing carries over). Safe to use from several threads
     and tasks at once; more than ``pool`` executions at once wait for a runner, and the wait
-    counts against their time limit. Limits given here are the defaults of every ``run``.
+    counts against their time limit. Limits given here are the defaults of every ``run``; a
+    ``policy`` guards every tool call of every run.
     Close it (or use it as a context manager) to stop the runners.
     """
 
@@ -214,7 +234,10 @@ class Sandbox:
         max_log_lines: Optional[int] = None,
         max_log_chars: Optional[int] = None,
         tool_tracebacks: bool = False,
+        policy: Optional[Policy] = None,
     ) -> None:
+        _native_policy(policy)
+        self._policy = policy
         if isinstance(pool, bool) or not isinstance(pool, int) or not 1 <= pool <= 1024:
             raise ValueError(f"pool must be a whole number from 1 to 1024, not {pool!r}")
         self._limits = _limits(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars)
@@ -233,7 +256,9 @@ class Sandbox:
         """Runs ``code`` on a warm runner; see ``execbox.run``."""
         given = _limits(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars)
         limits = _merge(self._limits, given)
-        return _run(self._pool, self._tools, self._has_async, _check_code(code), limits)
+        return _run(
+            self._pool, self._tools, self._has_async, _check_code(code), limits, self._policy
+        )
 
     async def run_async(
         self,
@@ -247,7 +272,7 @@ class Sandbox:
         """Runs ``code`` on a warm runner; see ``execbox.run_async``."""
         given = _limits(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars)
         limits = _merge(self._limits, given)
-        return await _run_async(self._pool, self._tools, _check_code(code), limits)
+        return await _run_async(self._pool, self._tools, _check_code(code), limits, self._policy)
 
     def types(self) -> str:
         """The TypeScript declarations of this sandbox's tools."""

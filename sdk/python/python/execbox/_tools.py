@@ -52,9 +52,22 @@ class Tool:
     TypeScript declarations a model is shown (``execbox.types``). Input that fails
     ``input_schema`` is refused with ``validation_error`` without calling ``fn``; a result
     that fails ``output_schema`` fails the call the same way.
+
+    With a ``Policy``, ``permissions`` are what a principal must hold to call it,
+    ``rate_limit`` (``"100 per 1h"``, ``"3/1m"``) bounds its calls, and ``requires_approval``
+    asks the policy's approver before each call. Without a policy, a tool with a rate limit or
+    an approval is refused rather than run unguarded.
     """
 
-    __slots__ = ("fn", "description", "input_schema", "output_schema")
+    __slots__ = (
+        "fn",
+        "description",
+        "input_schema",
+        "output_schema",
+        "permissions",
+        "rate_limit",
+        "requires_approval",
+    )
 
     def __init__(
         self,
@@ -62,13 +75,26 @@ class Tool:
         description: Optional[str] = None,
         input_schema: Optional[Mapping[str, Any]] = None,
         output_schema: Optional[Mapping[str, Any]] = None,
+        *,
+        permissions: Optional[List[str]] = None,
+        rate_limit: Optional[str] = None,
+        requires_approval: bool = False,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"Tool(fn=...) must be a callable, not {type(fn).__name__}")
+        if permissions is not None and (
+            isinstance(permissions, str) or not all(isinstance(p, str) for p in permissions)
+        ):
+            raise TypeError("Tool(permissions=...) must be a list of str")
+        if rate_limit is not None and not isinstance(rate_limit, str):
+            raise TypeError('Tool(rate_limit=...) must be a str such as "100 per 1h"')
         self.fn = fn
         self.description = description
         self.input_schema = input_schema
         self.output_schema = output_schema
+        self.permissions = list(permissions or [])
+        self.rate_limit = rate_limit
+        self.requires_approval = bool(requires_approval)
 
     def __repr__(self) -> str:
         return f"Tool({getattr(self.fn, '__qualname__', self.fn)!r})"
@@ -116,13 +142,20 @@ def native_tools(tools: Optional[Tools], tracebacks: bool) -> Tuple[Any, bool]:
             label = f"{namespace}.{name}"
             specs.append(
                 (
-                    namespace,
-                    name,
-                    _adapter(label, fn, is_async, tracebacks),
-                    is_async,
-                    description,
-                    _schema(where, "input_schema", tool.input_schema if tool else None),
-                    _schema(where, "output_schema", tool.output_schema if tool else None),
+                    (
+                        namespace,
+                        name,
+                        _adapter(label, fn, is_async, tracebacks),
+                        is_async,
+                        description,
+                        _schema(where, "input_schema", tool.input_schema if tool else None),
+                        _schema(where, "output_schema", tool.output_schema if tool else None),
+                    ),
+                    (
+                        tool.permissions if tool else [],
+                        tool.rate_limit if tool else None,
+                        tool.requires_approval if tool else False,
+                    ),
                 )
             )
     return _native.NativeTools(specs), has_async

@@ -1,0 +1,91 @@
+//! [`NativePolicy`]: a policy (principal, permissions, rate limits, approvals, audit) that
+//! guards every tool call of the executions given it, with a Python callable as the approver.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use execbox_host::{BoxFuture, CallGuard};
+use execbox_policy::{Approval, ApprovalRequest, Approver, EnforcementOptions};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::attach::attach;
+
+/// The enforcement of a policy, shared by the executions it guards.
+#[pyclass(frozen, module = "execbox._native")]
+pub struct NativePolicy {
+    guard: Arc<dyn CallGuard>,
+}
+
+impl NativePolicy {
+    /// The guard to give a request.
+    pub fn guard(&self) -> Arc<dyn CallGuard> {
+        self.guard.clone()
+    }
+}
+
+#[pymethods]
+impl NativePolicy {
+    /// `path`: the policy file (none: every tool is permitted, rate limits are counted in
+    /// memory); `approve`: `approve(tool, input_json, principal, execution_id) -> bool`,
+    /// called for each call of a tool that requires approval (none: such calls are refused).
+    #[new]
+    #[pyo3(signature = (path=None, principal=None, audit_log=None, state=None, approve=None))]
+    fn new(
+        path: Option<PathBuf>,
+        principal: Option<String>,
+        audit_log: Option<PathBuf>,
+        state: Option<PathBuf>,
+        approve: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let mut options = EnforcementOptions::default();
+        options.policy = path;
+        options.principal = principal;
+        options.audit_log = audit_log;
+        options.state = state;
+        let mut enforcement = options
+            .open()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        if let Some(callback) = approve {
+            enforcement = enforcement.with_approver(Arc::new(PythonApprover {
+                callback: Arc::new(callback),
+            }));
+        }
+        Ok(NativePolicy {
+            guard: Arc::new(enforcement),
+        })
+    }
+}
+
+/// Asks a Python callable, on a thread of its own; an exception or anything but `True` is a no.
+struct PythonApprover {
+    callback: Arc<Py<PyAny>>,
+}
+
+impl Approver for PythonApprover {
+    fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval> {
+        let callback = self.callback.clone();
+        Box::pin(async move {
+            let input = request.input.to_string();
+            tokio::task::spawn_blocking(move || {
+                attach(|py| {
+                    let answer = callback.call1(
+                        py,
+                        (request.tool, input, request.principal, request.execution_id),
+                    );
+                    match answer.and_then(|a| a.extract::<bool>(py)) {
+                        Ok(true) => Approval::Approved,
+                        Ok(false) => Approval::Denied,
+                        Err(e) => {
+                            e.write_unraisable(py, None);
+                            Approval::Denied
+                        }
+                    }
+                })
+                .unwrap_or(Approval::Unavailable)
+            })
+            .await
+            .unwrap_or(Approval::Denied)
+        })
+    }
+}

@@ -1,0 +1,102 @@
+"""execbox.Policy: permissions, rate limits, approvals and the audit log over Python tools."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import execbox
+
+CATCH = "try { return await %s } catch (e) { return [e.code, e.reason, e.message, e.retryAfterMs] }"
+
+
+def test_a_rate_limit_admits_its_calls_then_refuses_with_a_retry_time():
+    calls = []
+    tool = execbox.Tool(lambda input: calls.append(input) or len(calls), rate_limit="2 per 1m")
+    policy = execbox.Policy()
+    with execbox.Sandbox({"api": {"hit": tool}}, policy=policy, pool=1) as sb:
+        assert sb.run("return await api.hit({})").value == 1
+        assert sb.run("return await api.hit({})").value == 2
+        code, reason, message, retry = sb.run(CATCH % "api.hit({})").value
+    assert (code, reason) == ("tool_error", "rate_limited")
+    assert "api.hit" in message
+    assert retry > 0
+    assert len(calls) == 2
+
+
+def test_a_guarded_tool_without_a_policy_is_refused_not_run_unguarded():
+    calls = []
+    tool = execbox.Tool(lambda input: calls.append(input), rate_limit="2 per 1m")
+    code, _, message, _ = execbox.run(CATCH % "api.hit({})", {"api": {"hit": tool}}).value
+    assert code == "tool_error"
+    assert calls == []
+
+
+def test_permissions_come_from_the_policy_file(tmp_path):
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        "version: 1\n"
+        "principals:\n"
+        "  alice: { permissions: ['weather:read'] }\n"
+        "  bob: { permissions: [] }\n"
+    )
+    tool = execbox.Tool(lambda input: "sunny", permissions=["weather:read"])
+    tools = {"weather": {"today": tool}}
+    alice = execbox.Policy(policy_file, principal="alice")
+    bob = execbox.Policy(policy_file, principal="bob")
+    assert execbox.run("return await weather.today()", tools, policy=alice).value == "sunny"
+    # A tool the principal may not call is not there at all.
+    hidden = execbox.run("return typeof weather", tools, policy=bob).value
+    assert hidden == "undefined"
+    with pytest.raises(ValueError, match="carol"):
+        execbox.Policy(policy_file, principal="carol")
+
+
+def test_an_approver_decides_each_call_and_a_denial_never_runs_the_tool():
+    sent = []
+    asked = []
+
+    def approve(request: execbox.ApprovalRequest) -> bool:
+        asked.append(request)
+        return request.input["to"].endswith("@example.com")
+
+    send = execbox.Tool(lambda input: sent.append(input["to"]) or "sent", requires_approval=True)
+    policy = execbox.Policy(approve=approve)
+    tools = {"mail": {"send": send}}
+    ok = execbox.run("return await mail.send({ to: 'a@example.com' })", tools, policy=policy)
+    assert ok.value == "sent"
+    code, reason, _, _ = execbox.run(CATCH % "mail.send({ to: 'x@evil.test' })", tools, policy=policy).value
+    assert (code, reason) == ("tool_error", "approval_denied")
+    assert sent == ["a@example.com"]
+    assert [r.tool for r in asked] == ["mail.send", "mail.send"]
+    assert asked[1].input == {"to": "x@evil.test"}
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_without_an_approver_approval_is_required_and_an_approver_that_raises_says_no():
+    send = execbox.Tool(lambda input: "sent", requires_approval=True)
+    tools = {"mail": {"send": send}}
+    none = execbox.run(CATCH % "mail.send({})", tools, policy=execbox.Policy()).value
+    assert none[1] == "approval_required"
+
+    def broken(request):
+        raise RuntimeError("approver down")
+
+    raised = execbox.run(CATCH % "mail.send({})", tools, policy=execbox.Policy(approve=broken)).value
+    assert raised[1] == "approval_denied"
+
+
+def test_the_audit_log_records_each_call(tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    policy = execbox.Policy(audit_log=audit)
+    execbox.run("await t.echo({ n: 1 })", {"t": {"echo": lambda input: input}}, policy=policy)
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert any("t.echo" in json.dumps(line) for line in lines)
+
+
+def test_a_bad_rate_limit_names_the_tool():
+    with pytest.raises(ValueError, match=r"tools\[\"api\"\]\[\"hit\"\].rate_limit"):
+        execbox.run("1", {"api": {"hit": execbox.Tool(lambda i: 1, rate_limit="lots")}})
+    with pytest.raises(TypeError, match="policy must be an execbox.Policy"):
+        execbox.run("1", policy="policy.yaml")
