@@ -23,18 +23,25 @@ const CRATES: &[&str] = &[
     "mcp",
     "cli",
     "conformance",
+    "sdk/python",
 ];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The `src/` folder of every crate at the top of the workspace (not `fuzz/` nor `target/`).
+/// The `src/` folder of every crate at the top of the workspace (not `fuzz/` nor `target/`),
+/// and of every SDK's crate under `sdk/`.
 fn crate_sources() -> Vec<PathBuf> {
     let root = workspace();
-    let mut found: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
+    let folders = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|entries| entries.map(|entry| entry.unwrap().path()).collect())
+            .unwrap_or_default()
+    };
+    let mut found: Vec<PathBuf> = folders(&root)
+        .into_iter()
+        .chain(folders(&root.join("sdk")))
         .filter(|dir| {
             let name = dir.file_name().unwrap_or_default();
             name != "fuzz" && name != "target"
