@@ -19,7 +19,8 @@ pub struct RunnerCommand {
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<OsString>,
-    /// Environment variables set for it, on top of this process's.
+    /// Environment variables set for it. It inherits none of this process's but `RUST_LOG`,
+    /// `RUST_BACKTRACE`, `RUST_MIN_STACK`, `LD_LIBRARY_PATH`, `LANG`, `LC_ALL` and `TZ`.
     pub env: Vec<(OsString, OsString)>,
 }
 
@@ -97,6 +98,14 @@ impl RunnerCommand {
     /// is terminated or dropped.
     pub fn spawn(&self, timings: SessionTimings) -> std::io::Result<Connection> {
         let mut command = Command::new(&self.program);
+        // The runner gets none of the host's environment (its secrets included) but what a
+        // process needs to start and to log; the variables given to this command are added.
+        command.env_clear();
+        for key in RUNNER_ENV_PASSED {
+            if let Some(value) = std::env::var_os(key) {
+                command.env(key, value);
+            }
+        }
         command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -297,6 +306,18 @@ const RUNNER_NAME: &str = "execbox-runner";
 
 /// The environment variable naming the runner binary.
 const RUNNER_ENV: &str = "EXECBOX_RUNNER";
+
+/// The host's environment variables a runner process is started with; nothing else of the
+/// host's environment reaches it (a compromised runner could read its own environment).
+const RUNNER_ENV_PASSED: [&str; 7] = [
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "RUST_MIN_STACK",
+    "LD_LIBRARY_PATH",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+];
 
 /// The runner binary cannot be found or run: executors refuse to start without one.
 #[derive(Debug, thiserror::Error)]
