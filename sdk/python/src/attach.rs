@@ -32,12 +32,26 @@ pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
     Some(Python::attach(f))
 }
 
+/// Whether the interpreter is shutting down (no new execution may start).
+pub fn closing() -> bool {
+    CLOSING.load(Ordering::SeqCst)
+}
+
 /// A Python thread waiting without the GIL (a blocking `run`) that finds the interpreter
-/// shutting down must not take the GIL again: it waits for the process to end.
+/// shutting down must not take the GIL again: it waits for the process to end. The thread
+/// that finalizes (the process's first) is never parked.
 pub fn park_if_closing() {
-    while CLOSING.load(Ordering::SeqCst) {
+    if !closing() || is_main_thread() {
+        return;
+    }
+    loop {
         std::thread::park();
     }
+}
+
+fn is_main_thread() -> bool {
+    // SAFETY: both calls only read the ids of this thread and process.
+    unsafe { libc::gettid() == libc::getpid() }
 }
 
 /// Called at exit (`atexit`): no thread of ours enters Python from now on, and those inside

@@ -231,6 +231,11 @@ impl NativePool {
         event_loop: Option<Py<PyAny>>,
         policy: Option<&NativePolicy>,
     ) -> PyResult<Prepared> {
+        if crate::attach::closing() {
+            return Err(PyRuntimeError::new_err(
+                "execbox has shut down: the interpreter is exiting",
+            ));
+        }
         if std::process::id() != self.owner {
             return Err(PyRuntimeError::new_err(
                 "this Sandbox was made before this process was forked: make a new one in this process",

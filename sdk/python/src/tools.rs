@@ -21,6 +21,11 @@ use tokio::sync::oneshot;
 
 use crate::attach::attach;
 
+/// At most this many calls of sync Python tools run at once in a process, each on a thread.
+pub const MAX_SYNC_CALLS: usize = 256;
+
+static SYNC_CALLS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SYNC_CALLS);
+
 /// The event loops async tools run on, by execution id: the caller's running loop for
 /// `run_async`, the package's background loop for `run`.
 #[derive(Default)]
@@ -169,8 +174,18 @@ impl ToolHandler for PythonTool {
         let label = self.label.clone();
         if !self.is_async {
             return Box::pin(async move {
+                // A thread running Python cannot be stopped: a call of an execution that ended
+                // keeps its thread until it returns. So their number is bounded per process.
+                let Ok(permit) = SYNC_CALLS.try_acquire() else {
+                    return Err(ToolError::tool(format!(
+                        "{label} did not run: {MAX_SYNC_CALLS} calls of sync Python tools are \
+                         running in this process (calls of executions that ended run until they \
+                         return); give slow tools a time limit of their own, or make them async"
+                    )));
+                };
                 let name = label.clone();
                 tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
                     attach(|py| {
                         let out = adapter.call1(py, (text,));
                         answer(py, &label, out.map(|o| o.into_bound(py)))
@@ -202,7 +217,9 @@ impl ToolHandler for PythonTool {
                 settled = rx => match settled {
                     Ok(Settled::Done(out)) => attach(|py| answer(py, &label, out.map(|o| o.into_bound(py))))
                         .unwrap_or_else(|| Err(exiting(&label))),
-                    Ok(Settled::Cancelled) | Err(_) => Err(ToolError::cancelled()),
+                    // The tool cancelled itself (raised `CancelledError`); the execution did not.
+                    Ok(Settled::Cancelled) => Err(ToolError::tool(format!("{label} was cancelled"))),
+                    Err(_) => Err(ToolError::cancelled()),
                 },
                 _ = ctx.cancel.cancelled() => {
                     attach(|py| {

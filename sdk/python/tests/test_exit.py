@@ -48,3 +48,24 @@ def test_the_interpreter_exits_cleanly_while_execbox_is_busy(script):
             timeout=60,
         )
         assert child.returncode == 0, (child.returncode, child.stderr)
+
+
+def test_a_run_after_execbox_has_shut_down_raises_instead_of_hanging():
+    script = """
+import atexit
+
+def late():
+    try:
+        execbox.run("return 1")
+    except RuntimeError as e:
+        print("refused:", e)
+
+atexit.register(late)   # before execbox's own hook, so it runs after it
+import execbox
+print(execbox.run("return 1").value)
+"""
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 0, child.stderr
+    assert "refused: execbox has shut down" in child.stdout

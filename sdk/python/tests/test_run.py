@@ -202,3 +202,20 @@ def test_types_declares_the_tools_for_a_model():
     prompt = execbox.prompt({"math": {"add": tool}}, timeout_ms=2000)
     assert "declare namespace math" in prompt
     assert "Time: 2 s for the whole program" in prompt
+
+
+def test_run_inside_a_running_event_loop_warns_that_it_blocks_the_loop():
+    async def main():
+        with pytest.warns(RuntimeWarning, match="run_async"):
+            return execbox.run("1 + 1").value
+
+    assert asyncio.run(main()) == 2
+
+
+def test_tool_error_and_tool_check_their_arguments_when_made():
+    with pytest.raises(TypeError, match="reason"):
+        execbox.ToolError("x", reason=5)
+    with pytest.raises(ValueError, match="retry_after_ms"):
+        execbox.ToolError("x", retry_after_ms=True)
+    with pytest.raises(TypeError, match="description"):
+        execbox.Tool(add, description=5)

@@ -64,9 +64,26 @@ class Result:
 
 def _result(raw: tuple) -> Result:
     ok, value, error, logs, duration_ms = raw
+    if value is not None:
+        try:
+            value = json.loads(value)
+        except RecursionError:
+            # The runner passes values nested up to its own bound; Python's decoder counts
+            # them against the caller's recursion limit.
+            message = (
+                "the program's result is nested too deeply for Python's json module to read "
+                "(at this depth of the calling code); return a flatter value"
+            )
+            return Result(
+                ok=False,
+                value=None,
+                error=Error(code="serialization_error", message=message, text=message),
+                logs=logs,
+                duration_ms=duration_ms,
+            )
     return Result(
         ok=ok,
-        value=None if value is None else json.loads(value),
+        value=value,
         error=None if error is None else _error(error),
         logs=logs,
         duration_ms=duration_ms,

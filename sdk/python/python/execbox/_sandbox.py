@@ -7,6 +7,7 @@ import atexit
 import os
 import sys
 import threading
+import warnings
 from typing import Any, Optional, Tuple
 
 from execbox import _native
@@ -23,7 +24,8 @@ _BOOT = (
     "m = u.module_from_spec(s); s.loader.exec_module(m); m.serve_runner()"
 )
 
-_MAX_LIMIT = 2**63 - 1
+# Limits travel as JSON numbers, exact up to 2**53.
+_MAX_LIMIT = 2**53
 
 Limits = Tuple[Optional[int], Optional[int], Optional[int], Optional[int]]
 
@@ -79,7 +81,7 @@ def _check_code(code: Any) -> str:
 atexit.register(_native.shutdown)
 
 _lock = threading.Lock()
-_background: Optional[Tuple[int, asyncio.AbstractEventLoop]] = None
+_background: Optional[Tuple[int, asyncio.AbstractEventLoop, threading.Thread]] = None
 _default: Optional[Tuple[int, Any]] = None
 
 
@@ -88,11 +90,15 @@ def _background_loop() -> asyncio.AbstractEventLoop:
     thread, so that tools share their clients and connections between calls."""
     global _background
     with _lock:
-        if _background is None or _background[0] != os.getpid():
+        if (
+            _background is None
+            or _background[0] != os.getpid()
+            or not _background[2].is_alive()
+        ):
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name="execbox-tools", daemon=True)
             thread.start()
-            _background = (os.getpid(), loop)
+            _background = (os.getpid(), loop, thread)
         return _background[1]
 
 
@@ -106,6 +112,14 @@ def _default_pool() -> Any:
         return _default[1]
 
 
+def _in_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _native_policy(policy: Optional[Policy]) -> Any:
     if policy is None:
         return None
@@ -117,6 +131,13 @@ def _native_policy(policy: Optional[Policy]) -> Any:
 def _run(
     pool: Any, tools: Any, has_async: bool, code: str, limits: Limits, policy: Optional[Policy]
 ) -> Result:
+    if _in_running_loop():
+        warnings.warn(
+            "execbox.run blocks the event loop running in this thread until the program ends; "
+            "use `await execbox.run_async(...)` (or Sandbox.run_async) instead",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     event_loop = _background_loop() if has_async else None
     guard = _native_policy(policy)
     return _result(pool.run(tools, code, *limits, event_loop=event_loop, policy=guard))

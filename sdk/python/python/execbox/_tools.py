@@ -39,6 +39,18 @@ class ToolError(Exception):
         reason: Optional[str] = None,
         retry_after_ms: Optional[int] = None,
     ) -> None:
+        if not isinstance(message, str):
+            raise TypeError(f"ToolError(message) must be a str, not {type(message).__name__}")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"ToolError(reason=...) must be a str, not {type(reason).__name__}")
+        if retry_after_ms is not None and (
+            isinstance(retry_after_ms, bool)
+            or not isinstance(retry_after_ms, int)
+            or not 0 <= retry_after_ms <= 2**53
+        ):
+            raise ValueError(
+                f"ToolError(retry_after_ms=...) must be a whole number of milliseconds, not {retry_after_ms!r}"
+            )
         super().__init__(message)
         self.message = message
         self.reason = reason
@@ -86,6 +98,8 @@ class Tool:
             isinstance(permissions, str) or not all(isinstance(p, str) for p in permissions)
         ):
             raise TypeError("Tool(permissions=...) must be a list of str")
+        if description is not None and not isinstance(description, str):
+            raise TypeError(f"Tool(description=...) must be a str, not {type(description).__name__}")
         if rate_limit is not None and not isinstance(rate_limit, str):
             raise TypeError('Tool(rate_limit=...) must be a str such as "100 per 1h"')
         self.fn = fn
@@ -194,7 +208,10 @@ def _adapter(label: str, fn: Any, is_async: bool, tracebacks: bool) -> Callable[
         async def call_async(text: str) -> Answer:
             try:
                 out = await fn(loads(text))
-            except Exception as e:  # noqa: BLE001 - every failure of a tool is the program's answer
+            except asyncio.CancelledError:
+                raise
+            except BaseException as e:  # noqa: BLE001 - even SystemExit: the program's answer,
+                # never the end of the event loop (or of the application) it runs on
                 return _failure(e, tracebacks)
             return _encode(label, out)
 
@@ -207,7 +224,7 @@ def _adapter(label: str, fn: Any, is_async: bool, tracebacks: bool) -> Callable[
                 # A sync-looking callable that returned a coroutine (a decorator that hid
                 # `async def`): it runs to its end on a loop of its own, on this thread.
                 out = asyncio.run(out)
-        except Exception as e:  # noqa: BLE001 - every failure of a tool is the program's answer
+        except BaseException as e:  # noqa: BLE001 - every failure of a tool is the program's answer
             return _failure(e, tracebacks)
         return _encode(label, out)
 
@@ -221,12 +238,9 @@ def _encode(label: str, out: Any) -> Answer:
         return ("serialization_error", f"{label} returned a value JSON cannot hold: {e}", None, None)
 
 
-def _failure(e: Exception, tracebacks: bool) -> Answer:
+def _failure(e: BaseException, tracebacks: bool) -> Answer:
     if isinstance(e, ToolError):
-        retry = e.retry_after_ms
-        if retry is not None and (not isinstance(retry, int) or retry < 0):
-            retry = None
-        return ("tool_error", str(e.message), e.reason, retry)
+        return ("tool_error", e.message, e.reason, e.retry_after_ms)
     message = str(e) or type(e).__name__
     if tracebacks:
         message += "\n" + "".join(traceback.format_exception(type(e), e, e.__traceback__))
