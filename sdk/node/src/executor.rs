@@ -78,9 +78,10 @@ impl NativeExecutor {
             prewarm,
             ..PoolOptions::default()
         };
-        let pool =
-            within_runtime_if_available(|| PooledExecutor::new(RunnerCommand::new(runner), options))
-                .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
+        let pool = within_runtime_if_available(|| {
+            PooledExecutor::new(RunnerCommand::new(runner), options)
+        })
+        .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
         Ok(NativeExecutor {
             pool: Mutex::new(Some(pool)),
         })
@@ -103,8 +104,8 @@ impl NativeExecutor {
             .ok()
             .and_then(|pool| pool.clone())
             .ok_or_else(|| Error::new(Status::GenericFailure, "the sandbox is closed"))?;
-        let mut request = ExecuteRequest::new(code)
-            .options(runtime_options(&limits, RuntimeOptions::default()));
+        let mut request =
+            ExecuteRequest::new(code).options(runtime_options(&limits, RuntimeOptions::default()));
         if let Some(tools) = tools {
             request = request.tools(tools.tool_set());
         }

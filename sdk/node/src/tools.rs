@@ -21,7 +21,8 @@ type DispatchArgs = FnArgs<(i64, u32, String)>;
 
 /// The JavaScript dispatcher, weak: it never keeps the Node event loop alive by itself (an
 /// execution in flight does, through its Promise).
-type Dispatcher = ThreadsafeFunction<DispatchArgs, Unknown<'static>, DispatchArgs, Status, false, true>;
+type Dispatcher =
+    ThreadsafeFunction<DispatchArgs, Unknown<'static>, DispatchArgs, Status, false, true>;
 
 /// How JavaScript answers a call (`complete`'s `kind`).
 const ANSWER_OK: u32 = 0;
@@ -60,7 +61,12 @@ impl Drop for PendingCall {
 
 impl Dispatch {
     /// Sends one call of tool `index` to JavaScript and waits for its answer.
-    async fn call(&self, index: u32, label: &str, input: Value) -> std::result::Result<Value, ToolError> {
+    async fn call(
+        &self,
+        index: u32,
+        label: &str,
+        input: Value,
+    ) -> std::result::Result<Value, ToolError> {
         let input = serde_json::to_string(&input).map_err(|e| {
             ToolError::serialization(format!("{label}: the input cannot be encoded: {e}"))
         })?;
@@ -82,7 +88,9 @@ impl Dispatch {
         }
         match receiver.await {
             Ok(answer) => answer,
-            Err(_) => Err(ToolError::tool(format!("{label}: the call was never answered"))),
+            Err(_) => Err(ToolError::tool(format!(
+                "{label}: the call was never answered"
+            ))),
         }
     }
 }
@@ -183,8 +191,8 @@ impl NativeTools {
             }
             providers.push(provider);
         }
-        let tools = ToolSet::new(providers)
-            .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+        let tools =
+            ToolSet::new(providers).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
         Ok(NativeTools { tools })
     }
 
