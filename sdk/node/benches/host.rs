@@ -1,8 +1,11 @@
 //! The Rust host's own figures for the Node binding's benchmark (`node bench/bench.mjs` runs it):
-//! `1 + 1`, and one tool call, through a warm `PooledExecutor` of one runner, µs per execution.
+//! `1 + 1`, and one tool call, through a warm `PooledExecutor` of one runner with one tool
+//! (`t.one`, returning 1), µs per execution.
 //!
 //! `cargo bench -p execbox-node --bench host` prints a line of JSON:
-//! `{"iterations":N,"run":{"mean":µs,"p50":µs},"tool":{"mean":µs,"p50":µs}}`.
+//! `{"iterations":N,"run":{"mean":µs,"p50":µs},"tool":{..},"handoff":{..}}`; `handoff` is the
+//! floor of any binding: a trivial task handed from a thread outside the runtime (as the Node.js
+//! main thread is) to the runtime and its answer handed back, with no execution at all.
 //! The runner is `EXECBOX_RUNNER`, else the package's `bin/execbox-runner` (`npm run build`).
 
 use std::path::PathBuf;
@@ -58,16 +61,38 @@ fn main() {
         let pool = PooledExecutor::new(RunnerCommand::new(runner()), options)
             .expect("the runner binary (run `npm run build` in sdk/node, or set EXECBOX_RUNNER)");
         pool.wait_idle(1, Duration::from_secs(10)).await;
-        let none = ToolSet::empty();
         let one = Tool::new("one", |_input, _ctx| async { Ok(json!(1)) });
         let tools = ToolSet::new(vec![Provider::new("t").tool(one)]).expect("a tool set");
-        measure(&pool, "1 + 1", &none, n).await;
-        let run = measure(&pool, "1 + 1", &none, n).await;
+        // Both cases with the same tool set, as the Node side's one Sandbox has.
+        measure(&pool, "1 + 1", &tools, n).await;
+        let run = measure(&pool, "1 + 1", &tools, n).await;
         measure(&pool, "await t.one()", &tools, n).await;
         let tool = measure(&pool, "await t.one()", &tools, n).await;
+        let handle = tokio::runtime::Handle::current();
+        let handoff = tokio::task::spawn_blocking(move || handoff(&handle, n))
+            .await
+            .expect("the hand-off thread");
         println!(
             "{}",
-            json!({ "iterations": n, "run": stats(run), "tool": stats(tool) })
+            json!({ "iterations": n, "run": stats(run), "tool": stats(tool), "handoff": stats(handoff) })
         );
     });
+}
+
+/// `n` round trips of a trivial task from this thread (outside the runtime) to the runtime and
+/// back, after as many warm-up ones.
+fn handoff(handle: &tokio::runtime::Handle, n: usize) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..2 * n {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let started = Instant::now();
+        handle.spawn(async move {
+            let _ = sender.send(1 + 1);
+        });
+        receiver.recv().expect("the task's answer");
+        if i >= n {
+            samples.push(started.elapsed());
+        }
+    }
+    samples
 }

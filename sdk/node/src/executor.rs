@@ -123,3 +123,10 @@ impl NativeExecutor {
         within_runtime_if_available(|| drop(pool));
     }
 }
+
+/// Resolves a Promise from the Tokio runtime at once: the floor of every execution's round
+/// trip through Node-API (from the main thread to the runtime and back), for the benchmark.
+#[napi]
+pub fn ping(env: &Env) -> Result<PromiseRaw<'_, u32>> {
+    env.spawn_future(async { Ok(1) })
+}
