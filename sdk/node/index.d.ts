@@ -147,7 +147,6 @@ export class Sandbox {
   close(): void;
   /** Whether `close()` was called. */
   readonly closed: boolean;
-  [Symbol.dispose](): void;
 }
 
 /** The TypeScript declarations of `tools`, as a program sees them (for a model's prompt). */
