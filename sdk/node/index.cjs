@@ -212,20 +212,19 @@ function succeed(callId, label, value) {
 function makeDispatcher(handlers, labels) {
   return (callId, index, inputJson) => {
     const label = labels[index];
-    let pending;
     try {
-      pending = handlers[index](JSON.parse(inputJson));
+      const pending = handlers[index](JSON.parse(inputJson));
+      // Reading `then` runs the tool's code too (a getter), so it stays inside the try.
+      if (pending !== null && typeof pending === "object" && typeof pending.then === "function") {
+        Promise.resolve(pending).then(
+          (value) => succeed(callId, label, value),
+          (err) => answer(callId, ANSWER_TOOL_ERROR, errorText(err)),
+        );
+      } else {
+        succeed(callId, label, pending);
+      }
     } catch (err) {
       answer(callId, ANSWER_TOOL_ERROR, errorText(err));
-      return;
-    }
-    if (pending !== null && typeof pending === "object" && typeof pending.then === "function") {
-      Promise.resolve(pending).then(
-        (value) => succeed(callId, label, value),
-        (err) => answer(callId, ANSWER_TOOL_ERROR, errorText(err)),
-      );
-    } else {
-      succeed(callId, label, pending);
     }
   };
 }

@@ -49,6 +49,7 @@ test("a tool that throws synchronously does not crash the process", async () => 
     t: {
       boom: () => { throw new Error("boom"); },
       weird: () => { throw { toString() { throw new Error("no string for you"); } }; },
+      thenable: () => ({ get then() { throw new Error("a then that throws"); } }),
     },
   };
   const first = await run("await t.boom()", { tools });
@@ -56,6 +57,9 @@ test("a tool that throws synchronously does not crash the process", async () => 
   const second = await run("await t.weird()", { tools });
   assert.equal(second.error.code, "tool_error");
   assert.match(second.error.message, /cannot be shown/);
+  const third = await run("await t.thenable()", { tools });
+  assert.equal(third.error.code, "tool_error");
+  assert.match(third.error.message, /a then that throws/);
 });
 
 test("the guest cannot reach Node.js: no require, process or fetch", async () => {
