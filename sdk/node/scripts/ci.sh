@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 
 npm ci --no-audit --no-fund
 npm run build
-node --test test/
+node --test test/*.test.mjs test/*.test.cjs
