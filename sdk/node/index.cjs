@@ -1,0 +1,395 @@
+"use strict";
+// The public API of the npm package `execbox` (typed by index.d.ts, re-exported for ESM by
+// index.mjs). It checks what users pass, then hands it to the native addon (execbox.node, the
+// execbox host core through napi-rs): executions run there, on pooled runner processes, and tool
+// calls come back here through one dispatcher function per tool set.
+
+const path = require("node:path");
+const fs = require("node:fs");
+
+const native = require("./execbox.node");
+
+const EXE = process.platform === "win32" ? ".exe" : "";
+const SHIPPED_RUNNER = path.join(__dirname, "bin", `execbox-runner${EXE}`);
+
+/** The runner binary: `EXECBOX_RUNNER` when set, else the one shipped in bin/. */
+function runnerPath() {
+  const fromEnv = process.env.EXECBOX_RUNNER;
+  if (fromEnv) return path.resolve(fromEnv);
+  if (!fs.existsSync(SHIPPED_RUNNER)) {
+    throw new Error(
+      `execbox: the runner binary is missing (looked for ${SHIPPED_RUNNER}); ` +
+        "reinstall the package, or in a checkout run `npm run build` in sdk/node, " +
+        "or set EXECBOX_RUNNER to an execbox-runner binary",
+    );
+  }
+  return SHIPPED_RUNNER;
+}
+
+function newExecutor(size, prewarm) {
+  const runner = runnerPath();
+  try {
+    return new native.NativeExecutor(runner, size, prewarm);
+  } catch (err) {
+    throw new Error(`execbox: cannot start runners from ${runner}: ${err.message}`);
+  }
+}
+
+// ---- options ---------------------------------------------------------------------------------
+
+const LIMITS = ["timeoutMs", "memoryLimitBytes", "maxLogLines", "maxLogChars"];
+const POSITIVE = new Set(["timeoutMs", "memoryLimitBytes"]);
+
+function describe(value) {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "function") return "a function";
+  if (typeof value === "object") return "an object";
+  if (typeof value === "string") return `the string ${JSON.stringify(value.slice(0, 40))}`;
+  return `${typeof value} ${String(value)}`;
+}
+
+function isPlainObject(value) {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return false;
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+/** Checks `options` of `where` has only `allowed` keys; returns it (or `{}`). */
+function checkKeys(options, where, allowed) {
+  if (options === undefined || options === null) return {};
+  if (typeof options !== "object" || Array.isArray(options)) {
+    throw new TypeError(`${where} must be an object; got ${describe(options)}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (!allowed.includes(key)) {
+      throw new TypeError(`${where}: unknown option ${JSON.stringify(key)}; the options are ${allowed.join(", ")}`);
+    }
+  }
+  return options;
+}
+
+/** The limits set in `options` (checked), as the native side takes them. */
+function pickLimits(options, where) {
+  const limits = {};
+  for (const key of LIMITS) {
+    const value = options[key];
+    if (value === undefined) continue;
+    const min = POSITIVE.has(key) ? 1 : 0;
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min) {
+      throw new TypeError(
+        `${where}.${key} must be a whole number of at least ${min}; got ${describe(value)}`,
+      );
+    }
+    limits[key] = value;
+  }
+  return limits;
+}
+
+function checkSignal(signal, where) {
+  if (signal === undefined || signal === null) return undefined;
+  if (typeof signal !== "object" || typeof signal.aborted !== "boolean" || typeof signal.addEventListener !== "function") {
+    throw new TypeError(`${where}.signal must be an AbortSignal; got ${describe(signal)}`);
+  }
+  return signal;
+}
+
+// ---- tools -----------------------------------------------------------------------------------
+
+const SPEC_KEYS = ["handler", "description", "inputSchema", "outputSchema"];
+
+function checkSchema(schema, where) {
+  if (schema === undefined) return undefined;
+  if (typeof schema !== "boolean" && !isPlainObject(schema)) {
+    throw new TypeError(`${where} must be a JSON Schema (an object or a boolean); got ${describe(schema)}`);
+  }
+  try {
+    return JSON.parse(JSON.stringify(schema));
+  } catch (err) {
+    throw new TypeError(`${where} cannot be written as JSON: ${err.message}`);
+  }
+}
+
+/**
+ * Checks `tools` ({ namespace: { name: fn | spec } }) and splits it into what the native side
+ * needs (names, descriptions, schemas) and the handlers, indexed in the same order.
+ */
+function normalizeTools(tools) {
+  const specs = [];
+  const handlers = [];
+  const labels = [];
+  if (tools === undefined || tools === null) return { specs, handlers, labels };
+  if (!isPlainObject(tools)) {
+    throw new TypeError(`tools must be an object of namespaces, like { math: { add: (input) => ... } }; got ${describe(tools)}`);
+  }
+  for (const [namespace, members] of Object.entries(tools)) {
+    const nsPath = `tools.${namespace}`;
+    if (!/^[A-Za-z_$][A-Za-z0-9_$]*$/.test(namespace)) {
+      throw new TypeError(`${nsPath}: a namespace must be a JavaScript identifier (letters, digits, _ and $, not starting with a digit)`);
+    }
+    if (!isPlainObject(members)) {
+      throw new TypeError(`${nsPath} must be an object of tools, like { add: (input) => ... }; got ${describe(members)}`);
+    }
+    const list = [];
+    for (const [name, tool] of Object.entries(members)) {
+      const toolPath = `${nsPath}.${name}`;
+      let spec;
+      if (typeof tool === "function") {
+        spec = { handler: tool };
+      } else if (isPlainObject(tool)) {
+        for (const key of Object.keys(tool)) {
+          if (!SPEC_KEYS.includes(key)) {
+            throw new TypeError(`${toolPath}: unknown field ${JSON.stringify(key)}; a tool is { ${SPEC_KEYS.join(", ")} }`);
+          }
+        }
+        if (typeof tool.handler !== "function") {
+          throw new TypeError(`${toolPath}.handler must be a function; got ${describe(tool.handler)}`);
+        }
+        spec = tool;
+      } else {
+        throw new TypeError(
+          `${toolPath} must be a function or { handler, description?, inputSchema?, outputSchema? }; got ${describe(tool)}`,
+        );
+      }
+      if (spec.description !== undefined && typeof spec.description !== "string") {
+        throw new TypeError(`${toolPath}.description must be a string; got ${describe(spec.description)}`);
+      }
+      list.push({
+        name,
+        description: spec.description,
+        inputSchema: checkSchema(spec.inputSchema, `${toolPath}.inputSchema`),
+        outputSchema: checkSchema(spec.outputSchema, `${toolPath}.outputSchema`),
+      });
+      handlers.push(spec.handler);
+      labels.push(`${namespace}.${name}`);
+    }
+    specs.push({ namespace, tools: list });
+  }
+  return { specs, handlers, labels };
+}
+
+// How a call is answered (the native `complete`'s kind).
+const ANSWER_OK = 0;
+const ANSWER_TOOL_ERROR = 1;
+const ANSWER_SERIALIZATION_ERROR = 2;
+
+function answer(callId, kind, text) {
+  try {
+    native.complete(callId, kind, text);
+  } catch {
+    // The call table refused the answer; the execution's time limit ends the call.
+  }
+}
+
+function errorText(err) {
+  if (err instanceof Error) return String(err.message);
+  try {
+    return String(err);
+  } catch {
+    return "the tool threw a value that cannot be shown";
+  }
+}
+
+function succeed(callId, label, value) {
+  let text;
+  try {
+    text = JSON.stringify(value === undefined ? null : value);
+  } catch (err) {
+    answer(callId, ANSWER_SERIALIZATION_ERROR, `${label} returned a value JSON cannot hold: ${errorText(err)}`);
+    return;
+  }
+  if (text === undefined) {
+    answer(callId, ANSWER_SERIALIZATION_ERROR, `${label} returned a value JSON cannot hold: ${describe(value)}`);
+    return;
+  }
+  answer(callId, ANSWER_OK, text);
+}
+
+/**
+ * The dispatcher of one tool set: the native side calls it as (callId, toolIndex, inputJson) on
+ * the main thread. It never throws: every outcome goes back through `complete`.
+ */
+function makeDispatcher(handlers, labels) {
+  return (callId, index, inputJson) => {
+    const label = labels[index];
+    try {
+      const pending = handlers[index](JSON.parse(inputJson));
+      // Reading `then` runs the tool's code too (a getter), so it stays inside the try.
+      if (pending !== null && typeof pending === "object" && typeof pending.then === "function") {
+        Promise.resolve(pending).then(
+          (value) => succeed(callId, label, value),
+          (err) => answer(callId, ANSWER_TOOL_ERROR, errorText(err)),
+        );
+      } else {
+        succeed(callId, label, pending);
+      }
+    } catch (err) {
+      answer(callId, ANSWER_TOOL_ERROR, errorText(err));
+    }
+  };
+}
+
+/** The native tool set of `tools`; a bad spec or schema is a TypeError naming it. */
+function buildTools(tools) {
+  const { specs, handlers, labels } = normalizeTools(tools);
+  try {
+    return new native.NativeTools(JSON.stringify(specs), makeDispatcher(handlers, labels));
+  } catch (err) {
+    throw new TypeError(`tools: ${err.message}`);
+  }
+}
+
+// ---- executions ------------------------------------------------------------------------------
+
+function abortReason(signal) {
+  if (signal.reason !== undefined) return signal.reason;
+  return new DOMException("This operation was aborted", "AbortError");
+}
+
+function toResult(raw) {
+  const result = {
+    ok: raw.ok,
+    value: raw.valueJson == null ? undefined : JSON.parse(raw.valueJson),
+    logs: raw.logs,
+    durationMs: raw.durationMs,
+  };
+  if (!raw.ok && raw.error) {
+    const e = raw.error;
+    const error = { code: e.code, message: e.message };
+    if (e.name != null) error.name = e.name;
+    if (e.reason != null) error.reason = e.reason;
+    if (e.retryAfterMs != null) error.retryAfterMs = e.retryAfterMs;
+    if (e.location != null) {
+      const l = e.location;
+      error.location = { line: l.line, column: l.column };
+      if (l.source != null) error.location.source = l.source;
+      if (l.caret != null) error.location.caret = l.caret;
+    }
+    result.error = error;
+  }
+  return result;
+}
+
+/** Runs `code` on `executor` with `nativeTools`, `limits` and `signal`. */
+async function execute(executor, nativeTools, code, limits, signal) {
+  if (signal && signal.aborted) throw abortReason(signal);
+  let cancel;
+  let onAbort;
+  if (signal) {
+    cancel = new native.NativeCancel();
+    onAbort = () => cancel.cancel();
+    signal.addEventListener("abort", onAbort, { once: true });
+  }
+  try {
+    const raw = await executor.execute(code, nativeTools, limits, cancel);
+    if (raw.cancelled && signal && signal.aborted) throw abortReason(signal);
+    return toResult(raw);
+  } finally {
+    if (signal) signal.removeEventListener("abort", onAbort);
+  }
+}
+
+function checkCode(code, where) {
+  if (typeof code !== "string") {
+    throw new TypeError(`${where}: code must be a string of JavaScript; got ${describe(code)}`);
+  }
+}
+
+// ---- the module-wide pool of run() -----------------------------------------------------------
+
+let shared;
+
+function sharedExecutor() {
+  if (!shared) shared = newExecutor(4, false);
+  return shared;
+}
+
+const RUN_OPTIONS = ["tools", ...LIMITS, "signal"];
+
+/** Runs `code` once, with `options.tools`, on a module-wide pool of runners. */
+async function run(code, options) {
+  checkCode(code, "run");
+  const opts = checkKeys(options, "run options", RUN_OPTIONS);
+  const limits = pickLimits(opts, "run options");
+  const signal = checkSignal(opts.signal, "run options");
+  const tools = opts.tools === undefined || opts.tools === null ? null : buildTools(opts.tools);
+  return execute(sharedExecutor(), tools, code, limits, signal);
+}
+
+// ---- Sandbox ---------------------------------------------------------------------------------
+
+const SANDBOX_OPTIONS = ["tools", "pool", ...LIMITS];
+const SANDBOX_RUN_OPTIONS = [...LIMITS, "signal"];
+
+class Sandbox {
+  #executor;
+  #tools;
+  #limits;
+  #closed = false;
+
+  constructor(options) {
+    const opts = checkKeys(options, "Sandbox options", SANDBOX_OPTIONS);
+    const pool = opts.pool === undefined ? 4 : opts.pool;
+    if (typeof pool !== "number" || !Number.isSafeInteger(pool) || pool < 1 || pool > 1024) {
+      throw new TypeError(`Sandbox options.pool must be a whole number from 1 to 1024; got ${describe(pool)}`);
+    }
+    this.#limits = pickLimits(opts, "Sandbox options");
+    this.#tools = buildTools(opts.tools);
+    this.#executor = newExecutor(pool, true);
+  }
+
+  /** Runs `code`; concurrent calls share the pool. */
+  async run(code, options) {
+    checkCode(code, "Sandbox.run");
+    if (this.#closed) throw new Error("execbox: this Sandbox is closed; create a new Sandbox to run more code");
+    const opts = checkKeys(options, "Sandbox.run options", SANDBOX_RUN_OPTIONS);
+    const limits = { ...this.#limits, ...pickLimits(opts, "Sandbox.run options") };
+    const signal = checkSignal(opts.signal, "Sandbox.run options");
+    return execute(this.#executor, this.#tools, code, limits, signal);
+  }
+
+  /** The TypeScript declarations of this sandbox's tools. */
+  types() {
+    return this.#tools.declarations();
+  }
+
+  /** A prompt describing this sandbox (its limits and tools) to a model. */
+  prompt() {
+    return this.#tools.prompt(this.#limits);
+  }
+
+  /** Ends idle runners; later `run` calls reject. Executions in flight run to their end. */
+  close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#executor.close();
+  }
+
+  /** Whether `close()` was called. */
+  get closed() {
+    return this.#closed;
+  }
+}
+
+if (typeof Symbol.dispose === "symbol") {
+  Sandbox.prototype[Symbol.dispose] = function dispose() {
+    this.close();
+  };
+}
+
+// ---- declarations and prompts ----------------------------------------------------------------
+
+/** The TypeScript declarations of `tools`, as the sandboxed program sees them. */
+function types(tools) {
+  return buildTools(tools).declarations();
+}
+
+const PROMPT_OPTIONS = [...LIMITS];
+
+/** A prompt-ready description of a sandbox with `tools` and the limits in `options`. */
+function prompt(tools, options) {
+  const opts = checkKeys(options, "prompt options", PROMPT_OPTIONS);
+  return buildTools(tools).prompt(pickLimits(opts, "prompt options"));
+}
+
+module.exports = { run, Sandbox, types, prompt };

@@ -1,0 +1,156 @@
+// Types of the npm package `execbox`: run model-written JavaScript in a locked-down sandbox
+// whose only way out is the tools you give it.
+
+/** One of the seven error codes of an execution. */
+export type ErrorCode =
+  | "timeout"
+  | "memory_limit"
+  | "validation_error"
+  | "tool_error"
+  | "runtime_error"
+  | "serialization_error"
+  | "internal_error";
+
+/** Where in the program an uncaught error was thrown. */
+export interface ErrorLocation {
+  /** 1-based line of the program as sent. */
+  line: number;
+  /** 1-based column, in characters. */
+  column: number;
+  /** The text of that line (a window around the column for a long line). */
+  source?: string;
+  /** The 1-based position in `source` the caret points at. */
+  caret?: number;
+}
+
+/** Why an execution failed. */
+export interface ExecError {
+  /**
+   * `timeout` (past `timeoutMs`, or cancelled), `memory_limit` (past `memoryLimitBytes`),
+   * `runtime_error` (an uncaught exception or a syntax error), or the code of a tool call's
+   * error the program did not catch: `tool_error` (a tool threw), `validation_error` (the input
+   * did not match the tool's `inputSchema`, or its output its `outputSchema`),
+   * `serialization_error` (a value cannot cross the boundary); `internal_error` for a failure
+   * of execbox itself.
+   */
+  code: ErrorCode;
+  /** What went wrong, for a person or a model: a tool's error reads `math.add: <its message>`. */
+  message: string;
+  /** The name of the thrown error (`"TypeError"`), when it had one. */
+  name?: string;
+  /** Why a trusted layer refused a call (`"rate_limited"`, ...), when one did. */
+  reason?: string;
+  /** With a `reason` of `"rate_limited"`: milliseconds until a retry may be admitted. */
+  retryAfterMs?: number;
+  /** Where the error was thrown, when the runner knows. */
+  location?: ErrorLocation;
+}
+
+/** The outcome of one execution. Failures of the program are results, never rejections. */
+export interface Result<T = unknown> {
+  /** The program returned (its value is `value`). */
+  ok: boolean;
+  /** What the program returned, parsed from JSON; `undefined` when it returned nothing or failed. */
+  value: T | undefined;
+  /** Why it failed; absent when `ok`. */
+  error?: ExecError;
+  /** Its `console` lines (the first `maxLogLines`/`maxLogChars`), then execbox's notes starting `[execbox] `. */
+  logs: string[];
+  /** Wall time of the execution in milliseconds. */
+  durationMs: number;
+}
+
+/**
+ * A tool's implementation: takes the input the program passed (parsed JSON; `null` when it
+ * passed nothing) and returns a JSON value, or a Promise of one. A thrown `Error` (or a
+ * rejection) reaches the program as a `tool_error` with the error's `message`.
+ */
+export type ToolFn<I = any, O = unknown> = (input: I) => O | Promise<O>;
+
+/** A tool with its description and schemas. */
+export interface ToolSpec<I = any, O = unknown> {
+  /** The implementation. */
+  handler: ToolFn<I, O>;
+  /** What it does: the model reads it (in `types()` and `prompt()`). */
+  description?: string;
+  /** JSON Schema every input must match; a call that does not is refused (`validation_error`) without calling `handler`. */
+  inputSchema?: object | boolean;
+  /** JSON Schema every output must match before the program gets it (`validation_error` otherwise). */
+  outputSchema?: object | boolean;
+}
+
+/** Tools by namespace, then name: `{ math: { add: fn } }` is `await math.add(input)` in the program. */
+export type Tools = Record<string, Record<string, ToolFn | ToolSpec>>;
+
+/** Limits of an execution; each defaults to execbox's default when unset. */
+export interface Limits {
+  /** Wall-clock limit in milliseconds, waiting for tools and for a free runner included (default 5000). */
+  timeoutMs?: number;
+  /** Memory the program's JavaScript runtime may allocate, in bytes (default 64 MiB). */
+  memoryLimitBytes?: number;
+  /** Log lines kept, the earliest (default 100). */
+  maxLogLines?: number;
+  /** Log characters kept across the kept lines (default 64000). */
+  maxLogChars?: number;
+}
+
+/** Options of one execution of a {@link Sandbox}. */
+export interface SandboxRunOptions extends Limits {
+  /**
+   * Cancels the execution: the Promise then rejects with `signal.reason` (an `AbortError`
+   * `DOMException` unless you gave `abort()` a reason). An already-aborted signal rejects
+   * without running anything.
+   */
+  signal?: AbortSignal;
+}
+
+/** Options of {@link run}. */
+export interface RunOptions extends SandboxRunOptions {
+  /** The tools the program may call. */
+  tools?: Tools;
+}
+
+/** Options of a {@link Sandbox}. */
+export interface SandboxOptions extends Limits {
+  /** The tools every program of this sandbox may call. */
+  tools?: Tools;
+  /** How many runner processes to keep warm, and so how many executions run at once (default 4). */
+  pool?: number;
+}
+
+/**
+ * Runs `code` (the body of an async function: `await` at the top level, `return` or a last
+ * expression gives the value) in a fresh sandbox, on a module-wide pool of warm runners.
+ * Resolves with the {@link Result} whatever the program does; rejects only for bad arguments
+ * (a `TypeError`) or a cancel (see {@link SandboxRunOptions.signal}).
+ */
+export function run<T = unknown>(code: string, options?: RunOptions): Promise<Result<T>>;
+
+/**
+ * A set of tools and a pool of warm runner processes for many executions. An idle Sandbox
+ * does not keep Node.js from exiting; an execution in flight does.
+ */
+export class Sandbox {
+  /** Checks the tools (a `TypeError` naming the bad one, e.g. `tools.math.add`) and starts `pool` runners. */
+  constructor(options?: SandboxOptions);
+  /**
+   * Runs `code` with this sandbox's tools; its limits override the sandbox's. Concurrent calls
+   * are fine: beyond `pool` at once they wait for a runner (the wait counts against `timeoutMs`).
+   * Rejects when the sandbox is closed.
+   */
+  run<T = unknown>(code: string, options?: SandboxRunOptions): Promise<Result<T>>;
+  /** The TypeScript declarations of this sandbox's tools, as its programs see them. */
+  types(): string;
+  /** A prompt describing this sandbox (how programs run, its limits, its tools) to a model. */
+  prompt(): string;
+  /** Ends the idle runners; later `run` calls reject. Executions in flight run to their end. */
+  close(): void;
+  /** Whether `close()` was called. */
+  readonly closed: boolean;
+}
+
+/** The TypeScript declarations of `tools`, as a program sees them (for a model's prompt). */
+export function types(tools?: Tools): string;
+
+/** A prompt-ready description of a sandbox with `tools` and the limits in `options`, declarations included. */
+export function prompt(tools?: Tools, options?: Limits): string;

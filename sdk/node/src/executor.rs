@@ -1,0 +1,132 @@
+//! Executions: a pool of the shipped runner, one Promise per execution, and cancellation.
+
+use std::sync::Mutex;
+
+use execbox_host::{
+    CancellationToken, ExecuteRequest, Executor, PoolOptions, PooledExecutor, RunnerCommand,
+    RuntimeOptions,
+};
+use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw};
+use napi::{Env, Error, Result, Status};
+use napi_derive::napi;
+
+use crate::result::{convert, NativeResult};
+use crate::tools::NativeTools;
+
+/// The limits of one execution; unset fields take the host's defaults (the JavaScript merges
+/// a sandbox's limits with a run's before it calls).
+#[napi(object)]
+pub struct RunLimits {
+    /// Wall-clock limit in milliseconds.
+    pub timeout_ms: Option<f64>,
+    /// Memory limit of the guest's runtime in bytes.
+    pub memory_limit_bytes: Option<f64>,
+    /// Log lines kept.
+    pub max_log_lines: Option<f64>,
+    /// Log characters kept.
+    pub max_log_chars: Option<f64>,
+}
+
+/// `limits` over `base`; the JavaScript has checked each is a whole number.
+pub(crate) fn runtime_options(limits: &RunLimits, base: RuntimeOptions) -> RuntimeOptions {
+    let pick = |v: Option<f64>, default: u64| v.map_or(default, |v| v.max(0.0) as u64);
+    RuntimeOptions {
+        timeout_ms: pick(limits.timeout_ms, base.timeout_ms),
+        memory_limit_bytes: pick(limits.memory_limit_bytes, base.memory_limit_bytes),
+        max_log_lines: pick(limits.max_log_lines, base.max_log_lines),
+        max_log_chars: pick(limits.max_log_chars, base.max_log_chars),
+    }
+}
+
+/// A cancellation token: `cancel()` ends the executions it was given to.
+#[napi]
+pub struct NativeCancel {
+    token: CancellationToken,
+}
+
+#[napi]
+impl NativeCancel {
+    /// A fresh token.
+    #[napi(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        NativeCancel {
+            token: CancellationToken::new(),
+        }
+    }
+
+    /// Cancels every execution given this token.
+    #[napi]
+    pub fn cancel(&self) {
+        self.token.cancel();
+    }
+}
+
+/// A pool of runner processes (the binary at `runner`), `size` at most at once.
+#[napi]
+pub struct NativeExecutor {
+    pool: Mutex<Option<PooledExecutor>>,
+}
+
+#[napi]
+impl NativeExecutor {
+    /// Starts the pool (its runners at once with `prewarm`); fails when `runner` cannot be run.
+    #[napi(constructor)]
+    pub fn new(runner: String, size: u32, prewarm: bool) -> Result<Self> {
+        let options = PoolOptions {
+            size: size.max(1) as usize,
+            prewarm,
+            ..PoolOptions::default()
+        };
+        let pool = within_runtime_if_available(|| {
+            PooledExecutor::new(RunnerCommand::new(runner), options)
+        })
+        .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;
+        Ok(NativeExecutor {
+            pool: Mutex::new(Some(pool)),
+        })
+    }
+
+    /// Runs `code` with `tools` under `limits`, ended early by `cancel`; the Promise always
+    /// resolves (every failure is a result), unless the pool is closed.
+    #[napi]
+    pub fn execute<'env>(
+        &self,
+        env: &'env Env,
+        code: String,
+        tools: Option<&NativeTools>,
+        limits: RunLimits,
+        cancel: Option<&NativeCancel>,
+    ) -> Result<PromiseRaw<'env, NativeResult>> {
+        let pool = self
+            .pool
+            .lock()
+            .ok()
+            .and_then(|pool| pool.clone())
+            .ok_or_else(|| Error::new(Status::GenericFailure, "the sandbox is closed"))?;
+        let mut request =
+            ExecuteRequest::new(code).options(runtime_options(&limits, RuntimeOptions::default()));
+        if let Some(tools) = tools {
+            request = request.tools(tools.tool_set());
+        }
+        if let Some(cancel) = cancel {
+            request = request.cancel_on(cancel.token.clone());
+        }
+        env.spawn_future(async move { Ok(convert(pool.execute(request).await)) })
+    }
+
+    /// Drops the pool: idle runners end now; executions in flight keep their runner to the end.
+    #[napi]
+    pub fn close(&self) {
+        let pool = self.pool.lock().ok().and_then(|mut pool| pool.take());
+        // Runner processes are ended where the pool is dropped, which needs the runtime.
+        within_runtime_if_available(|| drop(pool));
+    }
+}
+
+/// Resolves a Promise from the Tokio runtime at once: the floor of every execution's round
+/// trip through Node-API (from the main thread to the runtime and back), for the benchmark.
+#[napi]
+pub fn ping(env: &Env) -> Result<PromiseRaw<'_, u32>> {
+    env.spawn_future(async { Ok(1) })
+}
