@@ -1,6 +1,6 @@
 // The binding's cost: `1 + 1`, and one tool call, through a Sandbox of one warm runner (µs per
-// execution, mean and p50), beside the same through the Rust host (`benches/host.rs`, run with
-// cargo when it is there; EXECBOX_BENCH_RUST=0 skips it). `npm run bench` or `node bench/bench.mjs`.
+// execution, mean and p50), beside the same through the Rust host (`host/benches/sdk_baseline.rs`,
+// run with cargo on this package's runner when the workspace is there; EXECBOX_BENCH_RUST=0 skips it). `npm run bench` or `node bench/bench.mjs`.
 // EXECBOX_BENCH_ITERATIONS sets the executions per case (default 2000, after as many warm-up
 // ones); EXECBOX_BENCH_ROUNDS (default 3) how many times both sides are measured, alternating, so
 // a busy machine disturbs both alike: each figure is the median over the rounds.
@@ -60,10 +60,14 @@ async function nodeFigures() {
 function rustFigures() {
   if (process.env.EXECBOX_BENCH_RUST === "0") return null;
   const workspace = resolve(here, "..", "..");
-  const cargo = spawnSync("cargo", ["bench", "-q", "-p", "execbox-node", "--bench", "host"], {
+  const cargo = spawnSync("cargo", ["bench", "-q", "-p", "execbox-host", "--bench", "sdk_baseline"], {
     cwd: workspace,
     encoding: "utf8",
-    env: { ...process.env, EXECBOX_BENCH_ITERATIONS: String(iterations) },
+    env: {
+      ...process.env,
+      EXECBOX_BENCH_ITERATIONS: String(iterations),
+      EXECBOX_RUNNER: process.env.EXECBOX_RUNNER ?? join(here, "bin", "execbox-runner"),
+    },
   });
   if (cargo.error || cargo.status !== 0) {
     console.error(`(no Rust figures: cargo bench failed: ${cargo.error?.message ?? cargo.stderr.trim().split("\n").pop()})`);
