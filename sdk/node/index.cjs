@@ -6,6 +6,7 @@
 
 const path = require("node:path");
 const fs = require("node:fs");
+const { fileURLToPath } = require("node:url");
 
 const native = require("./execbox.node");
 
@@ -96,7 +97,15 @@ function checkSignal(signal, where) {
 
 // ---- tools -----------------------------------------------------------------------------------
 
-const SPEC_KEYS = ["handler", "description", "inputSchema", "outputSchema"];
+const SPEC_KEYS = [
+  "handler",
+  "description",
+  "inputSchema",
+  "outputSchema",
+  "permissions",
+  "rateLimit",
+  "requiresApproval",
+];
 
 function checkSchema(schema, where) {
   if (schema === undefined) return undefined;
@@ -148,17 +157,37 @@ function normalizeTools(tools) {
         spec = tool;
       } else {
         throw new TypeError(
-          `${toolPath} must be a function or { handler, description?, inputSchema?, outputSchema? }; got ${describe(tool)}`,
+          `${toolPath} must be a function or { handler, description?, inputSchema?, outputSchema?, permissions?, rateLimit?, requiresApproval? }; got ${describe(tool)}`,
         );
       }
       if (spec.description !== undefined && typeof spec.description !== "string") {
         throw new TypeError(`${toolPath}.description must be a string; got ${describe(spec.description)}`);
+      }
+      const permissions = spec.permissions;
+      if (
+        permissions !== undefined &&
+        (!Array.isArray(permissions) || !permissions.every((p) => typeof p === "string"))
+      ) {
+        throw new TypeError(
+          `${toolPath}.permissions must be an array of strings, like ["weather:read"]; got ${describe(permissions)}`,
+        );
+      }
+      if (spec.rateLimit !== undefined && typeof spec.rateLimit !== "string") {
+        throw new TypeError(
+          `${toolPath}.rateLimit must be a string, like "100 per 1h" or "3/1m"; got ${describe(spec.rateLimit)}`,
+        );
+      }
+      if (spec.requiresApproval !== undefined && typeof spec.requiresApproval !== "boolean") {
+        throw new TypeError(`${toolPath}.requiresApproval must be a boolean; got ${describe(spec.requiresApproval)}`);
       }
       list.push({
         name,
         description: spec.description,
         inputSchema: checkSchema(spec.inputSchema, `${toolPath}.inputSchema`),
         outputSchema: checkSchema(spec.outputSchema, `${toolPath}.outputSchema`),
+        permissions: permissions === undefined ? undefined : [...permissions],
+        rateLimit: spec.rateLimit,
+        requiresApproval: spec.requiresApproval === true,
       });
       handlers.push(spec.handler);
       labels.push(`${namespace}.${name}`);
@@ -235,7 +264,116 @@ function buildTools(tools) {
   try {
     return new native.NativeTools(JSON.stringify(specs), makeDispatcher(handlers, labels));
   } catch (err) {
-    throw new TypeError(`tools: ${err.message}`);
+    // A message naming its field (`tools.api.hit.rateLimit: ...`) needs no prefix.
+    const message = String(err.message);
+    throw new TypeError(message.startsWith("tools.") ? message : `tools: ${message}`);
+  }
+}
+
+// ---- Policy ----------------------------------------------------------------------------------
+
+const POLICY_OPTIONS = ["path", "principal", "approve", "auditLog", "state"];
+
+/** The native enforcement of `policy` (checked: a TypeError naming `where` for anything but a Policy), or undefined. */
+let nativePolicy;
+
+/** A file path given as a string or a `file:` URL; `undefined` when unset. */
+function checkPath(value, where) {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === "string" && value !== "") return value;
+  if (value instanceof URL && value.protocol === "file:") return fileURLToPath(value);
+  throw new TypeError(`${where} must be a file path (a string or a file: URL); got ${describe(value)}`);
+}
+
+function approvalWarning(err) {
+  process.emitWarning(`execbox: the policy's approve function failed, so the call is denied: ${errorText(err)}`);
+}
+
+/**
+ * The approver the native side calls as (id, tool, inputJson, principal, executionId) on the
+ * main thread. It never throws: only `true` (or a Promise of it) approves, every other outcome
+ * denies, and the answer goes back through `completeApproval`.
+ */
+function makeApprover(approve) {
+  const settle = (id, approved) => {
+    try {
+      native.completeApproval(id, approved);
+    } catch {
+      // The table refused the answer; the execution's time limit ends the wait.
+    }
+  };
+  return (id, tool, inputJson, principal, executionId) => {
+    try {
+      const request = { tool, input: JSON.parse(inputJson), principal: principal ?? null, executionId };
+      const decision = approve(request);
+      if (decision !== null && typeof decision === "object" && typeof decision.then === "function") {
+        Promise.resolve(decision).then(
+          (value) => settle(id, value === true),
+          (err) => {
+            approvalWarning(err);
+            settle(id, false);
+          },
+        );
+      } else {
+        settle(id, decision === true);
+      }
+    } catch (err) {
+      approvalWarning(err);
+      settle(id, false);
+    }
+  };
+}
+
+/**
+ * Who runs, what they may call, how often, who approves, and the audit log: the policy of the
+ * executions given it (`run(code, { policy })`, `new Sandbox({ policy })`).
+ */
+class Policy {
+  #native;
+  #principal;
+
+  constructor(options) {
+    const opts = checkKeys(options, "Policy options", POLICY_OPTIONS);
+    const policyPath = checkPath(opts.path, "Policy options.path");
+    const auditLog = checkPath(opts.auditLog, "Policy options.auditLog");
+    const state = checkPath(opts.state, "Policy options.state");
+    const principal = opts.principal === null ? undefined : opts.principal;
+    if (principal !== undefined && typeof principal !== "string") {
+      throw new TypeError(`Policy options.principal must be a string; got ${describe(principal)}`);
+    }
+    const approve = opts.approve === null ? undefined : opts.approve;
+    if (approve !== undefined && typeof approve !== "function") {
+      throw new TypeError(`Policy options.approve must be a function; got ${describe(approve)}`);
+    }
+    try {
+      this.#native = new native.NativePolicy(
+        policyPath,
+        principal,
+        auditLog,
+        state,
+        approve === undefined ? undefined : makeApprover(approve),
+      );
+    } catch (err) {
+      throw new Error(`execbox: ${err.message}`);
+    }
+    this.#principal = principal;
+  }
+
+  /** Who runs (the `principal` given), or undefined. */
+  get principal() {
+    return this.#principal;
+  }
+
+  static {
+    nativePolicy = (policy, where) => {
+      if (policy === undefined || policy === null) return undefined;
+      if (!(policy instanceof Policy)) {
+        throw new TypeError(
+          `${where}.policy must be an execbox Policy (new Policy({ ... })); got ${describe(policy)}`,
+        );
+      }
+      return policy.#native;
+    };
   }
 }
 
@@ -270,8 +408,8 @@ function toResult(raw) {
   return result;
 }
 
-/** Runs `code` on `executor` with `nativeTools`, `limits` and `signal`. */
-async function execute(executor, nativeTools, code, limits, signal) {
+/** Runs `code` on `executor` with `nativeTools`, `limits`, `signal` and `policy` (native). */
+async function execute(executor, nativeTools, code, limits, signal, policy) {
   if (signal && signal.aborted) throw abortReason(signal);
   let cancel;
   let onAbort;
@@ -281,7 +419,7 @@ async function execute(executor, nativeTools, code, limits, signal) {
     signal.addEventListener("abort", onAbort, { once: true });
   }
   try {
-    const raw = await executor.execute(code, nativeTools, limits, cancel);
+    const raw = await executor.execute(code, nativeTools, limits, cancel, policy);
     if (raw.cancelled && signal && signal.aborted) throw abortReason(signal);
     return toResult(raw);
   } finally {
@@ -304,7 +442,7 @@ function sharedExecutor() {
   return shared;
 }
 
-const RUN_OPTIONS = ["tools", ...LIMITS, "signal"];
+const RUN_OPTIONS = ["tools", "policy", ...LIMITS, "signal"];
 
 /** Runs `code` once, with `options.tools`, on a module-wide pool of runners. */
 async function run(code, options) {
@@ -312,19 +450,21 @@ async function run(code, options) {
   const opts = checkKeys(options, "run options", RUN_OPTIONS);
   const limits = pickLimits(opts, "run options");
   const signal = checkSignal(opts.signal, "run options");
+  const policy = nativePolicy(opts.policy, "run options");
   const tools = opts.tools === undefined || opts.tools === null ? null : buildTools(opts.tools);
-  return execute(sharedExecutor(), tools, code, limits, signal);
+  return execute(sharedExecutor(), tools, code, limits, signal, policy);
 }
 
 // ---- Sandbox ---------------------------------------------------------------------------------
 
-const SANDBOX_OPTIONS = ["tools", "pool", ...LIMITS];
+const SANDBOX_OPTIONS = ["tools", "policy", "pool", ...LIMITS];
 const SANDBOX_RUN_OPTIONS = [...LIMITS, "signal"];
 
 class Sandbox {
   #executor;
   #tools;
   #limits;
+  #policy;
   #closed = false;
 
   constructor(options) {
@@ -334,6 +474,7 @@ class Sandbox {
       throw new TypeError(`Sandbox options.pool must be a whole number from 1 to 1024; got ${describe(pool)}`);
     }
     this.#limits = pickLimits(opts, "Sandbox options");
+    this.#policy = nativePolicy(opts.policy, "Sandbox options");
     this.#tools = buildTools(opts.tools);
     this.#executor = newExecutor(pool, true);
   }
@@ -345,7 +486,7 @@ class Sandbox {
     const opts = checkKeys(options, "Sandbox.run options", SANDBOX_RUN_OPTIONS);
     const limits = { ...this.#limits, ...pickLimits(opts, "Sandbox.run options") };
     const signal = checkSignal(opts.signal, "Sandbox.run options");
-    return execute(this.#executor, this.#tools, code, limits, signal);
+    return execute(this.#executor, this.#tools, code, limits, signal, this.#policy);
   }
 
   /** The TypeScript declarations of this sandbox's tools. */
@@ -392,4 +533,4 @@ function prompt(tools, options) {
   return buildTools(tools).prompt(pickLimits(opts, "prompt options"));
 }
 
-module.exports = { run, Sandbox, types, prompt };
+module.exports = { run, Sandbox, Policy, types, prompt };

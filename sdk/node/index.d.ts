@@ -77,6 +77,23 @@ export interface ToolSpec<I = any, O = unknown> {
   inputSchema?: object | boolean;
   /** JSON Schema every output must match before the program gets it (`validation_error` otherwise). */
   outputSchema?: object | boolean;
+  /**
+   * With a {@link Policy}: the permissions a principal must hold, every one (`["weather:read"]`);
+   * a principal lacking one does not see the tool at all.
+   */
+  permissions?: string[];
+  /**
+   * Calls admitted per principal and window, like `"100 per 1h"` or `"3/1m"` (a bad one is a
+   * `TypeError` naming `tools.<namespace>.<name>.rateLimit`). A call past it rejects with
+   * `reason: "rate_limited"` and `retryAfterMs`. Needs a {@link Policy}: without one the tool
+   * is refused, never run unguarded.
+   */
+  rateLimit?: string;
+  /**
+   * Each call waits for the policy's `approve` (see {@link PolicyOptions.approve}). Needs a
+   * {@link Policy}: without one the tool is refused, never run unguarded.
+   */
+  requiresApproval?: boolean;
 }
 
 /** Tools by namespace, then name: `{ math: { add: fn } }` is `await math.add(input)` in the program. */
@@ -108,14 +125,69 @@ export interface SandboxRunOptions extends Limits {
 export interface RunOptions extends SandboxRunOptions {
   /** The tools the program may call. */
   tools?: Tools;
+  /** Guards every tool call (permissions, rate limits, approvals, audit); anything but a {@link Policy} is a `TypeError`. */
+  policy?: Policy;
 }
 
 /** Options of a {@link Sandbox}. */
 export interface SandboxOptions extends Limits {
   /** The tools every program of this sandbox may call. */
   tools?: Tools;
+  /** Guards every tool call of every run of this sandbox; anything but a {@link Policy} is a `TypeError`. */
+  policy?: Policy;
   /** How many runner processes to keep warm, and so how many executions run at once (default 4). */
   pool?: number;
+}
+
+/** A call waiting for approval, as {@link PolicyOptions.approve} gets it. */
+export interface ApprovalRequest {
+  /** The tool, `namespace.name` (`"mail.send"`). */
+  tool: string;
+  /** The input the program passed, already checked against the tool's `inputSchema`. */
+  input: any;
+  /** The policy's principal, or `null` without one. */
+  principal: string | null;
+  /** The id of the execution making the call. */
+  executionId: string;
+}
+
+/** Options of a {@link Policy}. */
+export interface PolicyOptions {
+  /**
+   * A policy file (principals, roles, permissions, `state`, `audit`; see docs/policy.md).
+   * Without one every tool is permitted and rate limits are counted in memory.
+   */
+  path?: string | URL;
+  /** Who runs: a principal of the policy file (needs `path`). */
+  principal?: string;
+  /**
+   * Decides each call of a tool that requires approval. Only `true` (or a Promise of `true`)
+   * lets the call run; `false`, anything else, a throw or a rejection denies it
+   * (`reason: "approval_denied"`; a throw or rejection is also a process warning). It runs on
+   * the main thread and never blocks it; it may take its time, but the execution's time limit
+   * still runs. Without `approve`, such calls reject with `reason: "approval_required"`.
+   */
+  approve?: (request: ApprovalRequest) => boolean | Promise<boolean>;
+  /** The audit log (one JSON line per decision); overrides the file's `audit`. */
+  auditLog?: string | URL;
+  /** The rate-limit state file, shared by every process using it; overrides the file's `state`. */
+  state?: string | URL;
+}
+
+/**
+ * Who runs, what they may call, how often, who approves, and the audit log: execbox-policy's
+ * enforcement over the tool calls of the executions given it (`run(code, { policy })`,
+ * `new Sandbox({ policy })`). Rate-limit counters are shared by every execution given the same
+ * Policy (and, with `state`, by every process using that file).
+ */
+export class Policy {
+  /**
+   * Loads the policy file, resolves the principal, opens the state file and the audit log; a
+   * bad file or an unknown principal throws an `Error` with the policy's words.
+   */
+  constructor(options?: PolicyOptions);
+  /** The `principal` given, if any. */
+  readonly principal: string | undefined;
 }
 
 /**

@@ -10,6 +10,7 @@ use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw};
 use napi::{Env, Error, Result, Status};
 use napi_derive::napi;
 
+use crate::policy::NativePolicy;
 use crate::result::{convert, NativeResult};
 use crate::tools::NativeTools;
 
@@ -87,7 +88,8 @@ impl NativeExecutor {
         })
     }
 
-    /// Runs `code` with `tools` under `limits`, ended early by `cancel`; the Promise always
+    /// Runs `code` with `tools` under `limits`, ended early by `cancel`, every tool call
+    /// guarded by `policy`; the Promise always
     /// resolves (every failure is a result), unless the pool is closed.
     #[napi]
     pub fn execute<'env>(
@@ -97,6 +99,7 @@ impl NativeExecutor {
         tools: Option<&NativeTools>,
         limits: RunLimits,
         cancel: Option<&NativeCancel>,
+        policy: Option<&NativePolicy>,
     ) -> Result<PromiseRaw<'env, NativeResult>> {
         let pool = self
             .pool
@@ -111,6 +114,9 @@ impl NativeExecutor {
         }
         if let Some(cancel) = cancel {
             request = request.cancel_on(cancel.token.clone());
+        }
+        if let Some(policy) = policy {
+            request = request.guard(policy.guard());
         }
         env.spawn_future(async move { Ok(convert(pool.execute(request).await)) })
     }

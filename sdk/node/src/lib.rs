@@ -1,13 +1,16 @@
 //! The native half of the npm package `execbox`: the host core (`execbox-host`) behind Node-API.
 //!
 //! The public API is the package's JavaScript (`index.cjs`, typed by `index.d.ts`); it wraps the
-//! three classes this addon exports, which users never see:
+//! four classes this addon exports, which users never see:
 //! - [`NativeTools`](tools::NativeTools): a [`ToolSet`](execbox_host::ToolSet) built from the
 //!   tool specs the JavaScript checked, whose handlers forward each call to one JavaScript
 //!   dispatcher (a threadsafe function) and wait for its answer (`complete`);
 //! - [`NativeExecutor`](executor::NativeExecutor): a [`PooledExecutor`](execbox_host::PooledExecutor)
 //!   of the shipped `execbox-runner`, whose `execute` returns a Promise of the result;
-//! - [`NativeCancel`](executor::NativeCancel): the cancellation token an `AbortSignal` fires.
+//! - [`NativeCancel`](executor::NativeCancel): the cancellation token an `AbortSignal` fires;
+//! - [`NativePolicy`](policy::NativePolicy): an `execbox-policy` enforcement guarding the tool
+//!   calls of the executions given it, whose approver is a JavaScript function asked the way
+//!   tools are called (and answered through `completeApproval`).
 //!
 //! Values cross as JSON text both ways; executions and tool-call plumbing run on napi's Tokio
 //! runtime, tool handlers on the Node main thread.
@@ -20,5 +23,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod executor;
+mod pending;
+mod policy;
 mod result;
 mod tools;

@@ -1,20 +1,18 @@
 //! Tools whose handlers are JavaScript functions: a tool set whose every call goes to one
 //! JavaScript dispatcher and waits for the answer JavaScript sends back through `complete`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 
 use execbox_host::json::parse_json;
-use execbox_host::{model_prompt, Provider, RuntimeOptions, Tool, ToolError, ToolSet};
+use execbox_host::{model_prompt, Provider, RateLimit, RuntimeOptions, Tool, ToolError, ToolSet};
 use napi::bindgen_prelude::{FnArgs, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use crate::executor::{runtime_options, RunLimits};
+use crate::pending::Pending;
 
 /// The dispatcher's arguments: the call's id, the tool's index in the specs, the input as JSON.
 type DispatchArgs = FnArgs<(i64, u32, String)>;
@@ -29,34 +27,12 @@ const ANSWER_OK: u32 = 0;
 const ANSWER_TOOL_ERROR: u32 = 1;
 const ANSWER_SERIALIZATION_ERROR: u32 = 2;
 
-/// Where a call's answer goes.
-type Answer = oneshot::Sender<std::result::Result<Value, ToolError>>;
-
-/// Every call waiting for JavaScript, in this process, by call id. One table for all tool
-/// sets, so the dispatcher (held by Node-API as a GC root) needs no reference back to its
-/// tool set, and a tool set nobody holds can be collected.
-static PENDING: LazyLock<Mutex<HashMap<i64, Answer>>> = LazyLock::new(Default::default);
-
-/// The id of the next call (process-wide).
-static NEXT_CALL: AtomicI64 = AtomicI64::new(1);
+/// Every tool call waiting for JavaScript, in this process.
+static CALLS: Pending<std::result::Result<Value, ToolError>> = Pending::new();
 
 /// How to reach the JavaScript dispatcher of one tool set.
 struct Dispatch {
     dispatcher: Dispatcher,
-}
-
-/// Removes a call from the pending ones when its future ends or is dropped (the execution
-/// ended first: its time limit, a cancel); a late answer then finds nothing and is ignored.
-struct PendingCall {
-    id: i64,
-}
-
-impl Drop for PendingCall {
-    fn drop(&mut self) {
-        if let Ok(mut pending) = PENDING.lock() {
-            pending.remove(&self.id);
-        }
-    }
 }
 
 impl Dispatch {
@@ -70,15 +46,11 @@ impl Dispatch {
         let input = serde_json::to_string(&input).map_err(|e| {
             ToolError::serialization(format!("{label}: the input cannot be encoded: {e}"))
         })?;
-        let id = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
-        let (sender, receiver) = oneshot::channel();
-        PENDING
-            .lock()
-            .map_err(|_| ToolError::tool(format!("{label}: the SDK's call table is broken")))?
-            .insert(id, sender);
-        let _pending = PendingCall { id };
+        let waiting = CALLS
+            .open()
+            .ok_or_else(|| ToolError::tool(format!("{label}: the SDK's call table is broken")))?;
         let status = self.dispatcher.call(
-            FnArgs::from((id, index, input)),
+            FnArgs::from((waiting.id(), index, input)),
             ThreadsafeFunctionCallMode::NonBlocking,
         );
         if status != Status::Ok {
@@ -86,9 +58,9 @@ impl Dispatch {
                 "{label}: the Node.js side cannot take calls any more ({status})"
             )));
         }
-        match receiver.await {
-            Ok(answer) => answer,
-            Err(_) => Err(ToolError::tool(format!(
+        match waiting.answer().await {
+            Some(answer) => answer,
+            None => Err(ToolError::tool(format!(
                 "{label}: the call was never answered"
             ))),
         }
@@ -101,6 +73,9 @@ struct ToolSpec {
     description: Option<String>,
     input_schema: Option<Value>,
     output_schema: Option<Value>,
+    permissions: Vec<String>,
+    rate_limit: Option<String>,
+    requires_approval: bool,
 }
 
 /// The specs of one namespace.
@@ -109,7 +84,8 @@ struct NamespaceSpec {
     tools: Vec<ToolSpec>,
 }
 
-/// Reads the specs JSON: `[{namespace, tools: [{name, description?, inputSchema?, outputSchema?}]}]`.
+/// Reads the specs JSON: `[{namespace, tools: [{name, description?, inputSchema?,
+/// outputSchema?, permissions?, rateLimit?, requiresApproval?}]}]`.
 fn parse_specs(json: &str) -> Result<Vec<NamespaceSpec>> {
     let bad = |what: &str| Error::new(Status::InvalidArg, format!("tool specs: {what}"));
     let value: Value = serde_json::from_str(json).map_err(|e| bad(&e.to_string()))?;
@@ -137,6 +113,20 @@ fn parse_specs(json: &str) -> Result<Vec<NamespaceSpec>> {
                 description: text(tool, "description")?,
                 input_schema: schema(tool, "inputSchema"),
                 output_schema: schema(tool, "outputSchema"),
+                permissions: match tool.get("permissions") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(list)) => list
+                        .iter()
+                        .map(|p| p.as_str().map(str::to_owned))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| bad("permissions must be strings"))?,
+                    Some(_) => return Err(bad("permissions must be an array")),
+                },
+                rate_limit: text(tool, "rateLimit")?,
+                requires_approval: tool
+                    .get("requiresApproval")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
             });
         }
         specs.push(NamespaceSpec {
@@ -168,14 +158,14 @@ impl NativeTools {
         for ns in specs {
             let mut provider = Provider::new(ns.namespace.clone());
             for spec in ns.tools {
-                let label = format!("{}.{}", ns.namespace, spec.name);
+                let label = Arc::<str>::from(format!("{}.{}", ns.namespace, spec.name));
                 let shared = dispatch.clone();
                 let me = index;
                 index += 1;
-                let label = Arc::<str>::from(label);
+                let call_label = label.clone();
                 let mut tool = Tool::new(spec.name, move |input, _ctx| {
                     let shared = shared.clone();
-                    let label = label.clone();
+                    let label = call_label.clone();
                     async move { shared.call(me, &label, input).await }
                 });
                 if let Some(d) = spec.description {
@@ -187,6 +177,16 @@ impl NativeTools {
                 if let Some(s) = spec.output_schema {
                     tool = tool.output_schema(s);
                 }
+                if !spec.permissions.is_empty() {
+                    tool = tool.permissions(spec.permissions);
+                }
+                if let Some(limit) = spec.rate_limit {
+                    let limit = limit.parse::<RateLimit>().map_err(|e| {
+                        Error::new(Status::InvalidArg, format!("tools.{label}.rateLimit: {e}"))
+                    })?;
+                    tool = tool.rate_limit(limit);
+                }
+                tool = tool.requires_approval(spec.requires_approval);
                 provider = provider.tool(tool);
             }
             providers.push(provider);
@@ -224,13 +224,6 @@ impl NativeTools {
 /// waiting (its execution ended).
 #[napi]
 pub fn complete(call_id: i64, kind: u32, text: String) -> bool {
-    let sender = match PENDING.lock() {
-        Ok(mut pending) => pending.remove(&call_id),
-        Err(_) => None,
-    };
-    let Some(sender) = sender else {
-        return false;
-    };
     let answer = match kind {
         ANSWER_OK => parse_json(&text).map_err(|e| {
             ToolError::serialization(format!("the tool's output cannot be read: {e}"))
@@ -239,5 +232,5 @@ pub fn complete(call_id: i64, kind: u32, text: String) -> bool {
         ANSWER_TOOL_ERROR => Err(ToolError::tool(text)),
         _ => Err(ToolError::tool(text)),
     };
-    sender.send(answer).is_ok()
+    CALLS.answer(call_id, answer)
 }
