@@ -24,6 +24,7 @@ const CRATES: &[&str] = &[
     "cli",
     "conformance",
     "sdk/python",
+    "sdk/node",
 ];
 
 fn workspace() -> PathBuf {

@@ -23,6 +23,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod executor;
+mod limits;
 mod pending;
 mod policy;
 mod result;

@@ -11,7 +11,7 @@ use napi::{Error, Result, Status};
 use napi_derive::napi;
 use serde_json::Value;
 
-use crate::executor::{runtime_options, RunLimits};
+use crate::limits::{runtime_options, RunLimits};
 use crate::pending::Pending;
 
 /// The dispatcher's arguments: the call's id, the tool's index in the specs, the input as JSON.
