@@ -56,7 +56,10 @@ def test_wait_for_past_its_time_cancels_the_execution():
 def test_ctrl_c_in_a_script_cancels_the_execution():
     script = textwrap.dedent(
         """
-        import sys, time, execbox
+        import signal, sys, time, execbox
+        # Python installs its Ctrl-C handler only when SIGINT is not ignored at start, and a
+        # shell ignores it for commands it starts in the background (`cmd &`), as CI may.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         def ready(input):
             print("running", flush=True)
             return 1
