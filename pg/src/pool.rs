@@ -1,0 +1,266 @@
+//! [`Pg`]: the bounded pool, on a runtime of its own, that every PostgreSQL store shares.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use tokio_postgres::error::SqlState;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::error::describe;
+use super::{Client, PgError, PgUrl};
+
+/// The bounds of a [`Pg`]'s pool.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolOptions {
+    /// The most connections open at once (a call waits for a free one).
+    pub max_size: usize,
+    /// How long a call waits for a connection (to open one, or for a busy one to be free).
+    pub connect_timeout: Duration,
+    /// The server cancels a statement that runs longer (`statement_timeout`).
+    pub statement_timeout: Duration,
+}
+
+impl Default for PoolOptions {
+    /// 16 connections, 5 s to get one, 10 s per statement.
+    fn default() -> PoolOptions {
+        PoolOptions {
+            max_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A PostgreSQL database: a bounded pool of connections and the runtime that drives them.
+/// Cheap to clone; the clones share the pool.
+#[derive(Clone)]
+pub struct Pg {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    url: PgUrl,
+    pool: Pool,
+    tls: MakeRustlsConnect,
+    options: PoolOptions,
+    handle: tokio::runtime::Handle,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Not `Runtime::drop`, which panics when the last clone goes away on an async thread.
+        if let Some(runtime) = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for Pg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pg({})", self.inner.url)
+    }
+}
+
+impl Pg {
+    /// A pool for `url`. Opens no connection yet: the first call does (see [`Pg::check`]).
+    pub fn new(url: &PgUrl, options: PoolOptions) -> Result<Pg, PgError> {
+        let unusable = |reason: String| PgError::Url {
+            url: url.to_string(),
+            reason,
+        };
+        let tls = tls(url).map_err(unusable)?;
+        let mut config = url.config().clone();
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(options.connect_timeout);
+        }
+        config.keepalives_idle(Duration::from_secs(30));
+        let statement_ms = options.statement_timeout.as_millis();
+        let extra = format!("-c statement_timeout={statement_ms} -c lock_timeout={statement_ms}");
+        let merged = match config.get_options() {
+            Some(given) if !given.is_empty() => format!("{given} {extra}"),
+            _ => extra,
+        };
+        config.options(&merged);
+        let manager = Manager::from_config(
+            config,
+            tls.clone(),
+            ManagerConfig {
+                // A connection whose socket closed is dropped and replaced on its next use.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.max_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| unusable(e.to_string()))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("execbox-pg")
+            .enable_all()
+            .build()
+            .map_err(|e| unusable(format!("cannot start its threads: {e}")))?;
+        Ok(Pg {
+            inner: Arc::new(Inner {
+                url: url.clone(),
+                pool,
+                tls,
+                options,
+                handle: runtime.handle().clone(),
+                runtime: Mutex::new(Some(runtime)),
+            }),
+        })
+    }
+
+    /// The database's URL (password hidden when shown).
+    pub fn url(&self) -> &PgUrl {
+        &self.inner.url
+    }
+
+    /// The pool's bounds.
+    pub fn options(&self) -> PoolOptions {
+        self.inner.options
+    }
+
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        &self.inner.handle
+    }
+
+    pub(crate) fn tls(&self) -> MakeRustlsConnect {
+        self.inner.tls.clone()
+    }
+
+    /// Connects once and runs `SELECT 1`: an error here names the database and what to check.
+    pub fn check(&self) -> Result<(), PgError> {
+        self.block(|client| async move { client.simple_query("SELECT 1").await.map(|_| ()) })
+    }
+
+    /// Runs `f` with a pooled connection on the pool's runtime, from async code on any runtime.
+    /// The driver's errors become [`PgError`]s naming the database.
+    pub async fn run<T, F, Fut>(&self, f: F) -> Result<T, PgError>
+    where
+        F: FnOnce(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let task = self.inner.handle.spawn(async move { inner.call(f).await });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(self.unavailable(format!("its connection task ended: {e}"))),
+        }
+    }
+
+    /// [`Pg::run`] for sync code: blocks the calling thread until `f` is done. Any thread may
+    /// call it (a blocking thread, a plain thread, briefly an async worker) except the pool's
+    /// own threads.
+    pub fn block<T, F, Fut>(&self, f: F) -> Result<T, PgError>
+    where
+        F: FnOnce(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let inner = self.inner.clone();
+        self.inner.handle.spawn(async move {
+            let _ = tx.send(inner.call(f).await);
+        });
+        rx.recv()
+            .unwrap_or_else(|_| Err(self.unavailable("its connection task ended".into())))
+    }
+
+    /// A driver error as a [`PgError`] naming this database.
+    pub fn error(&self, e: &tokio_postgres::Error) -> PgError {
+        self.inner.error(e)
+    }
+
+    fn unavailable(&self, reason: String) -> PgError {
+        PgError::Unavailable {
+            url: self.inner.url.to_string(),
+            reason,
+        }
+    }
+}
+
+impl Inner {
+    async fn call<T, F, Fut>(&self, f: F) -> Result<T, PgError>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let client = self.pool.get().await.map_err(|e| PgError::Unavailable {
+            url: self.url.to_string(),
+            reason: pool_error(&e),
+        })?;
+        f(client).await.map_err(|e| self.error(&e))
+    }
+
+    fn error(&self, e: &tokio_postgres::Error) -> PgError {
+        let url = self.url.to_string();
+        let reason = describe(e);
+        let lost = e.is_closed()
+            || matches!(
+                e.code(),
+                Some(c) if *c == SqlState::ADMIN_SHUTDOWN
+                    || *c == SqlState::CANNOT_CONNECT_NOW
+                    || *c == SqlState::CRASH_SHUTDOWN
+                    || *c == SqlState::CONNECTION_FAILURE
+                    || *c == SqlState::CONNECTION_EXCEPTION
+            )
+            || (e.as_db_error().is_none() && e.code().is_none());
+        if lost {
+            PgError::Unavailable { url, reason }
+        } else {
+            PgError::Query { url, reason }
+        }
+    }
+}
+
+fn pool_error(e: &deadpool_postgres::PoolError) -> String {
+    use deadpool_postgres::PoolError;
+    match e {
+        PoolError::Timeout(_) => "no connection within the timeout (the database is slow or down, or every pooled connection is busy)".into(),
+        PoolError::Backend(e) => describe(e),
+        other => other.to_string(),
+    }
+}
+
+/// TLS for `sslmode=prefer|require`: the CA of `sslrootcert` when the URL names one, the
+/// public CAs otherwise.
+fn tls(url: &PgUrl) -> Result<MakeRustlsConnect, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    match url.root_cert() {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}

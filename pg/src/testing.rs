@@ -1,0 +1,277 @@
+//! A real PostgreSQL server for tests: `initdb` in a temporary folder, `postgres` on a free
+//! loopback port, removed on drop. As root, both run as the `postgres` user (they refuse to
+//! run as root). The binaries are `$EXECBOX_PG_BIN`, else the newest
+//! `/usr/lib/postgresql/*/bin`, else `initdb` on the `PATH`.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Pg, PgUrl, PoolOptions};
+
+/// A PostgreSQL server of the test's own; stopped and its folder removed on drop.
+pub struct TestServer {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    user: Option<(u32, u32)>,
+    child: Option<Child>,
+}
+
+/// Whether tests can start a server here: `Err` says why not. Under `CI=true` a missing server
+/// is a failure, not a skip (see [`TestServer::start_or_skip`]).
+pub fn available() -> Result<(), String> {
+    binaries().map(|_| ())
+}
+
+fn binaries() -> Result<PathBuf, String> {
+    if let Ok(dir) = std::env::var("EXECBOX_PG_BIN") {
+        let dir = PathBuf::from(dir);
+        return if dir.join("initdb").exists() {
+            Ok(dir)
+        } else {
+            Err(format!("EXECBOX_PG_BIN={} has no initdb", dir.display()))
+        };
+    }
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    if let Some((_, bin)) = found.pop() {
+        return Ok(bin);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .find(|d| d.join("initdb").exists() && d.join("postgres").exists())
+        .ok_or_else(|| "no PostgreSQL server binaries (initdb, postgres): install the Debian package `postgresql` or set EXECBOX_PG_BIN".to_string())
+}
+
+/// The uid and gid of `postgres` when we are root (the server refuses to run as root).
+fn run_as() -> Result<Option<(u32, u32)>, String> {
+    let me = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap_or(0);
+    if me != 0 {
+        return Ok(None);
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|e| e.to_string())?;
+    passwd
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.first() == Some(&"postgres") && fields.len() > 3)
+                .then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))
+                .flatten()
+        })
+        .map(Some)
+        .ok_or_else(|| {
+            "running as root and there is no `postgres` user to run the server as".into()
+        })
+}
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+impl TestServer {
+    /// Starts a server, or `None` after saying why on stderr when this machine has none,
+    /// unless `CI=true`, where that panics: CI must run the PostgreSQL tests.
+    pub fn start_or_skip() -> Option<TestServer> {
+        match TestServer::start() {
+            Ok(server) => Some(server),
+            Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+                eprintln!("skipped: no PostgreSQL for this test: {e}");
+                None
+            }
+            Err(e) => panic!("cannot start PostgreSQL (required under CI=true): {e}"),
+        }
+    }
+
+    /// Starts a server in a new temporary folder.
+    pub fn start() -> Result<TestServer, String> {
+        let bin = binaries()?;
+        let user = run_as()?;
+        let dir = std::env::temp_dir().join(format!(
+            "execbox-pg-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
+                .map_err(|e| format!("chown {}: {e}", dir.display()))?;
+        }
+        let data = dir.join("data");
+        let output = command(&bin.join("initdb"), user)
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !output.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        let port = free_port()?;
+        let mut server = TestServer {
+            bin,
+            dir,
+            port,
+            user,
+            child: None,
+        };
+        server.resume()?;
+        Ok(server)
+    }
+
+    /// The URL of the `postgres` database.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// A new, empty database `name` (lower-case letters, digits, `_`) and its URL.
+    pub fn database(&self, name: &str) -> String {
+        assert!(name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        let pg = self.pg();
+        let statement = format!("CREATE DATABASE {name}");
+        pg.block(move |client| async move { client.batch_execute(&statement).await })
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{name}?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// A small pool on the `postgres` database, for the test's own statements.
+    pub fn pg(&self) -> Pg {
+        let url = PgUrl::parse(&self.url()).expect("a valid URL");
+        Pg::new(
+            &url,
+            PoolOptions {
+                max_size: 2,
+                ..PoolOptions::default()
+            },
+        )
+        .expect("a pool")
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server at once (SIGKILL, as a crash), keeping its data.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Its backends notice the postmaster is gone and exit; wait until the port is free.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the server again on the same data and port (after [`TestServer::kill`]).
+    pub fn resume(&mut self) -> Result<(), String> {
+        let log = std::fs::File::create(self.dir.join("server.log"))
+            .map_err(|e| format!("server.log: {e}"))?;
+        if let Some((uid, gid)) = self.user {
+            let _ = std::os::unix::fs::chown(self.dir.join("server.log"), Some(uid), Some(gid));
+        }
+        let child = command(&self.bin.join("postgres"), self.user)
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-k")
+            .arg(&self.dir)
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+            .args(["-c", "full_page_writes=off", "-c", "max_connections=300"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("postgres: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let pg = self.pg();
+        loop {
+            match pg.check() {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    let log =
+                        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+                    return Err(format!("postgres did not start: {e}\n{log}"));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let log =
+                        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+                    return Err(format!("postgres exited ({status}):\n{log}"));
+                }
+            }
+        }
+    }
+
+    /// The folder of its data and log.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn command(program: &Path, user: Option<(u32, u32)>) -> Command {
+    let mut command = Command::new(program);
+    command.env("LC_ALL", "C.UTF-8");
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid);
+        command.env("HOME", "/tmp");
+    }
+    command
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
