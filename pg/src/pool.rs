@@ -264,3 +264,26 @@ fn tls(url: &PgUrl) -> Result<MakeRustlsConnect, String> {
     .with_no_client_auth();
     Ok(MakeRustlsConnect::new(config))
 }
+
+/// The pools [`Pg::shared`] handed out, by URL, for as long as someone holds them.
+static SHARED: Mutex<Vec<(String, std::sync::Weak<Inner>)>> = Mutex::new(Vec::new());
+
+impl Pg {
+    /// The process's pool for `url` with the default bounds: one per database, however many
+    /// stores of the process (executions, rate limits, audit) live in it.
+    pub fn shared(url: &PgUrl) -> Result<Pg, PgError> {
+        let key = url.config_key();
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        shared.retain(|(_, weak)| weak.strong_count() > 0);
+        if let Some(inner) = shared
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, weak)| weak.upgrade())
+        {
+            return Ok(Pg { inner });
+        }
+        let pg = Pg::new(url, PoolOptions::default())?;
+        shared.push((key, Arc::downgrade(&pg.inner)));
+        Ok(pg)
+    }
+}

@@ -77,6 +77,11 @@ impl PgUrl {
         &self.config
     }
 
+    /// What identifies the database and its credentials (the whole parsed configuration).
+    pub(crate) fn config_key(&self) -> String {
+        format!("{:?}|{:?}", self.config, self.root_cert)
+    }
+
     pub(crate) fn root_cert(&self) -> Option<&PathBuf> {
         self.root_cert.as_ref()
     }

@@ -34,6 +34,7 @@ mod enforcement;
 mod file;
 mod grants;
 mod limits;
+mod location;
 mod observed;
 mod shown;
 mod state;
@@ -49,6 +50,7 @@ pub use approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll, Ter
 pub use audit::{AuditEvent, AuditLog, AuditOutcome};
 pub use enforcement::{AuditedCall, Enforcement, EnforcementOptions};
 pub use limits::RateLimits;
+pub use location::StoreLocation;
 pub use observed::ObservedResults;
 pub use shown::{escape_for_display, shown_input, MAX_SHOWN_INPUT_CHARS};
 
