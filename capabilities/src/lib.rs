@@ -41,4 +41,4 @@ pub use records::{
 pub use registry::{CapabilityInfo, ConfigIssue, ExecutorInfo, Registry, RegistryRoots, Source};
 #[cfg(feature = "serve")]
 pub use serve::{capabilities_router, serve_door, ADMIN_PERMISSION, MAX_REQUEST_BODY_BYTES};
-pub use store::{ExecutionStore, INTERRUPTED_MESSAGE};
+pub use store::{ExecutionStore, ReplicaOptions, DEFAULT_REPLICA_TIMEOUT, INTERRUPTED_MESSAGE};

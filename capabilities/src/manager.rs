@@ -25,7 +25,7 @@ use super::records::{
 };
 use super::registry::{Capability, ExecutorEntry, Registry, RegistryRoots};
 use super::script_executor::{self as script, ScriptRun};
-use super::store::ExecutionStore;
+use super::store::{ExecutionStore, StoreSignal};
 
 /// The default bound on nested capabilities (a top-level execution is depth 1).
 pub const DEFAULT_MAX_DEPTH: u32 = 4;
@@ -40,6 +40,10 @@ pub const DEFAULT_MAX_LIVE_PER_PRINCIPAL: usize = 64;
 /// The default bound on executions one tree runs at once: an execution started without a
 /// running parent and every capability it starts, down the whole tree.
 pub const DEFAULT_MAX_LIVE_PER_TREE: usize = 16;
+
+/// How long a stop of another replica's execution waits for it to end before returning it
+/// as it then is (a replica that died has its executions failed within its timeout).
+const REMOTE_STOP_WAIT: Duration = Duration::from_secs(60);
 
 /// How many events a slow subscriber may fall behind before it misses some.
 pub const EVENT_CAPACITY: usize = 4096;
@@ -150,6 +154,19 @@ struct Inner {
     options: ManagerOptions,
     live: Mutex<HashMap<String, Live>>,
     events: broadcast::Sender<ExecutionEvent>,
+    /// Bumped whenever another replica changed an execution (or notifications may have been
+    /// missed): waiters on executions of other replicas read the store again.
+    changed: watch::Sender<u64>,
+    /// Stops the task that hears the other replicas (shared stores only).
+    signals_task: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = &self.signals_task {
+            task.abort();
+        }
+    }
 }
 
 /// An execution running in this process.
@@ -199,14 +216,27 @@ impl CapabilityManager {
         options: ManagerOptions,
     ) -> CapabilityManager {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
-        CapabilityManager(Arc::new(Inner {
-            registry: RwLock::new(Arc::new(registry)),
-            store: Arc::new(store),
-            executor,
-            options,
-            live: Mutex::new(HashMap::new()),
-            events,
-        }))
+        let signals = store.signals();
+        let manager = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let signals_task = signals.map(|signals| {
+                let task = hear_replicas(weak.clone(), signals);
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => runtime.spawn(task).abort_handle(),
+                    Err(_) => store.spawn(task).abort_handle(),
+                }
+            });
+            Inner {
+                registry: RwLock::new(Arc::new(registry)),
+                store: Arc::new(store),
+                executor,
+                options,
+                live: Mutex::new(HashMap::new()),
+                events,
+                changed: watch::channel(0).0,
+                signals_task,
+            }
+        });
+        CapabilityManager(manager)
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
@@ -346,7 +376,8 @@ impl CapabilityManager {
                 done: done_rx,
                 stop_requested: false,
             },
-        )?;
+        )
+        .await?;
         self.emit(
             ExecutionEventKind::Started,
             &record,
@@ -439,8 +470,25 @@ impl CapabilityManager {
     /// [`ManagerOptions::max_live_per_tree`], or when its parent is being stopped; all are
     /// checked and the execution taken under one lock, so a child cannot slip in under a
     /// parent being stopped (the tree stop would miss it), nor past a bound.
-    fn register(&self, record: &ExecutionRecord, mut entry: Live) -> Result<(), CapabilityError> {
-        let mut live = self.live();
+    async fn register(
+        &self,
+        record: &ExecutionRecord,
+        mut entry: Live,
+    ) -> Result<(), CapabilityError> {
+        self.take_room(record, &mut entry)?;
+        self.live().insert(record.execution_id.clone(), entry);
+        // Recorded before anyone hears of it: its id is returned, and its events sent, after.
+        // A stop that comes meanwhile is seen by `drive`, which then ends it `stopped`.
+        if let Err(e) = self.0.store.insert(record).await {
+            self.live().remove(&record.execution_id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// [`CapabilityManager::register`]'s checks, under the lock of the live executions.
+    fn take_room(&self, record: &ExecutionRecord, entry: &mut Live) -> Result<(), CapabilityError> {
+        let live = self.live();
         entry.tree = room_for(
             &live,
             &self.0.options,
@@ -461,9 +509,6 @@ impl CapabilityManager {
                 ));
             }
         }
-        // Recorded before it is visible: every status is written before it is reported.
-        self.0.store.insert(record)?;
-        live.insert(record.execution_id.clone(), entry);
         Ok(())
     }
 
@@ -503,7 +548,12 @@ impl CapabilityManager {
         let started = accepted;
         let id_owned = record.execution_id.clone();
         let id = id_owned.as_str();
-        let (outcome, logs) = match self.0.store.set_status(id, ExecutionStatus::Running, None) {
+        let (outcome, logs) = match self
+            .0
+            .store
+            .set_status(id, ExecutionStatus::Running, None)
+            .await
+        {
             Err(e) => (RunOutcome::Failed(e.message), Vec::new()),
             Ok(()) if cancel.is_cancelled() => (RunOutcome::Stopped, Vec::new()),
             Ok(()) => {
@@ -533,7 +583,7 @@ impl CapabilityManager {
         if let Err(e) = self.stop_all_for_parent(id).await {
             tracing::error!(execution = %id, "cannot stop the children of the execution: {e}");
         }
-        self.record_end(record, ending, started, &done);
+        self.record_end(record, ending, started, &done).await;
     }
 
     /// Runs the execution on its executor: a script in a runner (nested capabilities
@@ -588,9 +638,12 @@ impl CapabilityManager {
                         cancel: cancel.clone(),
                     },
                     |pgid| {
-                        if let Err(e) = store.set_pgid(id, Some(pgid)) {
-                            tracing::warn!(execution = %id, "cannot record the executor's process group: {e}");
-                        }
+                        let (store, id) = (store.clone(), id.to_string());
+                        tokio::spawn(async move {
+                            if let Err(e) = store.set_pgid(&id, Some(pgid)).await {
+                                tracing::warn!(execution = %id, "cannot record the executor's process group: {e}");
+                            }
+                        });
                     },
                 )
                 .await;
@@ -602,7 +655,7 @@ impl CapabilityManager {
     /// Writes the end of an execution, audits it, and tells its waiters and the subscribers.
     /// When another process ended it first (recovered it as interrupted), that end stands
     /// and is what they are told.
-    fn record_end(
+    async fn record_end(
         &self,
         record: ExecutionRecord,
         ending: Ending,
@@ -618,17 +671,22 @@ impl CapabilityManager {
             error,
             logs,
         } = ending;
-        let ended = match self.0.store.finish(
-            id,
-            status,
-            result.as_ref(),
-            context.as_ref(),
-            error.as_ref(),
-            &logs,
-        ) {
+        let ended = match self
+            .0
+            .store
+            .finish(
+                id,
+                status,
+                result.as_ref(),
+                context.as_ref(),
+                error.as_ref(),
+                &logs,
+            )
+            .await
+        {
             Ok(Some(t)) => t,
             Ok(None) => {
-                let stored = self.0.store.get(id).ok().flatten();
+                let stored = self.0.store.get(id).await.ok().flatten();
                 self.live().remove(id);
                 if let Some(stored) = stored {
                     let _ = done.send(Some(stored.outcome()));
@@ -757,6 +815,15 @@ impl CapabilityManager {
         timeout: Option<Duration>,
     ) -> Result<Option<ExecutionOutcome>, CapabilityError> {
         let live = self.live().get(id).map(|l| l.done.clone());
+        // Another replica's execution: read again whenever a replica reports a change (a
+        // notification), and every 2 s in case one was lost; another process's on a SQLite
+        // file, which sends none: every 50 ms.
+        let mut changes = self.0.changed.subscribe();
+        let pause = if self.0.signals_task.is_some() {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_millis(50)
+        };
         let waiting = async {
             if let Some(mut done) = live {
                 if let Ok(outcome) = done.wait_for(Option::is_some).await {
@@ -764,10 +831,15 @@ impl CapabilityManager {
                 }
             }
             loop {
-                match self.0.store.get(id)? {
+                match self.0.store.get(id).await? {
                     None => return Err(not_found(id)),
                     Some(r) if r.status.is_terminal() => return Ok(Some(r.outcome())),
-                    Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    Some(_) => {
+                        tokio::select! {
+                            _ = changes.changed() => {}
+                            () = tokio::time::sleep(pause) => {}
+                        }
+                    }
                 }
             }
         };
@@ -776,7 +848,7 @@ impl CapabilityManager {
             Some(t) => match tokio::time::timeout(t, waiting).await {
                 Ok(r) => r,
                 Err(_) => {
-                    if self.0.store.get(id)?.is_none() {
+                    if self.0.store.get(id).await?.is_none() {
                         return Err(not_found(id));
                     }
                     Ok(None)
@@ -787,12 +859,12 @@ impl CapabilityManager {
 
     /// One execution, as recorded.
     pub async fn get(&self, id: &str) -> Result<ExecutionRecord, CapabilityError> {
-        self.0.store.get(id)?.ok_or_else(|| not_found(id))
+        self.0.store.get(id).await?.ok_or_else(|| not_found(id))
     }
 
     /// An execution's status changes, oldest first.
     pub async fn history(&self, id: &str) -> Result<Vec<StatusChange>, CapabilityError> {
-        self.0.store.history(id)
+        self.0.store.history(id).await
     }
 
     /// Executions matching `filter`, newest first.
@@ -800,7 +872,7 @@ impl CapabilityManager {
         &self,
         filter: &ExecutionFilter,
     ) -> Result<Vec<ExecutionRecord>, CapabilityError> {
-        self.0.store.list(filter)
+        self.0.store.list(filter).await
     }
 
     /// Stops an execution of this process and its children, and returns it once it ended
@@ -830,15 +902,21 @@ impl CapabilityManager {
                 })
             };
             let Some((first, cancel, mut done, capability, principal)) = found else {
+                // Another replica's: its owner is asked (and stops it promptly), or, when that
+                // replica died, the others mark it failed within the replica timeout.
+                if self.0.store.request_stop(&id).await? {
+                    let _ = self.wait(&id, Some(REMOTE_STOP_WAIT)).await?;
+                }
                 return self.get(&id).await;
             };
             if first {
                 // Stopping matters more than recording it: a failed write does not keep the
                 // execution running (and later stops waiting on it forever).
-                if let Err(e) =
-                    self.0
-                        .store
-                        .set_status(&id, ExecutionStatus::Stopping, Some("stop requested"))
+                if let Err(e) = self
+                    .0
+                    .store
+                    .set_status(&id, ExecutionStatus::Stopping, Some("stop requested"))
+                    .await
                 {
                     tracing::error!(execution = %id, "cannot record the stop request: {e}");
                 }
@@ -885,6 +963,58 @@ impl CapabilityManager {
     /// How many executions run in this process now.
     pub fn running(&self) -> usize {
         self.live().len()
+    }
+}
+
+/// Hears the other replicas of a shared store for as long as the manager lives: their status
+/// changes become this manager's events (so subscribers see every replica's executions) and
+/// wake its waiters; a stop asked of one of ours stops it.
+async fn hear_replicas(
+    manager: std::sync::Weak<Inner>,
+    mut signals: broadcast::Receiver<StoreSignal>,
+) {
+    loop {
+        let signal = match signals.recv().await {
+            Ok(signal) => signal,
+            Err(broadcast::error::RecvError::Lagged(_)) => StoreSignal::Resync,
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let Some(inner) = manager.upgrade() else {
+            return;
+        };
+        let manager = CapabilityManager(inner);
+        match signal {
+            StoreSignal::Resync => {
+                manager.0.changed.send_modify(|n| *n += 1);
+            }
+            StoreSignal::Changed(id) => {
+                manager.0.changed.send_modify(|n| *n += 1);
+                if let Ok(Some(record)) = manager.0.store.get(&id).await {
+                    let kind = match record.status {
+                        ExecutionStatus::Starting => Some(ExecutionEventKind::Started),
+                        ExecutionStatus::Completed => Some(ExecutionEventKind::Completed),
+                        ExecutionStatus::Timeout => Some(ExecutionEventKind::Timeout),
+                        ExecutionStatus::Stopped => Some(ExecutionEventKind::Stopped),
+                        ExecutionStatus::Failed => Some(ExecutionEventKind::Failed),
+                        _ => None,
+                    };
+                    if let Some(kind) = kind {
+                        let (status, error) = (record.status, record.error.clone());
+                        manager.emit(kind, &record, status, error);
+                    }
+                }
+            }
+            StoreSignal::Stop(id) => {
+                if manager.live().contains_key(&id) {
+                    tokio::spawn(async move {
+                        tracing::info!(execution = %id, "stopping it: another replica asked");
+                        if let Err(e) = manager.stop(&id).await {
+                            tracing::warn!(execution = %id, "cannot stop it: {e}");
+                        }
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -1036,6 +1166,7 @@ fn starting_record(
         created_ms: now,
         updated_ms: now,
         ended_ms: None,
+        replica: None,
     }
 }
 

@@ -274,6 +274,10 @@ pub struct ExecutionRecord {
     pub updated_ms: u64,
     /// When it ended, Unix milliseconds.
     pub ended_ms: Option<u64>,
+    /// The `execbox serve` replica that runs (or ran) it, when executions live in PostgreSQL
+    /// and replicas share them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 impl ExecutionRecord {

@@ -300,10 +300,11 @@ pub struct CapabilityArgs {
     /// walking up from the working directory.
     #[arg(long, value_name = "DIR")]
     pub project: Option<PathBuf>,
-    /// The state database of executions (SQLite); by default `.execbox/state.db` of the
-    /// project, else `state.db` of the global root ($EXECBOX_HOME, else
-    /// $XDG_CONFIG_HOME/execbox, else ~/.config/execbox).
-    #[arg(long, value_name = "FILE")]
+    /// The state database of executions: a SQLite file, or a postgres:// URL that
+    /// `execbox serve` replicas share; by default `.execbox/state.db` of the project, else
+    /// `state.db` of the global root ($EXECBOX_HOME, else $XDG_CONFIG_HOME/execbox, else
+    /// ~/.config/execbox).
+    #[arg(long, value_name = "FILE|URL")]
     pub db: Option<PathBuf>,
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -457,10 +458,29 @@ pub struct ServeArgs {
     /// A request with any other Origin header gets 403.
     #[arg(long, value_name = "ORIGIN")]
     pub allow_origin: Vec<String>,
+    /// This replica's name in a shared (postgres://) --db: shown in its executions' records
+    /// and in their failure if it dies; by default HOST:PID.
+    #[arg(long, value_name = "NAME")]
+    pub replica_name: Option<String>,
+    /// With a shared (postgres://) --db: at most this long after a replica dies (killed, its
+    /// machine lost), another marks its running executions failed: 3s to 1h.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_replica_timeout)]
+    pub replica_timeout: std::time::Duration,
     #[command(flatten)]
     pub door: DoorArgs,
     #[command(flatten)]
     pub common: CapabilityArgs,
+}
+
+/// `--replica-timeout`: from 3 s (leases renewed every half second) to an hour.
+fn parse_replica_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let duration = execbox_runner::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration < std::time::Duration::from_secs(3)
+        || duration > std::time::Duration::from_secs(3600)
+    {
+        return Err(format!("expected at least 3s and at most 60m, got {text}"));
+    }
+    Ok(duration)
 }
 
 /// `--max-timeout`: a duration of at least 1ms and at most the longest capability time

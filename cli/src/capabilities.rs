@@ -1,16 +1,16 @@
 //! `execbox capabilities` and `execbox executions`: the registry, one run, and the records.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use execbox_capabilities::{
     CapabilityManager, ExecutionFilter, ExecutionStore, ManagerOptions, Registry, RegistryRoots,
-    StartRequest,
+    ReplicaOptions, StartRequest,
 };
 use execbox_host::{Executor, PoolOptions, PooledExecutor, ProcessExecutor};
+use execbox_policy::StoreLocation;
 use serde_json::{json, Value};
 
 use crate::args::{CapabilitiesCommand, CapabilityArgs, ExecutionsCommand};
@@ -27,16 +27,20 @@ pub fn roots(common: &CapabilityArgs) -> anyhow::Result<RegistryRoots> {
     Ok(RegistryRoots::discover(&cwd, common.project.as_deref()))
 }
 
-/// `--db`, else the project's `.execbox/state.db`, else the global root's `state.db`.
-pub fn db_path(common: &CapabilityArgs, roots: &RegistryRoots) -> anyhow::Result<PathBuf> {
+/// `--db` (a file or a postgres:// URL), else the project's `.execbox/state.db`, else the
+/// global root's `state.db`.
+pub fn db_location(
+    common: &CapabilityArgs,
+    roots: &RegistryRoots,
+) -> anyhow::Result<StoreLocation> {
     if let Some(db) = &common.db {
-        return Ok(db.clone());
+        return Ok(StoreLocation::from_path(db).context("--db")?);
     }
     if let Some(project) = &roots.project {
-        return Ok(project.join("state.db"));
+        return Ok(StoreLocation::Sqlite(project.join("state.db")));
     }
     match &roots.global {
-        Some(global) => Ok(global.join("state.db")),
+        Some(global) => Ok(StoreLocation::Sqlite(global.join("state.db"))),
         None => anyhow::bail!(
             "no project (.execbox/ in this folder or above) and no global root ($EXECBOX_HOME, \
              $XDG_CONFIG_HOME and $HOME are unset): pass --db FILE or --project DIR"
@@ -51,10 +55,11 @@ pub fn manager(
     common: &CapabilityArgs,
     options: ManagerOptions,
     pool: usize,
+    replica: &ReplicaOptions,
 ) -> anyhow::Result<CapabilityManager> {
     let roots = roots(common)?;
-    let db = db_path(common, &roots)?;
-    let store = ExecutionStore::open(&db)?;
+    let db = db_location(common, &roots)?;
+    let store = ExecutionStore::open_at(&db, replica)?;
     let runner = common.diagnostics.runner_command()?;
     let (executor, nested): (Arc<dyn Executor>, Arc<dyn Executor>) = if pool == 0 {
         let fresh: Arc<dyn Executor> = Arc::new(ProcessExecutor::new(runner)?);
@@ -223,7 +228,7 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                     enforcement,
                     ..ManagerOptions::default()
                 };
-                let manager = manager(&common, options, 0)?;
+                let manager = manager(&common, options, 0, &ReplicaOptions::default())?;
                 let request = StartRequest {
                     capability: name,
                     capability_type,
@@ -251,10 +256,9 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                 if interrupted.is_some() {
                     let _ = manager.stop(&id).await;
                 }
-                let outcome = manager
-                    .wait(&id, None)
-                    .await?
-                    .context("the execution did not end")?;
+                let outcome = manager.wait(&id, None).await;
+                manager.store().close().await;
+                let outcome = outcome?.context("the execution did not end")?;
                 // As `execbox run` does: the logs on stderr, the result on stdout.
                 for line in &outcome.logs {
                     eprintln!("{line}");
@@ -292,14 +296,14 @@ pub fn executions(command: ExecutionsCommand) -> anyhow::Result<ExitCode> {
             json,
             common,
         } => {
-            let store = ExecutionStore::open(db_path(&common, &roots(&common)?)?)?;
-            let records = store.list(&ExecutionFilter {
+            let store = ExecutionStore::open_reader(&db_location(&common, &roots(&common)?)?)?;
+            let records = block_on(store.list(&ExecutionFilter {
                 status,
                 parent_id: parent,
                 capability,
                 principal: None,
                 limit: Some(limit),
-            })?;
+            }))?;
             if json {
                 out(&pretty(&records));
                 return Ok(ExitCode::SUCCESS);
@@ -319,16 +323,25 @@ pub fn executions(command: ExecutionsCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ExecutionsCommand::Show { id, common } => {
-            let store = ExecutionStore::open(db_path(&common, &roots(&common)?)?)?;
-            let Some(record) = store.get(&id)? else {
-                anyhow::bail!("EXECUTION_NOT_FOUND: no execution `{id}` in {}; `execbox executions list` shows the known ones", store.path().display());
+            let store = ExecutionStore::open_reader(&db_location(&common, &roots(&common)?)?)?;
+            let Some(record) = block_on(store.get(&id))? else {
+                anyhow::bail!("EXECUTION_NOT_FOUND: no execution `{id}` in {}; `execbox executions list` shows the known ones", store.location());
             };
             let mut value = serde_json::to_value(&record)?;
-            value["history"] = serde_json::to_value(store.history(&id)?)?;
+            value["history"] = serde_json::to_value(block_on(store.history(&id))?)?;
             out(&pretty(&value));
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Runs one store read to its end on a small runtime of its own.
+fn block_on<T>(read: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime starts")
+        .block_on(read)
 }
 
 /// Unix milliseconds as an RFC 3339 time in UTC (seconds).

@@ -5,7 +5,7 @@ use std::net::ToSocketAddrs;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use execbox_capabilities::{capabilities_router, serve_door, ManagerOptions};
+use execbox_capabilities::{capabilities_router, serve_door, ManagerOptions, ReplicaOptions};
 use execbox_http::{Hosts, Origins};
 use tokio_util::sync::CancellationToken;
 
@@ -60,7 +60,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let manager = manager(common, options, usize::from(args.pool))?;
+        let replica = ReplicaOptions {
+            name: args.replica_name.clone(),
+            timeout: args.replica_timeout,
+        };
+        let manager = manager(common, options, usize::from(args.pool), &replica)?;
         let recovered = manager.store().recovered().len();
         if recovered > 0 {
             tracing::warn!("{recovered} execution(s) left running by a server that stopped were marked failed");
@@ -74,7 +78,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let _ = writeln!(stdout, "http://{local}");
             let _ = stdout.flush();
         }
-        tracing::info!(db = %manager.store().path().display(), "serving capabilities on http://{local}");
+        tracing::info!(db = %manager.store().location(), replica = manager.store().replica().unwrap_or("-"), "serving capabilities on http://{local}");
         let router = capabilities_router(manager.clone(), door.hosts(hosts.with_bound(local)));
         let shutdown = CancellationToken::new();
         let served = execbox_http::serve(listener, router, args.door.options(), shutdown.clone());
@@ -85,6 +89,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 shutdown.cancel();
                 tracing::info!("stopping {} running execution(s)", manager.running());
                 manager.stop_all().await;
+                manager.store().close().await;
                 let _ = served.await;
             }
         }

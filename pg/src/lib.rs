@@ -24,7 +24,7 @@ pub use error::PgError;
 pub use listen::{Listener, Notice};
 pub use migrate::Migrations;
 pub use pool::{Pg, PoolOptions};
-pub use tokio_postgres::{types, GenericClient, Row, Transaction};
+pub use tokio_postgres::{types, Error as DriverError, GenericClient, Row, Transaction};
 pub use url::PgUrl;
 
 #[cfg(feature = "testing")]

@@ -135,6 +135,16 @@ impl Pg {
         self.inner.options
     }
 
+    /// Runs `task` on the pool's runtime (a store's background work: heartbeats, listeners),
+    /// whatever runtime, if any, the caller is on.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.handle.spawn(task)
+    }
+
     pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
         &self.inner.handle
     }

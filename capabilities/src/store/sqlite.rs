@@ -1,4 +1,4 @@
-//! The execution store: every execution and its status history in SQLite (WAL), written
+//! The execution store in SQLite (WAL): every execution and its status history, written
 //! before any status is reported, and the recovery of executions a dead process left behind.
 //!
 //! Schema (`PRAGMA user_version` 2, migrated at open; a newer file is refused):
@@ -31,7 +31,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use serde_json::Value;
 
-use super::records::{
+use crate::records::{
     now_ms, CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord,
     ExecutionStatus, StatusChange,
 };
@@ -42,26 +42,19 @@ const SCHEMA_VERSION: i64 = 2;
 /// How long to wait for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The variable that marks every process of an external executor with its execution's id.
-pub(crate) const EXECUTION_ID_ENV: &str = "EXECBOX_EXECUTION_ID";
-
-/// The error message of an execution found interrupted at open.
-pub const INTERRUPTED_MESSAGE: &str = "interrupted: the server stopped";
-
-/// The default (and largest) number of executions one list returns.
-const MAX_LIST: u32 = 10_000;
+use super::{EXECUTION_ID_ENV, INTERRUPTED_MESSAGE, MAX_LIST};
 
 /// Executions and their history in one SQLite file. Cheap to share behind an `Arc`; each
 /// call takes the one connection's lock for a short transaction.
-pub struct ExecutionStore {
+pub(crate) struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
     recovered: Vec<String>,
 }
 
-impl std::fmt::Debug for ExecutionStore {
+impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecutionStore")
+        f.debug_struct("SqliteStore")
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
@@ -79,10 +72,10 @@ const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_i
 /// [`COLUMNS`] without the params, result, additional context and logs, for lists.
 const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms, NULL";
 
-impl ExecutionStore {
+impl SqliteStore {
     /// Opens (creating it and its folder if missing) and migrates `path`, then recovers what
     /// a dead process left running (see the module docs).
-    pub fn open(path: impl AsRef<Path>) -> Result<ExecutionStore, CapabilityError> {
+    pub(crate) fn open(path: impl AsRef<Path>) -> Result<SqliteStore, CapabilityError> {
         let path = path.as_ref();
         let fail = |e: rusqlite::Error| store_error(path, e);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -164,7 +157,7 @@ impl ExecutionStore {
             }
             tx.commit().map_err(fail)?;
         }
-        let mut store = ExecutionStore {
+        let mut store = SqliteStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
             recovered: Vec::new(),
@@ -174,12 +167,12 @@ impl ExecutionStore {
     }
 
     /// The file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The executions [`ExecutionStore::open`] found interrupted and marked failed.
-    pub fn recovered(&self) -> &[String] {
+    /// The executions [`SqliteStore::open`] found interrupted and marked failed.
+    pub(crate) fn recovered(&self) -> &[String] {
         &self.recovered
     }
 
@@ -353,7 +346,7 @@ impl ExecutionStore {
     }
 
     /// One execution.
-    pub fn get(&self, id: &str) -> Result<Option<ExecutionRecord>, CapabilityError> {
+    pub(crate) fn get(&self, id: &str) -> Result<Option<ExecutionRecord>, CapabilityError> {
         self.lock()
             .query_row(
                 &format!("SELECT {COLUMNS} FROM executions WHERE id = ?1"),
@@ -366,8 +359,11 @@ impl ExecutionStore {
 
     /// Executions matching `filter`, newest first, as summaries: `params`, `result` and
     /// `additionalContext` are left out (null), so a list of thousands stays small whatever
-    /// each execution returned; [`ExecutionStore::get`] has them.
-    pub fn list(&self, filter: &ExecutionFilter) -> Result<Vec<ExecutionRecord>, CapabilityError> {
+    /// each execution returned; [`SqliteStore::get`] has them.
+    pub(crate) fn list(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, CapabilityError> {
         let limit = filter.limit.unwrap_or(1_000).min(MAX_LIST);
         let conn = self.lock();
         let mut stmt = conn
@@ -394,7 +390,7 @@ impl ExecutionStore {
     }
 
     /// An execution's status changes, oldest first.
-    pub fn history(&self, id: &str) -> Result<Vec<StatusChange>, CapabilityError> {
+    pub(crate) fn history(&self, id: &str) -> Result<Vec<StatusChange>, CapabilityError> {
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached("SELECT status, at_ms, detail FROM status_history WHERE execution_id = ?1 ORDER BY rowid")
@@ -445,6 +441,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
         logs: json_column(row, 16)?
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default(),
+        replica: None,
     })
 }
 
@@ -517,6 +514,7 @@ mod tests {
             created_ms: now_ms(),
             updated_ms: now_ms(),
             ended_ms: None,
+            replica: None,
         }
     }
 
@@ -529,7 +527,7 @@ mod tests {
     #[test]
     fn executions_of_a_dead_owner_are_failed_at_open_and_a_live_owner_keeps_its_own() {
         let path = temp_db("recover");
-        let store = ExecutionStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         store
             .insert(&record("dead", ExecutionStatus::Starting))
             .unwrap();
@@ -552,7 +550,7 @@ mod tests {
             .unwrap();
         drop(store);
 
-        let store = ExecutionStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         assert_eq!(store.recovered(), ["dead"]);
         let dead = store.get("dead").unwrap().unwrap();
         assert_eq!(dead.status, ExecutionStatus::Failed);
@@ -582,7 +580,7 @@ mod tests {
     #[test]
     fn a_stop_asked_for_while_starting_is_not_overwritten_by_running() {
         let path = temp_db("transitions");
-        let store = ExecutionStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         store
             .insert(&record("x", ExecutionStatus::Starting))
             .unwrap();
@@ -617,12 +615,12 @@ mod tests {
     #[test]
     fn a_newer_schema_is_refused() {
         let path = temp_db("newer");
-        drop(ExecutionStore::open(&path).unwrap());
+        drop(SqliteStore::open(&path).unwrap());
         Connection::open(&path)
             .unwrap()
             .pragma_update(None, "user_version", 9)
             .unwrap();
-        let e = ExecutionStore::open(&path).unwrap_err();
+        let e = SqliteStore::open(&path).unwrap_err();
         assert_eq!(e.code, CapabilityErrorCode::RegistryNotInitialized);
         assert!(e.message.contains("schema version 9 is newer"), "{e}");
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
@@ -631,7 +629,7 @@ mod tests {
     #[test]
     fn an_execution_ends_once() {
         let path = temp_db("once");
-        let store = ExecutionStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         store
             .insert(&record("a", ExecutionStatus::Starting))
             .unwrap();

@@ -1,0 +1,696 @@
+//! The execution store in PostgreSQL, shared by `execbox serve` replicas.
+//!
+//! Schema (component `capabilities` of `execbox_schema`, version 1, migrated at open):
+//! - `replicas`: one row per replica that ever joined (id, name, host, pid, start, heartbeat,
+//!   `lease_until`, `stopped_at`);
+//! - `executions`: as in SQLite (docs/capabilities.md), plus `owner_replica` (the replica that
+//!   runs it) and `stop_requested_ms` (another replica asked its owner to stop it);
+//! - `status_history`: one row per status change, in order (`seq`).
+//!
+//! Replicas: each holds a lease (half of [`ReplicaOptions::timeout`]) that it renews every
+//! sixth of the timeout. Every replica, on the same beat, marks stopped the replicas whose
+//! lease ran out and fails their live executions ("interrupted: replica NAME stopped") in one
+//! statement, so a killed replica's executions are failed within the timeout whichever
+//! replicas are left. A replica that finds itself marked stopped (it was paused past its
+//! lease) joins again and stops what it still ran of the executions failed under it.
+//!
+//! Notifications (sent in the transaction of the write, so only what committed is heard):
+//! `execbox_events` `{"r": replica, "id": execution}` after every status change, and
+//! `execbox_stop` `{"owner": replica, "id": execution}` to ask an owner to stop one. Each
+//! replica listens on a connection of its own; when it was lost, what was missed is recovered
+//! by reading again (waiters re-read, stop requests are also in `stop_requested_ms`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use execbox_pg::{Migrations, Pg, PgError, PgUrl, Row};
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+use super::{ReplicaOptions, StoreSignal, EXECUTION_ID_ENV, MAX_LIST};
+use crate::records::{
+    now_ms, CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord,
+    ExecutionStatus, StatusChange,
+};
+
+const MIGRATIONS: Migrations = Migrations {
+    component: "capabilities",
+    steps: &["CREATE TABLE replicas (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            lease_until TIMESTAMPTZ NOT NULL,
+            stopped_at TIMESTAMPTZ
+        );
+        CREATE INDEX replicas_live ON replicas (lease_until) WHERE stopped_at IS NULL;
+        CREATE TABLE executions (
+            id TEXT PRIMARY KEY,
+            capability TEXT NOT NULL,
+            type TEXT NOT NULL,
+            executor TEXT NOT NULL,
+            capability_path TEXT NOT NULL,
+            parent_id TEXT,
+            principal TEXT,
+            status TEXT NOT NULL,
+            params TEXT NOT NULL,
+            result TEXT,
+            additional_context TEXT,
+            error_code TEXT,
+            error_message TEXT,
+            created_ms BIGINT NOT NULL,
+            updated_ms BIGINT NOT NULL,
+            ended_ms BIGINT,
+            logs TEXT,
+            owner_replica TEXT NOT NULL REFERENCES replicas (id),
+            pgid INTEGER,
+            stop_requested_ms BIGINT
+        );
+        CREATE INDEX executions_created ON executions (created_ms DESC, id DESC);
+        CREATE INDEX executions_parent ON executions (parent_id);
+        CREATE INDEX executions_live ON executions (owner_replica)
+            WHERE status IN ('starting', 'running', 'stopping');
+        CREATE TABLE status_history (
+            seq BIGSERIAL PRIMARY KEY,
+            execution_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            detail TEXT
+        );
+        CREATE INDEX status_history_execution ON status_history (execution_id, seq);"],
+};
+
+const EVENTS: &str = "execbox_events";
+const STOPS: &str = "execbox_stop";
+
+const COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, e.params, e.result, e.additional_context, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, e.logs, r.name";
+const SUMMARY_COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, NULL, NULL, NULL, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, NULL, r.name";
+const FROM: &str = "executions e LEFT JOIN replicas r ON r.id = e.owner_replica";
+
+/// Marks stopped the replicas whose lease ran out and fails their live executions (and those
+/// of replicas stopped before), with their history and a notification each; returns them.
+const REAP: &str = "WITH dead AS (
+        UPDATE replicas SET stopped_at = now()
+        WHERE stopped_at IS NULL AND lease_until < now()
+        RETURNING id
+    ), failed AS (
+        UPDATE executions e SET status = 'failed', error_code = $2,
+            error_message = 'interrupted: replica ' || r.name || ' stopped',
+            updated_ms = $1, ended_ms = $1, pgid = NULL
+        FROM replicas r
+        WHERE e.owner_replica = r.id AND e.status IN ('starting', 'running', 'stopping')
+            AND (r.stopped_at IS NOT NULL OR r.id IN (SELECT id FROM dead))
+        RETURNING e.id, e.error_message, e.owner_replica
+    ), history AS (
+        INSERT INTO status_history (execution_id, status, at_ms, detail)
+        SELECT id, 'failed', $1, error_message FROM failed
+    )
+    SELECT id, pg_notify('execbox_events', json_build_object('r', owner_replica, 'id', id)::text)::text
+    FROM failed";
+
+/// This process as a replica.
+#[derive(Debug)]
+struct Replica {
+    id: String,
+    name: String,
+    lease: Duration,
+}
+
+pub(crate) struct PgStore {
+    pg: Pg,
+    replica: Arc<Replica>,
+    signals: broadcast::Sender<StoreSignal>,
+    tasks: Vec<tokio::task::AbortHandle>,
+    recovered: Vec<String>,
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn fail(e: PgError) -> CapabilityError {
+    let code = if e.is_unavailable() {
+        CapabilityErrorCode::RegistryNotInitialized
+    } else {
+        CapabilityErrorCode::ExecutionFailed
+    };
+    CapabilityError::new(code, format!("execution store: {e}"))
+}
+
+impl PgStore {
+    /// Opens (and migrates) the store; with `options`, joins it as a replica (a lease, a
+    /// heartbeat, the reaping of dead replicas, notifications), else only to read it.
+    pub(crate) fn open(
+        url: &PgUrl,
+        options: Option<&ReplicaOptions>,
+    ) -> Result<PgStore, CapabilityError> {
+        let pg = Pg::shared(url).map_err(fail)?;
+        pg.migrate(&MIGRATIONS).map_err(fail)?;
+        let Some(options) = options else {
+            return Ok(PgStore {
+                pg,
+                replica: Arc::new(Replica {
+                    id: String::new(),
+                    name: String::new(),
+                    lease: Duration::ZERO,
+                }),
+                signals: broadcast::channel(1).0,
+                tasks: Vec::new(),
+                recovered: Vec::new(),
+            });
+        };
+        let timeout = options.timeout.max(Duration::from_secs(3));
+        let host = host_name();
+        let replica = Arc::new(Replica {
+            id: replica_id(),
+            name: options
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("{host}:{}", std::process::id())),
+            lease: timeout / 2,
+        });
+        {
+            let replica = replica.clone();
+            pg.block(move |c| async move { join(&c, &replica, &host).await })
+                .map_err(fail)?;
+        }
+        let recovered = pg.block(reap).map_err(fail)?;
+        kill_leftovers(&recovered);
+        if !recovered.is_empty() {
+            tracing::warn!(
+                count = recovered.len(),
+                "marked failed the executions of replicas that stopped"
+            );
+        }
+        let (signals, _) = broadcast::channel(1024);
+        let beat = timeout / 6;
+        let tasks = vec![
+            pg.spawn(listen(pg.clone(), replica.clone(), signals.clone()))
+                .abort_handle(),
+            pg.spawn(heartbeat(
+                pg.clone(),
+                replica.clone(),
+                signals.clone(),
+                beat,
+            ))
+            .abort_handle(),
+        ];
+        tracing::info!(replica = %replica.name, id = %replica.id, database = %url, "joined the shared execution store");
+        Ok(PgStore {
+            pg,
+            replica,
+            signals,
+            tasks,
+            recovered,
+        })
+    }
+
+    pub(crate) fn recovered(&self) -> &[String] {
+        &self.recovered
+    }
+
+    pub(crate) fn replica_name(&self) -> &str {
+        &self.replica.name
+    }
+
+    pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<()>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.pg.spawn(task)
+    }
+
+    pub(crate) fn signals(&self) -> broadcast::Receiver<StoreSignal> {
+        self.signals.subscribe()
+    }
+
+    pub(crate) async fn insert(&self, record: &ExecutionRecord) -> Result<(), CapabilityError> {
+        let r = record.clone();
+        let me = self.replica.id.clone();
+        self.pg
+            .run(move |mut c| async move {
+                let tx = c.transaction().await?;
+                tx.execute(
+                    "INSERT INTO executions (id, capability, type, executor, capability_path, parent_id, principal, status, params, created_ms, updated_ms, owner_replica)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11)",
+                    &[&r.execution_id, &r.capability, &r.capability_type, &r.executor, &r.capability_path, &r.parent_id, &r.principal, &r.status.as_str(), &r.params.to_string(), &(r.created_ms as i64), &me],
+                )
+                .await?;
+                tx.execute(
+                    "INSERT INTO status_history (execution_id, status, at_ms) VALUES ($1, $2, $3)",
+                    &[&r.execution_id, &r.status.as_str(), &(r.created_ms as i64)],
+                )
+                .await?;
+                notify_event(&tx, &me, &r.execution_id).await?;
+                tx.commit().await
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn set_status(
+        &self,
+        id: &str,
+        status: ExecutionStatus,
+        detail: Option<&str>,
+    ) -> Result<(), CapabilityError> {
+        let (id, detail, me) = (
+            id.to_string(),
+            detail.map(str::to_string),
+            self.replica.id.clone(),
+        );
+        let now = now_ms() as i64;
+        self.pg
+            .run(move |mut c| async move {
+                let tx = c.transaction().await?;
+                let changed = tx
+                    .execute(
+                        "UPDATE executions SET status = $2, updated_ms = $3 WHERE id = $1 AND (status = 'starting' OR (status = 'running' AND $2 = 'stopping'))",
+                        &[&id, &status.as_str(), &now],
+                    )
+                    .await?;
+                if changed > 0 {
+                    tx.execute(
+                        "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES ($1, $2, $3, $4)",
+                        &[&id, &status.as_str(), &now, &detail],
+                    )
+                    .await?;
+                    notify_event(&tx, &me, &id).await?;
+                }
+                tx.commit().await
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn set_pgid(
+        &self,
+        id: &str,
+        pgid: Option<u32>,
+    ) -> Result<(), CapabilityError> {
+        let id = id.to_string();
+        let pgid = pgid.map(|p| p as i32);
+        self.pg
+            .run(move |c| async move {
+                c.execute(
+                    "UPDATE executions SET pgid = $2 WHERE id = $1",
+                    &[&id, &pgid],
+                )
+                .await
+                .map(|_| ())
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn finish(
+        &self,
+        id: &str,
+        status: ExecutionStatus,
+        result: Option<&Value>,
+        additional_context: Option<&Value>,
+        error: Option<&CapabilityError>,
+        logs: &[String],
+    ) -> Result<Option<u64>, CapabilityError> {
+        let now = now_ms();
+        let id = id.to_string();
+        let me = self.replica.id.clone();
+        let result = result.map(Value::to_string);
+        let context = additional_context.map(Value::to_string);
+        let code = error.map(|e| e.code.as_str().to_string());
+        let message = error.map(|e| e.message.clone());
+        let logs = (!logs.is_empty()).then(|| Value::from(logs).to_string());
+        self.pg
+            .run(move |mut c| async move {
+                let tx = c.transaction().await?;
+                // One terminal status per execution: one another replica ended first (the
+                // reaper, when this one was thought dead) keeps that end.
+                let changed = tx
+                    .execute(
+                        "UPDATE executions SET status = $2, result = $3, additional_context = $4, error_code = $5, error_message = $6, updated_ms = $7, ended_ms = $7, logs = $8, pgid = NULL WHERE id = $1 AND status IN ('starting', 'running', 'stopping')",
+                        &[&id, &status.as_str(), &result, &context, &code, &message, &(now as i64), &logs],
+                    )
+                    .await?;
+                if changed == 0 {
+                    return Ok(None);
+                }
+                tx.execute(
+                    "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES ($1, $2, $3, $4)",
+                    &[&id, &status.as_str(), &(now as i64), &message],
+                )
+                .await?;
+                notify_event(&tx, &me, &id).await?;
+                tx.commit().await?;
+                Ok(Some(now))
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn request_stop(&self, id: &str) -> Result<bool, CapabilityError> {
+        let id = id.to_string();
+        let now = now_ms() as i64;
+        self.pg
+            .run(move |mut c| async move {
+                let tx = c.transaction().await?;
+                let owner = tx
+                    .query_opt(
+                        "UPDATE executions SET stop_requested_ms = COALESCE(stop_requested_ms, $2) WHERE id = $1 AND status IN ('starting', 'running', 'stopping') RETURNING owner_replica",
+                        &[&id, &now],
+                    )
+                    .await?;
+                let Some(owner) = owner else {
+                    return Ok(false);
+                };
+                let owner: String = owner.get(0);
+                let payload = json!({"owner": owner, "id": id}).to_string();
+                tx.execute("SELECT pg_notify($1, $2)", &[&STOPS, &payload])
+                    .await?;
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn get(&self, id: &str) -> Result<Option<ExecutionRecord>, CapabilityError> {
+        let id = id.to_string();
+        self.pg
+            .run(move |c| async move {
+                let row = c
+                    .query_opt(
+                        &format!("SELECT {COLUMNS} FROM {FROM} WHERE e.id = $1"),
+                        &[&id],
+                    )
+                    .await?;
+                Ok(row.map(|r| record(&r)))
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn list(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, CapabilityError> {
+        let limit = i64::from(filter.limit.unwrap_or(1_000).min(MAX_LIST));
+        let status = filter.status.map(|s| s.as_str().to_string());
+        let parent = filter.parent_id.clone();
+        let capability = filter.capability.clone();
+        let principal = filter.principal.clone();
+        self.pg
+            .run(move |c| async move {
+                let rows = c
+                    .query(
+                        &format!(
+                            "SELECT {SUMMARY_COLUMNS} FROM {FROM}
+                             WHERE ($1::text IS NULL OR e.status = $1) AND ($2::text IS NULL OR e.parent_id = $2) AND ($3::text IS NULL OR e.capability = $3) AND ($5::text IS NULL OR e.principal = $5)
+                             ORDER BY e.created_ms DESC, e.id DESC LIMIT $4"
+                        ),
+                        &[&status, &parent, &capability, &limit, &principal],
+                    )
+                    .await?;
+                Ok(rows.iter().map(record).collect())
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn history(&self, id: &str) -> Result<Vec<StatusChange>, CapabilityError> {
+        let id = id.to_string();
+        self.pg
+            .run(move |c| async move {
+                let rows = c
+                    .query(
+                        "SELECT status, at_ms, detail FROM status_history WHERE execution_id = $1 ORDER BY seq",
+                        &[&id],
+                    )
+                    .await?;
+                Ok(rows
+                    .iter()
+                    .map(|r| StatusChange {
+                        status: r
+                            .get::<_, String>(0)
+                            .parse()
+                            .unwrap_or(ExecutionStatus::Failed),
+                        at_ms: r.get::<_, i64>(1) as u64,
+                        detail: r.get(2),
+                    })
+                    .collect())
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn close(&self) {
+        let id = self.replica.id.clone();
+        let closed = self
+            .pg
+            .run(move |c| async move {
+                c.execute(
+                    "UPDATE replicas SET stopped_at = now() WHERE id = $1",
+                    &[&id],
+                )
+                .await
+            })
+            .await;
+        if let Err(e) = closed {
+            tracing::warn!(
+                "cannot record this replica stopped (the others will see its lease run out): {e}"
+            );
+        }
+    }
+}
+
+async fn notify_event(
+    tx: &execbox_pg::Transaction<'_>,
+    me: &str,
+    id: &str,
+) -> Result<(), execbox_pg::DriverError> {
+    let payload = json!({"r": me, "id": id}).to_string();
+    tx.execute("SELECT pg_notify($1, $2)", &[&EVENTS, &payload])
+        .await
+        .map(|_| ())
+}
+
+fn record(row: &Row) -> ExecutionRecord {
+    let json = |i: usize| -> Option<Value> {
+        row.get::<_, Option<String>>(i)
+            .and_then(|t| serde_json::from_str(&t).ok())
+    };
+    let error_code: Option<String> = row.get(11);
+    let error_message: Option<String> = row.get(12);
+    ExecutionRecord {
+        execution_id: row.get(0),
+        capability: row.get(1),
+        capability_type: row.get(2),
+        executor: row.get(3),
+        capability_path: row.get(4),
+        parent_id: row.get(5),
+        principal: row.get(6),
+        status: row
+            .get::<_, String>(7)
+            .parse()
+            .unwrap_or(ExecutionStatus::Failed),
+        params: json(8).unwrap_or(Value::Null),
+        result: json(9),
+        additional_context: json(10),
+        error: error_code.map(|code| CapabilityError {
+            code: CapabilityErrorCode::parse(&code).unwrap_or(CapabilityErrorCode::ExecutionFailed),
+            message: error_message.unwrap_or_default(),
+        }),
+        created_ms: row.get::<_, i64>(13) as u64,
+        updated_ms: row.get::<_, i64>(14) as u64,
+        ended_ms: row.get::<_, Option<i64>>(15).map(|t| t as u64),
+        logs: json(16)
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default(),
+        replica: row.get(17),
+    }
+}
+
+/// Records this replica with a fresh lease (again, when it was marked stopped meanwhile).
+async fn join(
+    c: &execbox_pg::Client,
+    replica: &Replica,
+    host: &str,
+) -> Result<(), execbox_pg::DriverError> {
+    let lease = replica.lease.as_secs_f64();
+    c.execute(
+        "INSERT INTO replicas (id, name, host, pid, lease_until) VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
+         ON CONFLICT (id) DO UPDATE SET stopped_at = NULL, heartbeat_at = now(), lease_until = now() + make_interval(secs => $5)",
+        &[&replica.id, &replica.name, &host, &(std::process::id() as i32), &lease],
+    )
+    .await
+    .map(|_| ())
+}
+
+async fn reap(c: execbox_pg::Client) -> Result<Vec<String>, execbox_pg::DriverError> {
+    let rows = c
+        .query(
+            REAP,
+            &[
+                &(now_ms() as i64),
+                &CapabilityErrorCode::ExecutionFailed.as_str(),
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Kills what the reaped executions left running on this machine: only processes that carry
+/// the execution's own id (see `sqlite.rs`), so nothing else, here or elsewhere.
+fn kill_leftovers(ids: &[String]) {
+    for id in ids {
+        let killed = execbox_host::supervisor::kill_marked(EXECUTION_ID_ENV, id);
+        if killed > 0 {
+            tracing::debug!(execution = %id, killed, "killed what the execution left running");
+        }
+    }
+}
+
+/// The executions this replica runs that another asked it to stop.
+async fn pending_stops(pg: &Pg, me: &str) -> Result<Vec<String>, PgError> {
+    let me = me.to_string();
+    pg.run(move |c| async move {
+        let rows = c
+            .query(
+                "SELECT id FROM executions WHERE owner_replica = $1 AND stop_requested_ms IS NOT NULL AND status IN ('starting', 'running', 'stopping')",
+                &[&me],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    })
+    .await
+}
+
+/// Renews the lease, reaps dead replicas, and picks up stop requests, every `beat`.
+async fn heartbeat(
+    pg: Pg,
+    replica: Arc<Replica>,
+    signals: broadcast::Sender<StoreSignal>,
+    beat: Duration,
+) {
+    let host = host_name();
+    let mut ticks = tokio::time::interval(beat);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let renewed = {
+            let replica = replica.clone();
+            let lease = replica.lease.as_secs_f64();
+            pg.run(move |c| async move {
+                c.execute(
+                    "UPDATE replicas SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $2) WHERE id = $1 AND stopped_at IS NULL",
+                    &[&replica.id, &lease],
+                )
+                .await
+            })
+            .await
+        };
+        match renewed {
+            Ok(1) => {}
+            Ok(_) => {
+                tracing::error!(replica = %replica.name, "this replica was marked stopped (it missed its lease) and its executions failed; joining again and stopping what it still runs of them");
+                let me = replica.id.clone();
+                let failed = pg
+                    .run(move |c| async move {
+                        let rows = c.query("SELECT id FROM executions WHERE owner_replica = $1 AND status = 'failed' AND error_message LIKE 'interrupted: replica %'", &[&me]).await?;
+                        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+                    })
+                    .await
+                    .unwrap_or_default();
+                for id in failed {
+                    let _ = signals.send(StoreSignal::Stop(id));
+                }
+                let (replica, host) = (replica.clone(), host.clone());
+                if let Err(e) = pg
+                    .run(move |c| async move { join(&c, &replica, &host).await })
+                    .await
+                {
+                    tracing::error!("cannot join the shared store again: {e}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!("cannot renew this replica's lease: {e}");
+                continue;
+            }
+        }
+        match pg.run(reap).await {
+            Ok(ids) if !ids.is_empty() => {
+                tracing::warn!(
+                    count = ids.len(),
+                    "marked failed the executions of replicas that stopped"
+                );
+                let leftovers = ids.clone();
+                let _ = tokio::task::spawn_blocking(move || kill_leftovers(&leftovers)).await;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cannot check the other replicas' leases: {e}"),
+        }
+        if let Ok(ids) = pending_stops(&pg, &replica.id).await {
+            for id in ids {
+                let _ = signals.send(StoreSignal::Stop(id));
+            }
+        }
+    }
+}
+
+/// Turns notifications into [`StoreSignal`]s for this replica.
+async fn listen(pg: Pg, replica: Arc<Replica>, signals: broadcast::Sender<StoreSignal>) {
+    let mut listener = pg.listen(&[EVENTS, STOPS]);
+    while let Some(notice) = listener.recv().await {
+        match notice {
+            execbox_pg::Notice::Resync => {
+                let _ = signals.send(StoreSignal::Resync);
+                if let Ok(ids) = pending_stops(&pg, &replica.id).await {
+                    for id in ids {
+                        let _ = signals.send(StoreSignal::Stop(id));
+                    }
+                }
+            }
+            execbox_pg::Notice::Notification { channel, payload } => {
+                let Ok(payload) = serde_json::from_str::<Value>(&payload) else {
+                    continue;
+                };
+                let id = payload["id"].as_str().unwrap_or_default().to_string();
+                if channel == EVENTS && payload["r"] != replica.id.as_str() {
+                    let _ = signals.send(StoreSignal::Changed(id));
+                } else if channel == STOPS && payload["owner"] == replica.id.as_str() {
+                    let _ = signals.send(StoreSignal::Stop(id));
+                }
+            }
+        }
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// A fresh replica id: `rep_<unix-ms>_<8 hex>`.
+fn replica_id() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 4];
+    let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
+    format!(
+        "rep_{}_{:02x}{:02x}{:02x}{:02x}_{}",
+        now_ms(),
+        bytes[0],
+        bytes[1],
+        bytes[2],
+        bytes[3],
+        std::process::id()
+    )
+}
