@@ -379,29 +379,25 @@ async fn stop_for_parent(
         .parent_id
         .filter(|p| !p.is_empty())
         .ok_or_else(|| invalid("parentId is required: POST /v1/executions/stop?parentId=ID"))?;
-    let stopped = match scope(&caller) {
-        None => state.manager.stop_all_for_parent(&parent).await?,
-        // Only the caller's own children (each with its whole tree).
-        Some(principal) => {
-            let children = state
-                .manager
-                .list(&ExecutionFilter {
-                    parent_id: Some(parent.clone()),
-                    principal: Some(principal),
-                    ..Default::default()
-                })
-                .await?;
-            let live = children.into_iter().filter(|c| !c.status.is_terminal());
-            let stops = live.map(|c| {
-                let manager = state.manager.clone();
-                async move { manager.stop(&c.execution_id).await }
-            });
-            futures_util::future::join_all(stops)
-                .await
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()?
-        }
-    };
+    // From the store, so that children another replica runs are stopped too (by it); a
+    // scoped caller only its own children. Each stop takes the child's whole tree.
+    let children = state
+        .manager
+        .list(&ExecutionFilter {
+            parent_id: Some(parent.clone()),
+            principal: scope(&caller),
+            ..Default::default()
+        })
+        .await?;
+    let live = children.into_iter().filter(|c| !c.status.is_terminal());
+    let stops = live.map(|c| {
+        let manager = state.manager.clone();
+        async move { manager.stop(&c.execution_id).await }
+    });
+    let stopped = futures_util::future::join_all(stops)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Json(json!({"stopped": stopped})).into_response())
 }
 

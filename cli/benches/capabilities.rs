@@ -206,11 +206,11 @@ fn main() {
 
     // Every execution is in the database, in a terminal status.
     let store = ExecutionStore::open(&db).expect("open the database");
-    let records = store
-        .list(&ExecutionFilter {
+    let records = runtime
+        .block_on(store.list(&ExecutionFilter {
             limit: Some(10_000),
             ..Default::default()
-        })
+        }))
         .unwrap();
     let terminal: std::collections::HashSet<&str> = records
         .iter()

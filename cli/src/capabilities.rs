@@ -34,7 +34,7 @@ pub fn db_location(
     roots: &RegistryRoots,
 ) -> anyhow::Result<StoreLocation> {
     if let Some(db) = &common.db {
-        return Ok(StoreLocation::from_path(db).context("--db")?);
+        return StoreLocation::from_path(db).context("--db");
     }
     if let Some(project) = &roots.project {
         return Ok(StoreLocation::Sqlite(project.join("state.db")));

@@ -1121,7 +1121,12 @@ fn recovery_kills_only_the_process_groups_that_run_the_execution() {
     recovered.sort();
     assert_eq!(recovered, ["cap_1_marked", "cap_1_planted"]);
     for id in &recovered {
-        let record = store.get(id).unwrap().unwrap();
+        let record = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(store.get(id))
+            .unwrap()
+            .unwrap();
         assert_eq!(record.status, ExecutionStatus::Failed);
         assert_eq!(
             record.error.unwrap().message,
@@ -1163,11 +1168,14 @@ fn sigterm_stops_a_cli_run_and_its_executor_before_exiting() {
     let status = child.wait().expect("wait for execbox");
     assert_eq!(status.code(), Some(143));
     assert!(gone_within(sleeper, Duration::from_secs(1)));
-    let records =
+    let store =
         execbox_capabilities::ExecutionStore::open(roots.project_dir().join(".execbox/state.db"))
-            .unwrap()
-            .list(&ExecutionFilter::default())
             .unwrap();
+    let records = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(store.list(&ExecutionFilter::default()))
+        .unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].status, ExecutionStatus::Stopped);
 }

@@ -8,6 +8,8 @@ mod support;
 mod limits;
 #[path = "serve/logs.rs"]
 mod logs;
+#[path = "serve/replicas.rs"]
+mod replicas;
 
 use std::time::Duration;
 
@@ -670,7 +672,7 @@ async fn sigterm_stops_the_running_executions_then_exits_0() {
     assert!(gone_within(sleeper, Duration::from_secs(1)));
     let store = execbox_capabilities::ExecutionStore::open(roots.temp.join("state.db")).unwrap();
     assert!(store.recovered().is_empty(), "nothing was left running");
-    let record = store.get(&id).unwrap().unwrap();
+    let record = store.get(&id).await.unwrap().unwrap();
     assert_eq!(
         record.status,
         execbox_capabilities::ExecutionStatus::Stopped

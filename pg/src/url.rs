@@ -13,7 +13,7 @@ use super::PgError;
 /// error messages.
 #[derive(Clone)]
 pub struct PgUrl {
-    config: tokio_postgres::Config,
+    config: std::sync::Arc<tokio_postgres::Config>,
     shown: String,
     root_cert: Option<PathBuf>,
 }
@@ -67,7 +67,7 @@ impl PgUrl {
             config.application_name("execbox");
         }
         Ok(PgUrl {
-            config,
+            config: std::sync::Arc::new(config),
             shown,
             root_cert,
         })

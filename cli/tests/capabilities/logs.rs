@@ -49,8 +49,8 @@ async fn a_script_capability_s_logs_reach_its_outcome_record_and_end_event() {
         .join("touched")
         .exists());
     // Written to the file: another store on it reads them back.
-    let store = ExecutionStore::open(manager.store().path()).unwrap();
-    let record = store.get(&id).unwrap().unwrap();
+    let store = ExecutionStore::open(manager.store().path().unwrap()).unwrap();
+    let record = store.get(&id).await.unwrap().unwrap();
     assert_eq!(record.logs, ["working on 7", NOTE]);
     loop {
         let event = events.recv().await.unwrap();

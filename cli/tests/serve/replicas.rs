@@ -1,0 +1,289 @@
+//! `execbox serve` replicas sharing a real PostgreSQL that the test starts: each sees and
+//! stops the other's executions, a SIGKILLed one has its executions failed by the other, and
+//! the database restarted under load is survived.
+
+use std::time::{Duration, Instant};
+
+use execbox_pg::testing::TestServer;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::support::capabilities::{gone_within, read_pid, Roots, Server};
+use super::{client, json_of, project, wait_running};
+
+fn replica(roots: &Roots, db: &str, name: &str) -> Server {
+    let project = roots.project_dir();
+    Server::start(
+        roots.temp.path(),
+        &roots.global.0,
+        &[
+            "--project",
+            project.to_str().unwrap(),
+            "--db",
+            db,
+            "--replica-name",
+            name,
+        ],
+    )
+}
+
+async fn start(client: &reqwest::Client, server: &Server, body: Value) -> String {
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    body["executionId"].as_str().unwrap().to_string()
+}
+
+async fn record(client: &reqwest::Client, server: &Server, id: &str) -> Value {
+    let (status, body) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_see_and_stop_each_others_executions_and_fail_a_killed_ones() {
+    let Some(pg) = TestServer::start_or_skip() else {
+        return;
+    };
+    let db = pg.database("replicas");
+    // Two folders sharing nothing but the database.
+    let (roots_a, roots_b) = (project("replica-a"), project("replica-b"));
+    let mut a = replica(&roots_a, &db, "a");
+    let b = replica(&roots_b, &db, "b");
+    let client = client();
+    let mut events_b = client.get(b.at("/v1/events")).send().await.unwrap();
+
+    // Started on A: B waits for it (woken by a notification), reads it, lists it, hears it.
+    let id = start(
+        &client,
+        &a,
+        json!({"capability": "add", "params": {"a": 2, "b": 3}}),
+    )
+    .await;
+    let (status, outcome) = json_of(
+        client
+            .get(b.at(&format!("/v1/executions/{id}/wait?timeoutMs=10000")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["result"], json!({"sum": 5}));
+    let seen = record(&client, &b, &id).await;
+    assert_eq!(seen["status"], "completed");
+    assert_eq!(seen["replica"], "a");
+    let history: Vec<&str> = seen["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(history, ["starting", "running", "completed"]);
+    let (_, listed) = json_of(client.get(b.at("/v1/executions")).send().await.unwrap()).await;
+    assert!(listed["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["executionId"] == id.as_str()));
+    let mut heard = String::new();
+    while !heard.contains("event: completed") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), events_b.chunk())
+            .await
+            .expect("B hears A's events")
+            .unwrap()
+            .unwrap();
+        heard.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        heard.contains(&format!("\"executionId\":\"{id}\"")),
+        "{heard}"
+    );
+
+    // Running on A, stopped through B: A stops it (and its executor's processes) promptly.
+    let sleeping = start(&client, &a, json!({"capability": "sleep"})).await;
+    wait_running(&client, &a, &sleeping).await;
+    let sleeper = read_pid(&roots_a.temp.join("pid"));
+    let asked = Instant::now();
+    let (status, stopped) = json_of(
+        client
+            .post(b.at(&format!("/v1/executions/{sleeping}/stop")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{stopped}");
+    assert_eq!(stopped["status"], "stopped", "{stopped}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(gone_within(sleeper, Duration::from_secs(2)));
+
+    // The other way round: started on B, stopped through A.
+    let sleeping = start(
+        &client,
+        &b,
+        json!({"capability": "sleep", "parentId": "agent-9"}),
+    )
+    .await;
+    wait_running(&client, &b, &sleeping).await;
+    let (status, body) = json_of(
+        client
+            .post(a.at("/v1/executions/stop?parentId=agent-9"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["stopped"][0]["status"], "stopped", "{body}");
+
+    // A dies (SIGKILL) mid-execution: B marks its execution failed within the default
+    // replica timeout (30 s), and kills what it left running on this machine.
+    let orphaned = start(&client, &a, json!({"capability": "sleep"})).await;
+    wait_running(&client, &a, &orphaned).await;
+    let sleeper = read_pid(&roots_a.temp.join("pid"));
+    a.kill();
+    let killed = Instant::now();
+    let failed = loop {
+        let seen = record(&client, &b, &orphaned).await;
+        if seen["status"] == "failed" {
+            break seen;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "still {} after 30 s",
+            seen["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        failed["error"]["message"], "interrupted: replica a stopped",
+        "{failed}"
+    );
+    assert!(gone_within(sleeper, Duration::from_secs(5)));
+
+    // The records are readable from the command line too, without joining as a replica.
+    let output = std::process::Command::new(super::support::runners::EXECBOX)
+        .args(["executions", "show", &orphaned, "--db", &db])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(shown["status"], "failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_survives_the_database_restarting_under_load() {
+    let Some(mut pg) = TestServer::start_or_skip() else {
+        return;
+    };
+    let db = pg.database("restart");
+    let roots = project("replica-restart");
+    let server = replica(&roots, &db, "only");
+    let client = client();
+    let id = start(
+        &client,
+        &server,
+        json!({"capability": "add", "params": {"a": 1, "b": 1}}),
+    )
+    .await;
+    let (status, _) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}/wait?timeoutMs=10000")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Load while the database is killed: every request gets an answer (an error naming the
+    // database while it is away), none hangs.
+    let load = {
+        let (client, url) = (client.clone(), server.url.clone());
+        tokio::spawn(async move {
+            let mut errors = Vec::new();
+            let until = Instant::now() + Duration::from_secs(4);
+            while Instant::now() < until {
+                let response = tokio::time::timeout(
+                    Duration::from_secs(15),
+                    client
+                        .post(format!("{url}/v1/executions"))
+                        .json(&json!({"capability": "add", "params": {"a": 1, "b": 2}}))
+                        .send(),
+                )
+                .await
+                .expect("an answer, not a hang")
+                .unwrap();
+                if !response.status().is_success() {
+                    errors.push(response.text().await.unwrap());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            errors
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::task::block_in_place(|| pg.kill());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::task::block_in_place(|| pg.resume()).unwrap();
+    let errors = load.await.unwrap();
+    assert!(
+        !errors.is_empty(),
+        "no request failed while the database was down"
+    );
+    for e in &errors {
+        assert!(e.contains("unavailable") || e.contains("database"), "{e}");
+        assert!(!e.contains("Error {") && !e.contains("PgError"), "{e}");
+    }
+
+    // Back: executions start, run and are waited for again, without a restart.
+    let mut started = None;
+    for _ in 0..50 {
+        let response = client
+            .post(server.at("/v1/executions"))
+            .json(&json!({"capability": "add", "params": {"a": 20, "b": 22}}))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == StatusCode::ACCEPTED {
+            let body: Value = response.json().await.unwrap();
+            started = Some(body["executionId"].as_str().unwrap().to_string());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let id = started.expect("starts again once the database is back");
+    let (status, outcome) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}/wait?timeoutMs=10000")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["result"], json!({"sum": 42}));
+}
