@@ -19,6 +19,7 @@ const CRATES: &[&str] = &[
     "runner",
     "host",
     "policy",
+    "pg",
     "capabilities",
     "mcp",
     "cli",
