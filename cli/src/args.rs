@@ -289,6 +289,7 @@ impl CapabilityArgs {
     pub fn enforcement_options(&self) -> EnforcementOptions {
         let mut options = self.policy.options();
         options.audit_log = self.audit_log.clone();
+        options.state = self.state.clone();
         options
     }
 }
@@ -311,6 +312,11 @@ pub struct CapabilityArgs {
     /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// Keep the rate-limit counters of scripts' tool calls here (overrides the policy file's
+    /// `state`): a SQLite file, or a postgres:// URL that replicas share, so that a limit holds
+    /// across all of them; without either, counters last as long as the process.
+    #[arg(long, value_name = "FILE|URL")]
+    pub state: Option<PathBuf>,
     #[command(flatten)]
     pub diagnostics: Diagnostics,
 }
