@@ -694,3 +694,193 @@ fn replica_id() -> String {
         std::process::id()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use execbox_pg::testing::TestServer;
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::{ExecutionStore, ReplicaOptions};
+    use execbox_policy::StoreLocation;
+
+    fn record(id: &str) -> ExecutionRecord {
+        ExecutionRecord {
+            execution_id: id.into(),
+            capability: "c".into(),
+            capability_type: "script".into(),
+            executor: "script".into(),
+            capability_path: "/c".into(),
+            parent_id: Some("agent".into()),
+            principal: Some("alice".into()),
+            status: ExecutionStatus::Starting,
+            params: json!({"a": 1}),
+            result: None,
+            additional_context: None,
+            error: None,
+            logs: Vec::new(),
+            created_ms: now_ms(),
+            updated_ms: now_ms(),
+            ended_ms: None,
+            replica: None,
+        }
+    }
+
+    fn open(url: &str, name: &str, timeout: Duration) -> ExecutionStore {
+        ExecutionStore::open_at(
+            &StoreLocation::parse(url).unwrap(),
+            &ReplicaOptions {
+                name: Some(name.into()),
+                timeout,
+            },
+        )
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_and_history_read_as_in_sqlite_and_an_end_is_written_once() {
+        let Some(server) = TestServer::start_or_skip() else {
+            return;
+        };
+        let url = server.database("records");
+        let store = open(&url, "one", Duration::from_secs(30));
+        store.insert(&record("x")).await.unwrap();
+        store
+            .set_status("x", ExecutionStatus::Running, None)
+            .await
+            .unwrap();
+        // `running` only from `starting`.
+        store
+            .set_status("x", ExecutionStatus::Running, None)
+            .await
+            .unwrap();
+        let ended = store
+            .finish(
+                "x",
+                ExecutionStatus::Completed,
+                Some(&json!(2)),
+                None,
+                None,
+                &["log".into()],
+            )
+            .await
+            .unwrap();
+        assert!(ended.is_some());
+        let again = store
+            .finish("x", ExecutionStatus::Failed, None, None, None, &[])
+            .await
+            .unwrap();
+        assert_eq!(again, None, "one terminal status");
+        let got = store.get("x").await.unwrap().unwrap();
+        assert_eq!(got.status, ExecutionStatus::Completed);
+        assert_eq!(got.result, Some(json!(2)));
+        assert_eq!(got.params, json!({"a": 1}));
+        assert_eq!(got.logs, ["log"]);
+        assert_eq!(got.replica.as_deref(), Some("one"));
+        let statuses: Vec<ExecutionStatus> = store
+            .history("x")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| h.status)
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                ExecutionStatus::Starting,
+                ExecutionStatus::Running,
+                ExecutionStatus::Completed
+            ]
+        );
+        let listed = store
+            .list(&ExecutionFilter {
+                principal: Some("alice".into()),
+                status: Some(ExecutionStatus::Completed),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].params, Value::Null, "lists are summaries");
+        assert!(store
+            .list(&ExecutionFilter {
+                principal: Some("bob".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(store.get("nope").await.unwrap().is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replica_past_its_lease_is_reaped_then_stops_what_it_still_runs() {
+        let Some(server) = TestServer::start_or_skip() else {
+            return;
+        };
+        let url = server.database("fencing");
+        let paused = open(&url, "paused", Duration::from_secs(3));
+        let mut signals = paused.signals().unwrap();
+        paused.insert(&record("mine")).await.unwrap();
+        // As if it had been paused past its lease and another replica's reaper had seen it
+        // run out: in one transaction, which its own heartbeat waits for (the row is locked).
+        // (The lease running out by itself is tested with a SIGKILLed `execbox serve`.)
+        let other = Pg::new(&PgUrl::parse(&url).unwrap(), Default::default()).unwrap();
+        let reaped = other
+            .run(|mut c| async move {
+                let tx = c.transaction().await?;
+                tx.execute(
+                    "UPDATE replicas SET lease_until = now() - interval '1 second' WHERE name = 'paused'",
+                    &[],
+                )
+                .await?;
+                let rows = tx
+                    .query(
+                        REAP,
+                        &[&(now_ms() as i64), &CapabilityErrorCode::ExecutionFailed.as_str()],
+                    )
+                    .await?;
+                tx.commit().await?;
+                Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+            })
+            .await
+            .unwrap();
+        assert_eq!(reaped, ["mine"]);
+        let other = open(&url, "other", Duration::from_secs(3));
+        let failed = other.get("mine").await.unwrap().unwrap();
+        assert_eq!(failed.status, ExecutionStatus::Failed);
+        assert_eq!(
+            failed.error.unwrap().message,
+            "interrupted: replica paused stopped"
+        );
+        // The paused replica, at its next beat, finds itself fenced: it is asked to stop what
+        // it still runs of its failed executions, and joins again.
+        let stop = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Ok(StoreSignal::Stop(id)) = signals.recv().await {
+                    return id;
+                }
+            }
+        })
+        .await
+        .expect("a stop within two beats");
+        assert_eq!(stop, "mine");
+        // Its late end does not overwrite the reaper's.
+        let late = paused
+            .finish(
+                "mine",
+                ExecutionStatus::Completed,
+                Some(&json!(1)),
+                None,
+                None,
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(late, None);
+        assert_eq!(
+            paused.get("mine").await.unwrap().unwrap().status,
+            ExecutionStatus::Failed
+        );
+    }
+}
