@@ -154,8 +154,8 @@ struct Inner {
     options: ManagerOptions,
     live: Mutex<HashMap<String, Live>>,
     events: broadcast::Sender<ExecutionEvent>,
-    /// Bumped whenever another replica changed an execution (or notifications may have been
-    /// missed): waiters on executions of other replicas read the store again.
+    /// Bumped whenever notifications may have been missed (the listening connection was
+    /// lost): waiters on executions of other replicas read the store again.
     changed: watch::Sender<u64>,
     /// Stops the task that hears the other replicas (shared stores only).
     signals_task: Option<tokio::task::AbortHandle>,
@@ -815,10 +815,11 @@ impl CapabilityManager {
         timeout: Option<Duration>,
     ) -> Result<Option<ExecutionOutcome>, CapabilityError> {
         let live = self.live().get(id).map(|l| l.done.clone());
-        // Another replica's execution: read again whenever a replica reports a change (a
-        // notification), and every 2 s in case one was lost; another process's on a SQLite
-        // file, which sends none: every 50 ms.
-        let mut changes = self.0.changed.subscribe();
+        // Another replica's execution: read again when its event arrives (relayed from the
+        // replica's notification), after a resync, and every 2 s in case one was lost; another
+        // process's on a SQLite file, which sends none: every 50 ms.
+        let mut events = self.0.events.subscribe();
+        let mut resyncs = self.0.changed.subscribe();
         let pause = if self.0.signals_task.is_some() {
             Duration::from_secs(2)
         } else {
@@ -836,7 +837,8 @@ impl CapabilityManager {
                     Some(r) if r.status.is_terminal() => return Ok(Some(r.outcome())),
                     Some(_) => {
                         tokio::select! {
-                            _ = changes.changed() => {}
+                            () = event_of(&mut events, id) => {}
+                            _ = resyncs.changed() => {}
                             () = tokio::time::sleep(pause) => {}
                         }
                     }
@@ -966,6 +968,18 @@ impl CapabilityManager {
     }
 }
 
+/// Returns at the next event of execution `id` (or when events were missed).
+async fn event_of(events: &mut broadcast::Receiver<ExecutionEvent>, id: &str) {
+    loop {
+        match events.recv().await {
+            Ok(event) if event.execution_id == id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}
+
 /// Hears the other replicas of a shared store for as long as the manager lives: their status
 /// changes become this manager's events (so subscribers see every replica's executions) and
 /// wake its waiters; a stop asked of one of ours stops it.
@@ -988,7 +1002,6 @@ async fn hear_replicas(
                 manager.0.changed.send_modify(|n| *n += 1);
             }
             StoreSignal::Changed(id) => {
-                manager.0.changed.send_modify(|n| *n += 1);
                 if let Ok(Some(record)) = manager.0.store.get(&id).await {
                     let kind = match record.status {
                         ExecutionStatus::Starting => Some(ExecutionEventKind::Started),
