@@ -456,15 +456,7 @@ mod tests {
         let pg = server.pg();
         let statement = "SELECT id, event, execution_id, principal, tool, line, \
              at = (line::jsonb ->> 'ts')::timestamptz FROM audit_events ORDER BY id";
-        let rows: Vec<(
-            i64,
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-            String,
-            bool,
-        )> = {
+        let rows: Vec<AuditColumns> = {
             let url = PgUrl::parse(&url).unwrap();
             let pg = Pg::new(&url, Default::default()).unwrap();
             pg.block(move |c| async move {
@@ -522,6 +514,17 @@ mod tests {
         assert_eq!(call["outcome"], "rate_limited");
         assert_eq!(call["input_sha256"].as_str().map(str::len), Some(64));
     }
+
+    /// id, event, execution_id, principal, tool, line, and whether `at` is the line's `ts`.
+    type AuditColumns = (
+        i64,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        String,
+        bool,
+    );
 
     fn refused_message(r: Result<crate::AuditedCall, GuardError>) -> String {
         match r {
