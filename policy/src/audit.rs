@@ -25,6 +25,11 @@
 //! lines, a crash of the process does not). A write that fails, or writes less than the whole
 //! line (a full disk), is an error: the caller fails the execution closed.
 //!
+//! In PostgreSQL ([`AuditLog::open_at`] with a `postgres://` URL), each event is instead one
+//! row of `audit_events` (see `pg_store.rs`), committed before [`AuditLog::record`] returns:
+//! its `line` column is the JSON line above, byte for byte, beside indexed columns. A row
+//! that cannot be written is an error, as a failed write to the file is.
+//!
 //! A call that passed the policy's checks gets a `tool_call_started` line before it runs (if
 //! that line cannot be written, the call does not run), and a `tool_call` line with its
 //! outcome after. A refused call gets only its `tool_call` line.
