@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use execbox_host::{RuntimeOptions, DEFAULT_MAX_CONCURRENT_TOOL_CALLS};
-use execbox_policy::EnforcementOptions;
+use execbox_policy::{EnforcementOptions, StoreLocation};
 
 use crate::logging::{self, LogFormat};
 use crate::size::parse_size;
@@ -250,17 +250,27 @@ pub struct RunArgs {
 pub struct EnforceArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
-    /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
-    #[arg(long, value_name = "FILE")]
-    pub audit_log: Option<PathBuf>,
-    /// Keep rate-limit counters in this SQLite file, shared with every process using it
-    /// (overrides the policy file's `state`); without either, counters last as long as the
-    /// process.
-    #[arg(long, value_name = "FILE")]
-    pub state: Option<PathBuf>,
+    /// Write the audit log here, overriding the policy file's `audit.file`: a file (JSON
+    /// lines), or a postgres:// URL (one row per event in its `audit_events` table).
+    #[arg(long, value_name = "FILE|URL", value_parser = location())]
+    pub audit_log: Option<StoreLocation>,
+    /// Keep rate-limit counters in this SQLite file, shared with the processes of this
+    /// machine using it, or in the PostgreSQL database of a postgres:// URL, shared exactly
+    /// with every process and replica using it (overrides the policy file's `state`); without
+    /// either, counters last as long as the process. A database that is down refuses
+    /// rate-limited calls until it is back.
+    #[arg(long, value_name = "FILE|URL", value_parser = location())]
+    pub state: Option<StoreLocation>,
     /// Approve every call of a tool that requires approval, without asking.
     #[arg(long)]
     pub approve_all: bool,
+}
+
+/// A store location flag: a `postgres://` URL (checked now, its password never shown), else
+/// a file path.
+fn location() -> impl clap::builder::TypedValueParser<Value = StoreLocation> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PathBufValueParser::new().try_map(|path| StoreLocation::from_path(&path))
 }
 
 impl EnforceArgs {
@@ -309,14 +319,15 @@ pub struct CapabilityArgs {
     pub db: Option<PathBuf>,
     #[command(flatten)]
     pub policy: PolicyArgs,
-    /// Write the audit log here (JSON lines), overriding the policy file's `audit.file`.
-    #[arg(long, value_name = "FILE")]
-    pub audit_log: Option<PathBuf>,
+    /// Write the audit log here, overriding the policy file's `audit.file`: a file (JSON
+    /// lines), or a postgres:// URL (one row per event in its `audit_events` table).
+    #[arg(long, value_name = "FILE|URL", value_parser = location())]
+    pub audit_log: Option<StoreLocation>,
     /// Keep the rate-limit counters of scripts' tool calls here (overrides the policy file's
     /// `state`): a SQLite file, or a postgres:// URL that replicas share, so that a limit holds
     /// across all of them; without either, counters last as long as the process.
-    #[arg(long, value_name = "FILE|URL")]
-    pub state: Option<PathBuf>,
+    #[arg(long, value_name = "FILE|URL", value_parser = location())]
+    pub state: Option<StoreLocation>,
     #[command(flatten)]
     pub diagnostics: Diagnostics,
 }

@@ -35,14 +35,10 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     };
     let enforce = args.enforce.options();
     let enforcement = enforce.open()?;
-    // The shapes of tools' results live beside the rate-limit counters, when they are in a file.
-    let state = enforce.state.clone().or_else(|| {
-        enforcement
-            .policy()
-            .and_then(|p| p.state_file().map(Into::into))
-    });
-    let observed = Arc::new(match state {
-        Some(path) => ObservedResults::open(path)?,
+    // The shapes of tools' results live beside the rate-limit counters, when they are kept
+    // in a file or a database.
+    let observed = Arc::new(match enforce.state_location(enforcement.policy()) {
+        Some(location) => ObservedResults::open_at(location)?,
         None => ObservedResults::in_memory(),
     });
     let http = match args.http {

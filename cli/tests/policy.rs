@@ -1,10 +1,13 @@
 //! The policy layer end to end, with the real CLI and real files: hidden tools, rate limits
-//! within a run and across runs sharing a state file, approvals, principals and the audit log.
+//! within a run and across runs sharing a state file or a PostgreSQL database, approvals,
+//! principals and the audit log.
 
 mod support;
 
 #[path = "policy/approval_and_audit.rs"]
 mod approval_and_audit;
+#[path = "policy/postgres.rs"]
+mod postgres;
 #[path = "policy/reasons.rs"]
 mod reasons;
 

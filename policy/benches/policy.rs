@@ -3,18 +3,23 @@
 //! Each row runs `Enforcement::admit_call` and `AuditedCall::finish` for one call, as dispatch will,
 //! with more of the policy switched on row by row; the target is at most 5 µs per call with
 //! permissions, a rate limit and audit to a file. Prints a table (mean, p50, p99 per call).
+//! The PostgreSQL rows run against a server the bench starts (`execbox_pg::testing`); without
+//! PostgreSQL binaries they are left out with a note.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execbox_host::{GuardedCall, RateLimit, Tool, ToolRequirements};
-use execbox_policy::{AuditLog, Enforcement, Policy, RateLimits};
+use execbox_pg::testing::TestServer;
+use execbox_policy::{AuditLog, Enforcement, Policy, RateLimits, StoreLocation};
 use futures_util::FutureExt as _;
 use serde_json::{json, Value};
 
 const CALLS: usize = 200_000;
 const WARM_UP: usize = 5_000;
+/// Calls per PostgreSQL row: each is a round trip to the server.
+const PG_CALLS: usize = 20_000;
 
 struct Row {
     name: &'static str,
@@ -43,6 +48,17 @@ fn measure(
     input: &Value,
     shared: bool,
 ) -> Row {
+    measure_n(name, guard, tool, input, shared, CALLS)
+}
+
+fn measure_n(
+    name: &'static str,
+    guard: &Enforcement,
+    tool: &ToolRequirements,
+    input: &Value,
+    shared: bool,
+    calls: usize,
+) -> Row {
     // In memory, admit never waits (no approval here): polled once, without a runtime. A
     // state file's check runs on a blocking thread, so that row needs one.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -60,23 +76,23 @@ fn measure(
         .unwrap_or_else(|e| panic!("{e}"));
         admitted.finish(Ok(())).unwrap();
     };
-    for _ in 0..WARM_UP {
+    for _ in 0..WARM_UP.min(calls / 10) {
         call();
     }
-    let mut samples = Vec::with_capacity(CALLS);
+    let mut samples = Vec::with_capacity(calls);
     let all = Instant::now();
-    for _ in 0..CALLS {
+    for _ in 0..calls {
         let t = Instant::now();
         call();
         samples.push(t.elapsed());
     }
-    let mean = all.elapsed() / CALLS as u32;
+    let mean = all.elapsed() / calls as u32;
     samples.sort();
     Row {
         name,
         mean,
-        p50: samples[CALLS / 2],
-        p99: samples[CALLS * 99 / 100],
+        p50: samples[calls / 2],
+        p99: samples[calls * 99 / 100],
     }
 }
 
@@ -151,7 +167,37 @@ fn main() {
         true,
     ));
 
-    println!("policy overhead per tool call ({CALLS} calls per row, one thread)\n");
+    let server = TestServer::start_or_skip();
+    match &server {
+        Some(server) => {
+            let url = StoreLocation::parse(&server.database("bench")).unwrap();
+            let pg = Arc::new(RateLimits::open_at(&url).unwrap());
+            let on_pg = Enforcement::new(alice(), pg.clone()).with_audit(audit.clone());
+            rows.push(measure_n(
+                "  ... rate limit in PostgreSQL",
+                &on_pg,
+                &tool_policy(true, true),
+                &input,
+                true,
+                PG_CALLS,
+            ));
+            let pg_audit = Arc::new(AuditLog::open_at(&url, false).unwrap());
+            let all_pg = Enforcement::new(alice(), pg).with_audit(pg_audit);
+            rows.push(measure_n(
+                "  ... and audit to PostgreSQL",
+                &all_pg,
+                &tool_policy(true, true),
+                &input,
+                true,
+                PG_CALLS,
+            ));
+        }
+        None => println!("(no PostgreSQL here: its rows are left out)\n"),
+    }
+
+    println!(
+        "policy overhead per tool call ({CALLS} calls per row, {PG_CALLS} for PostgreSQL; one thread)\n"
+    );
     println!(
         "| {:<44} | {:>9} | {:>9} | {:>9} |",
         "policy", "mean", "p50", "p99"

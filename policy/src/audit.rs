@@ -25,6 +25,11 @@
 //! lines, a crash of the process does not). A write that fails, or writes less than the whole
 //! line (a full disk), is an error: the caller fails the execution closed.
 //!
+//! In PostgreSQL ([`AuditLog::open_at`] with a `postgres://` URL), each event is instead one
+//! row of `audit_events` (see `pg_store.rs`), committed before [`AuditLog::record`] returns:
+//! its `line` column is the JSON line above, byte for byte, beside indexed columns. A row
+//! that cannot be written is an error, as a failed write to the file is.
+//!
 //! A call that passed the policy's checks gets a `tool_call_started` line before it runs (if
 //! that line cannot be written, the call does not run), and a `tool_call` line with its
 //! outcome after. A refused call gets only its `tool_call` line.
@@ -46,7 +51,8 @@ use execbox_protocol::ErrorCode;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::PolicyError;
+use super::pg_store::{AuditRow, PolicyDb};
+use super::{PolicyError, StoreLocation};
 
 /// What happened, in an audit line's `outcome`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,17 +308,32 @@ struct Line<'a> {
     error: Option<&'a str>,
 }
 
-/// An append-only JSON-lines audit log; see the module docs for the format. Share it behind
-/// an `Arc`: [`AuditLog::record`] takes `&self` and is safe from many threads and processes.
-#[derive(Debug)]
+/// An append-only JSON-lines audit log, in a file or a PostgreSQL database; see the module
+/// docs for the format. Share it behind an `Arc`: [`AuditLog::record`] takes `&self` and is
+/// safe from many threads and processes.
 pub struct AuditLog {
-    path: PathBuf,
+    location: StoreLocation,
+    sink: Sink,
+    include_input: bool,
+}
+
+enum Sink {
+    File(FileSink),
+    Postgres(PolicyDb),
+}
+
+struct FileSink {
     file: File,
     /// The file could be opened for reading too (to look for a torn last line).
     readable: bool,
     /// Held by the thread writing a line.
     turn: Mutex<()>,
-    include_input: bool,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AuditLog({})", self.location)
+    }
 }
 
 impl AuditLog {
@@ -346,25 +367,46 @@ impl AuditLog {
             }
         };
         Ok(AuditLog {
-            path: path.to_path_buf(),
-            file,
-            readable,
-            turn: Mutex::new(()),
+            location: StoreLocation::Sqlite(path.to_path_buf()),
+            sink: Sink::File(FileSink {
+                file,
+                readable,
+                turn: Mutex::new(()),
+            }),
             include_input,
         })
     }
 
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The audit log at `location`: a file ([`AuditLog::open`]), or a PostgreSQL database
+    /// where each event is a row of `audit_events` (see `pg_store.rs`), whose table is
+    /// created or migrated now (or, when the database cannot be reached now, on the first
+    /// event: until then every event fails, and with it the execution).
+    pub fn open_at(location: &StoreLocation, include_input: bool) -> Result<AuditLog, PolicyError> {
+        match location {
+            StoreLocation::Sqlite(path) => AuditLog::open(path, include_input),
+            StoreLocation::Postgres(url) => Ok(AuditLog {
+                location: location.clone(),
+                sink: Sink::Postgres(PolicyDb::open(url).map_err(PolicyError::AuditDatabase)?),
+                include_input,
+            }),
+        }
+    }
+
+    /// Where the log is: its file, or its database (shown with the password hidden).
+    pub fn location(&self) -> &StoreLocation {
+        &self.location
+    }
+
+    /// A failure to make a line, naming the log.
+    fn failed(&self, source: std::io::Error) -> PolicyError {
+        PolicyError::Audit {
+            path: PathBuf::from(self.location.to_string()),
+            source,
+        }
     }
 
     /// Appends one line for `event`; when this returns `Ok` the line is written.
     pub fn record(&self, event: &AuditEvent<'_>) -> Result<(), PolicyError> {
-        let fail = |source| PolicyError::Audit {
-            path: self.path.clone(),
-            source,
-        };
         let digested;
         let (input_sha256, input) = match event.input {
             Input::None => (None, None),
@@ -392,19 +434,48 @@ impl AuditLog {
             error: event.error,
         };
         let mut bytes = Vec::with_capacity(512);
-        serde_json::to_writer(&mut bytes, &line).map_err(|e| fail(std::io::Error::other(e)))?;
+        serde_json::to_writer(&mut bytes, &line)
+            .map_err(|e| self.failed(std::io::Error::other(e)))?;
+        let file = match &self.sink {
+            Sink::File(file) => file,
+            Sink::Postgres(db) => {
+                let text =
+                    String::from_utf8(bytes).map_err(|e| self.failed(std::io::Error::other(e)))?;
+                return db
+                    .append_audit(&AuditRow {
+                        at: &line.ts,
+                        event: line.event,
+                        execution_id: line.execution_id,
+                        principal: line.principal,
+                        tool: line.tool,
+                        line: &text,
+                    })
+                    .map_err(PolicyError::AuditDatabase);
+            }
+        };
         bytes.push(b'\n');
         // Writers take turns (threads of this process by the mutex, processes by an advisory
         // lock on the file), so that none sees the end of a line still being written as torn.
-        let _turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
-        let locked = self.file.lock().is_ok();
-        let result = self.append(&bytes);
+        let _turn = file.turn.lock().unwrap_or_else(|e| e.into_inner());
+        let locked = file.file.lock().is_ok();
+        let result = file.append(&bytes);
         if locked {
-            let _ = self.file.unlock();
+            let _ = file.file.unlock();
         }
-        result.map_err(fail)
+        result.map_err(|e| self.failed(e))
     }
+    /// The digest of `input` (SHA-256 of its compact JSON), and the input itself when lines
+    /// include it.
+    pub(crate) fn digest(&self, input: &Value) -> Result<InputDigest, PolicyError> {
+        let json = serde_json::to_vec(input).map_err(|e| self.failed(std::io::Error::other(e)))?;
+        Ok(InputDigest {
+            sha256: sha256_hex(&json),
+            input: self.include_input.then(|| input.clone()),
+        })
+    }
+}
 
+impl FileSink {
     /// Writes one line, ending a torn last line first.
     fn append(&self, line: &[u8]) -> std::io::Result<()> {
         let mut bytes = Vec::with_capacity(line.len() + 1);
@@ -449,19 +520,6 @@ impl AuditLog {
             return matches!(self.file.read_at(&mut last, meta.len() - 1), Ok(1) if last[0] != b'\n');
         }
         false
-    }
-
-    /// The digest of `input` (SHA-256 of its compact JSON), and the input itself when lines
-    /// include it.
-    pub(crate) fn digest(&self, input: &Value) -> Result<InputDigest, PolicyError> {
-        let json = serde_json::to_vec(input).map_err(|e| PolicyError::Audit {
-            path: self.path.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        Ok(InputDigest {
-            sha256: sha256_hex(&json),
-            input: self.include_input.then(|| input.clone()),
-        })
     }
 }
 

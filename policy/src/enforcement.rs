@@ -32,7 +32,7 @@ use super::aliases::PermissionAliases;
 use super::approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll};
 use super::audit::{AuditEvent, AuditLog, AuditOutcome, InputDigest};
 use super::limits::RateLimits;
-use super::{Policy, PolicyError, Principal};
+use super::{Policy, PolicyError, Principal, StoreLocation};
 use execbox_host::{
     Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall, RateLimit,
     ToolError, ToolRequirements,
@@ -48,10 +48,11 @@ pub struct EnforcementOptions {
     pub policy: Option<PathBuf>,
     /// The principal to run as (a principal of the policy; needs `policy`).
     pub principal: Option<String>,
-    /// The audit log; else the policy's `audit.file`.
-    pub audit_log: Option<PathBuf>,
-    /// The rate-limit state file; else the policy's `state`; else counters in memory.
-    pub state: Option<PathBuf>,
+    /// The audit log (a file or a `postgres://` URL); else the policy's `audit.file`.
+    pub audit_log: Option<StoreLocation>,
+    /// Where rate-limit counters are kept (a SQLite file or a `postgres://` URL); else the
+    /// policy's `state`; else in memory.
+    pub state: Option<StoreLocation>,
     /// Approve every call of a tool that requires approval, without asking anyone.
     pub approve_all: bool,
     /// Each caller is named per request (a server's bearer tokens): the policy's principal
@@ -62,8 +63,9 @@ pub struct EnforcementOptions {
 }
 
 impl EnforcementOptions {
-    /// Loads the policy, resolves the principal, opens the state file and the audit log. Any
-    /// failure is the caller's to report before anything runs.
+    /// Loads the policy, resolves the principal, opens the rate-limit state and the audit log.
+    /// Any failure is the caller's to report before anything runs (a PostgreSQL database
+    /// that cannot be reached now is not one: calls that need it are refused until it is).
     pub fn open(&self) -> Result<Enforcement, PolicyError> {
         let (policy, principal) = match &self.policy {
             Some(path) => {
@@ -80,22 +82,18 @@ impl EnforcementOptions {
             None if self.principal.is_some() => return Err(PolicyError::PrincipalWithoutPolicy),
             None => (None, Principal::unrestricted()),
         };
-        let state = self
-            .state
-            .clone()
-            .or_else(|| policy.as_ref().and_then(|p| p.state_file().map(Into::into)));
-        let limits = match state {
-            Some(state) => Arc::new(RateLimits::open(&state)?),
+        let limits = match self.state_location(policy.as_ref()) {
+            Some(state) => Arc::new(RateLimits::open_at(state)?),
             None => Arc::new(RateLimits::in_memory()),
         };
-        let audit_path = self
+        let audit_log = self
             .audit_log
-            .clone()
-            .or_else(|| policy.as_ref().and_then(|p| p.audit_file().map(Into::into)));
-        let audit = match audit_path {
-            Some(path) => {
+            .as_ref()
+            .or_else(|| policy.as_ref().and_then(Policy::audit_log));
+        let audit = match audit_log {
+            Some(location) => {
                 let include_input = policy.as_ref().is_some_and(Policy::audit_includes_input);
-                Some(Arc::new(AuditLog::open(&path, include_input)?))
+                Some(Arc::new(AuditLog::open_at(location, include_input)?))
             }
             None => None,
         };
@@ -107,6 +105,13 @@ impl EnforcementOptions {
             enforcement.approve_all = true;
         }
         Ok(enforcement)
+    }
+
+    /// Where rate-limit counters (and observed results) are kept: `state`, else the policy's.
+    pub fn state_location<'a>(&'a self, policy: Option<&'a Policy>) -> Option<&'a StoreLocation> {
+        self.state
+            .as_ref()
+            .or_else(|| policy.and_then(Policy::state))
     }
 }
 
@@ -139,7 +144,7 @@ impl std::fmt::Debug for Enforcement {
         f.debug_struct("Enforcement")
             .field("principal", &self.principal.name())
             .field("limits", &self.limits)
-            .field("audit", &self.audit.as_ref().map(|a| a.path()))
+            .field("audit", &self.audit.as_ref().map(|a| a.location()))
             .field("approve_all", &self.approve_all)
             .finish_non_exhaustive()
     }
@@ -272,8 +277,9 @@ impl Enforcement {
                 Err(e) => {
                     tracing::error!("{e}");
                     let error = ToolError::tool(format!(
-                        "{tool}: the host cannot check this tool's rate limit now \
-                         (its rate-limit state is unavailable)"
+                        "{tool}: the call was refused because the rate-limit store is \
+                         unavailable (the host cannot count calls of this tool now); \
+                         try again later"
                     ));
                     return Err(self.refuse(&call, AuditOutcome::Error(error.code), error));
                 }
@@ -338,8 +344,9 @@ impl Enforcement {
         }
     }
 
-    /// Counts the call. A check against a state file is a SQLite transaction that may wait
-    /// for other processes, so it runs on a blocking thread; in memory it is a few atomics.
+    /// Counts the call. A check against a state file or database is a transaction that may
+    /// wait for other processes or the network, so it runs on a blocking thread; in memory it
+    /// is a few atomics.
     async fn check_limit(&self, tool: &str, limit: &RateLimit) -> Result<(), PolicyError> {
         if !self.limits.is_shared() {
             return self.limits.check(&self.principal, tool, limit);

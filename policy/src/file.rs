@@ -10,26 +10,27 @@
 //!   bot:   { roles: [reader], token_sha256: [<64 hex digits>] }   # bearer tokens, by digest
 //! default_permissions: []           # optional; what an execution without a principal holds
 //! require_principal: false          # optional; true: an execution must name a principal
-//! state: ./execbox-state.db         # optional; the SQLite file of rate-limit counters
-//! audit: { file: ./audit.jsonl, include_input: false }   # optional; the audit log
+//! state: ./execbox-state.db         # optional; rate-limit counters: a SQLite file or postgres://
+//! audit: { file: ./audit.jsonl, include_input: false }   # optional; the audit log: a file or postgres://
 //! ```
 //!
 //! - A grant is exact (`weather:read`), a prefix ending in `:*` (`docs:*`), or `*`.
 //! - Every role a principal names must be defined; unknown fields, duplicate keys and values
 //!   of the wrong type are errors that name the file, the line and the field.
-//! - Relative `state` and `audit.file` paths resolve against the policy file's directory.
+//! - Relative `state` and `audit.file` paths resolve against the policy file's directory; a
+//!   `postgres://` (or `postgresql://`) URL is a database (see `pg_store.rs`), used as it is.
 //! - `token_sha256` holds SHA-256 digests of bearer tokens (never the tokens), lower- or
 //!   upper-case hex; a digest may belong to one principal only.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use execbox_host::yaml::{self, base_dir, did_you_mean};
 use serde::Deserialize;
 
 use super::grants::Grants;
-use super::{Inner, Policy, PolicyError};
+use super::{Inner, Policy, PolicyError, StoreLocation};
 
 /// The policy file version this host reads.
 pub const POLICY_FILE_VERSION: u64 = 1;
@@ -171,19 +172,21 @@ impl PolicyDef {
         }
         let default_grants = Grants::parse(self.default_permissions.iter().map(String::as_str))
             .map_err(|m| invalid("default_permissions".into(), m))?;
-        let resolve_path = |at: &str, p: &str| -> Result<PathBuf, PolicyError> {
+        let resolve = |at: &str, p: &str| -> Result<StoreLocation, PolicyError> {
             if p.trim().is_empty() {
                 return Err(invalid(at.into(), "must not be empty".into()));
             }
-            Ok(base_dir.join(p))
+            let location =
+                StoreLocation::parse(p).map_err(|e| invalid(at.into(), e.to_string()))?;
+            Ok(location.resolved_against(base_dir))
         };
-        let state_file = self
+        let state = self
             .state
             .as_deref()
-            .map(|p| resolve_path("state", p))
+            .map(|p| resolve("state", p))
             .transpose()?;
-        let (audit_file, audit_include_input) = match &self.audit {
-            Some(a) => (Some(resolve_path("audit.file", &a.file)?), a.include_input),
+        let (audit, audit_include_input) = match &self.audit {
+            Some(a) => (Some(resolve("audit.file", &a.file)?), a.include_input),
             None => (None, false),
         };
         Ok(Policy(Arc::new(Inner {
@@ -191,8 +194,8 @@ impl PolicyDef {
             default_grants: Arc::new(default_grants),
             require_principal: self.require_principal,
             tokens,
-            state_file,
-            audit_file,
+            state,
+            audit,
             audit_include_input,
         })))
     }
@@ -256,11 +259,11 @@ audit: { file: ./audit.jsonl, include_input: false }
         assert!(!alice.holds("email:send"));
         assert!(!policy.principal(None).unwrap().holds("weather:read"));
         assert_eq!(
-            policy.state_file(),
+            policy.state().and_then(StoreLocation::file),
             Some(Path::new("/etc/execbox/./execbox-state.db"))
         );
         assert_eq!(
-            policy.audit_file(),
+            policy.audit_log().and_then(StoreLocation::file),
             Some(Path::new("/etc/execbox/./audit.jsonl"))
         );
         assert!(!policy.audit_includes_input());
@@ -271,7 +274,34 @@ audit: { file: ./audit.jsonl, include_input: false }
     fn a_minimal_file_is_the_empty_policy() {
         let policy = parse("version: 1\n").unwrap();
         assert!(policy.principal_names().next().is_none());
-        assert!(policy.state_file().is_none() && policy.audit_file().is_none());
+        assert!(policy.state().is_none() && policy.audit_log().is_none());
+    }
+
+    #[test]
+    fn a_postgres_url_is_a_database_and_is_not_resolved_against_the_folder() {
+        let policy = parse(
+            "version: 1\n\
+             state: postgres://execbox:s3cret@db.internal:5432/execbox\n\
+             audit: { file: \"postgresql://execbox@db.internal/audit?sslmode=require\" }\n",
+        )
+        .unwrap();
+        let Some(StoreLocation::Postgres(url)) = policy.state() else {
+            panic!("{:?}", policy.state());
+        };
+        assert_eq!(
+            url.to_string(),
+            "postgres://execbox:***@db.internal:5432/execbox"
+        );
+        let Some(StoreLocation::Postgres(url)) = policy.audit_log() else {
+            panic!("{:?}", policy.audit_log());
+        };
+        assert_eq!(
+            url.to_string(),
+            "postgresql://execbox@db.internal/audit?sslmode=require"
+        );
+        let e = error("version: 1\nstate: postgres://u:s3cret@db:port/x\n");
+        assert!(e.starts_with("policy.yaml: state: database URL"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
     }
 
     #[test]
@@ -341,7 +371,10 @@ audit: { file: ./audit.jsonl, include_input: false }
         let file = dir.join("policy.yaml");
         std::fs::write(&file, EXAMPLE).unwrap();
         let policy = Policy::load(&file).unwrap();
-        assert_eq!(policy.audit_file().unwrap(), dir.join("./audit.jsonl"));
+        assert_eq!(
+            policy.audit_log().and_then(StoreLocation::file).unwrap(),
+            dir.join("./audit.jsonl")
+        );
         let e = Policy::load(dir.join("missing.yaml"))
             .unwrap_err()
             .to_string();

@@ -14,12 +14,14 @@
 //!   without a principal, whether one is required, where rate-limit state and the audit log
 //!   go; it comes from a policy file ([`Policy::load`], format in `file.rs`) or a
 //!   [`PolicyBuilder`]. [`Policy::principal`] resolves the caller into a [`Principal`];
-//! - [`RateLimits`] holds the counters (in memory, or in a SQLite state file processes share);
-//!   [`ObservedResults`] keeps the shape of each MCP tool's last result beside them;
+//! - [`RateLimits`] holds the counters (in memory, in a SQLite state file the processes of a
+//!   machine share, or in PostgreSQL, exact across processes and replicas; a
+//!   [`StoreLocation`] says which); [`ObservedResults`] keeps the shape of each MCP tool's
+//!   last result beside them;
 //! - an [`Approver`] decides calls of tools that require approval ([`ApproveAll`],
 //!   [`DenyAll`], [`TerminalApprover`], or the embedding application's own); whatever shows
 //!   a question to a person passes its text through [`escape_for_display`];
-//! - an [`AuditLog`] appends one JSON line per event;
+//! - an [`AuditLog`] appends one JSON line per event, to a file or as a row in PostgreSQL;
 //! - an [`Enforcement`] puts them together: which tools the principal may see, and for each
 //!   call the permission check, the rate limit, the approval and the audit line, in that
 //!   order; [`EnforcementOptions`] is the one place where a front end's flags and the policy
@@ -36,6 +38,7 @@ mod grants;
 mod limits;
 mod location;
 mod observed;
+mod pg_store;
 mod shown;
 mod state;
 
@@ -124,6 +127,13 @@ pub enum PolicyError {
         /// What failed.
         message: String,
     },
+    /// The policy's PostgreSQL database (rate limits, observed results) cannot be used;
+    /// rate-limited calls are refused meanwhile.
+    #[error("rate-limit state: {0}")]
+    SharedState(execbox_pg::PgError),
+    /// The audit log's PostgreSQL database cannot be written: the execution must fail closed.
+    #[error("cannot write the audit log: {0}; refusing to run unaudited")]
+    AuditDatabase(execbox_pg::PgError),
     /// The audit log cannot be opened or written: the execution must fail closed.
     #[error("cannot write the audit log {}: {source}; refusing to run unaudited", path.display())]
     Audit {
@@ -251,8 +261,8 @@ struct Inner {
     require_principal: bool,
     /// SHA-256 of a bearer token → principal name.
     tokens: HashMap<[u8; 32], String>,
-    state_file: Option<PathBuf>,
-    audit_file: Option<PathBuf>,
+    state: Option<StoreLocation>,
+    audit: Option<StoreLocation>,
     audit_include_input: bool,
 }
 
@@ -331,14 +341,16 @@ impl Policy {
         self.0.principals.keys().map(String::as_str)
     }
 
-    /// Where rate-limit counters are kept (`state:`), if the policy says.
-    pub fn state_file(&self) -> Option<&Path> {
-        self.0.state_file.as_deref()
+    /// Where rate-limit counters and observed results are kept (`state:`, a file resolved
+    /// against the policy's folder or a `postgres://` URL), if the policy says.
+    pub fn state(&self) -> Option<&StoreLocation> {
+        self.0.state.as_ref()
     }
 
-    /// Where the audit log goes (`audit.file`), if the policy says.
-    pub fn audit_file(&self) -> Option<&Path> {
-        self.0.audit_file.as_deref()
+    /// Where the audit log goes (`audit.file`, a file resolved against the policy's folder or
+    /// a `postgres://` URL), if the policy says.
+    pub fn audit_log(&self) -> Option<&StoreLocation> {
+        self.0.audit.as_ref()
     }
 
     /// Whether audit lines carry tool inputs (`audit.include_input`; off by default, since
@@ -415,16 +427,17 @@ impl PolicyBuilder {
         self
     }
 
-    /// Where rate-limit counters are kept.
-    pub fn state_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.def.state = Some(path.into().display().to_string());
+    /// Where rate-limit counters are kept: a file, or a `postgres://` URL.
+    pub fn state(mut self, location: impl fmt::Display) -> Self {
+        self.def.state = Some(location.to_string());
         self
     }
 
-    /// Where the audit log goes, and whether its lines carry tool inputs.
-    pub fn audit(mut self, path: impl Into<PathBuf>, include_input: bool) -> Self {
+    /// Where the audit log goes (a file, or a `postgres://` URL), and whether its lines carry
+    /// tool inputs.
+    pub fn audit(mut self, location: impl fmt::Display, include_input: bool) -> Self {
         self.def.audit = Some(file::AuditDef {
-            file: path.into().display().to_string(),
+            file: location.to_string(),
             include_input,
         });
         self

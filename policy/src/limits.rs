@@ -9,9 +9,12 @@
 //! [`RateLimits`] holds the counters, keyed by principal (or none) and `provider.tool`:
 //! - [`RateLimits::in_memory`]: for a long-lived host (the library, server modes);
 //! - [`RateLimits::open`]: in a SQLite state file (see `state.rs`) that processes share, so
-//!   successive or concurrent `execbox run` invocations count together.
+//!   successive or concurrent `execbox run` invocations count together;
+//! - [`RateLimits::open_at`] with a `postgres://` URL: in PostgreSQL (see `pg_store.rs`),
+//!   exact across every process and replica using the database.
 //!
-//! Both run the same algorithm (governor's), so a limit means the same in either.
+//! All run the same algorithm (governor's; in PostgreSQL one statement computes it the same
+//! way), so a limit means the same in each.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -25,9 +28,10 @@ use governor::clock::{Clock, MonotonicClock};
 use governor::state::keyed::HashMapStateStore;
 use governor::{NotUntil, Quota, RateLimiter};
 
+use super::pg_store::PolicyDb;
 use super::state::{EpochClock, PrincipalKey, SqliteLimiter, SqliteStore, StateDb};
 
-use super::{PolicyError, Principal};
+use super::{PolicyError, Principal, StoreLocation};
 
 /// governor's quota for `limit`: a burst of `requests`, one cell back every `window / requests`.
 fn quota(limit: &RateLimit) -> Quota {
@@ -47,9 +51,11 @@ enum Limiter {
 enum Backend {
     Memory,
     Sqlite(Arc<StateDb>),
+    Postgres(PolicyDb),
 }
 
-/// Rate-limit counters per principal and tool, in memory or in a shared SQLite state file.
+/// Rate-limit counters per principal and tool, in memory, in a shared SQLite state file, or
+/// in PostgreSQL.
 ///
 /// Cheap to share behind an `Arc`; every method takes `&self` and is safe to call from many
 /// threads at once.
@@ -64,6 +70,7 @@ impl fmt::Debug for RateLimits {
         match &self.backend {
             Backend::Memory => f.write_str("RateLimits(in memory)"),
             Backend::Sqlite(db) => write!(f, "RateLimits({})", db.path().display()),
+            Backend::Postgres(db) => write!(f, "RateLimits({})", db.url()),
         }
     }
 }
@@ -87,17 +94,31 @@ impl RateLimits {
         })
     }
 
-    /// Whether the counters live in a state file: a check then is a SQLite transaction, which
-    /// may wait for other processes (up to the 5 s busy timeout), so async callers should run
-    /// it on a blocking thread.
+    /// Counters at `location`: a SQLite file ([`RateLimits::open`]), or a PostgreSQL
+    /// database, whose `policy` tables are created or migrated now (or, when it cannot be
+    /// reached now, on first use: until then calls are refused).
+    pub fn open_at(location: &StoreLocation) -> Result<RateLimits, PolicyError> {
+        match location {
+            StoreLocation::Sqlite(path) => RateLimits::open(path),
+            StoreLocation::Postgres(url) => Ok(RateLimits {
+                backend: Backend::Postgres(PolicyDb::open(url).map_err(PolicyError::SharedState)?),
+                limiters: RwLock::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Whether the counters live in a state file or a database: a check then is a
+    /// transaction, which may wait for other processes (up to the 5 s busy timeout of SQLite,
+    /// the 5 s connect and 10 s statement timeouts of PostgreSQL), so async callers should
+    /// run it on a blocking thread.
     pub fn is_shared(&self) -> bool {
-        matches!(self.backend, Backend::Sqlite(_))
+        !matches!(self.backend, Backend::Memory)
     }
 
     /// Counts one call of `tool` (`provider.tool`) by `principal` against `limit`: `Ok` when
     /// admitted, [`PolicyError::RateLimited`] (with the time to wait) when not, or
-    /// [`PolicyError::State`] when the state file cannot be used (the call is then refused:
-    /// counters fail closed).
+    /// [`PolicyError::State`] or [`PolicyError::SharedState`] when the state file or database
+    /// cannot be used (the call is then refused: counters fail closed).
     pub fn check(
         &self,
         principal: &Principal,
@@ -114,13 +135,19 @@ impl RateLimits {
         tool: &str,
         limit: &RateLimit,
     ) -> Result<(), PolicyError> {
-        let limiter = self.limiter(tool, limit);
-        let key: PrincipalKey = principal.cloned();
         let refused = |wait: Duration| PolicyError::RateLimited {
             tool: tool.to_string(),
             limit: *limit,
             retry_after: wait,
         };
+        if let Backend::Postgres(db) = &self.backend {
+            return match db.check(principal.map(|p| &**p), tool, limit)? {
+                None => Ok(()),
+                Some(wait) => Err(refused(wait)),
+            };
+        }
+        let limiter = self.limiter(tool, limit);
+        let key: PrincipalKey = principal.cloned();
         match &*limiter {
             Limiter::Memory(l) => l
                 .check_key(&key)
@@ -159,6 +186,7 @@ impl RateLimits {
                         let store = SqliteStore::new(db.clone(), tool, limit);
                         Limiter::Sqlite(EpochClock::limiter(quota(limit), store))
                     }
+                    Backend::Postgres(_) => unreachable!("PostgreSQL counts without a limiter"),
                 })
             })
             .clone()

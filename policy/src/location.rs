@@ -8,6 +8,9 @@ use execbox_pg::PgUrl;
 
 /// A store's location (`--db`, `--state`, a policy file's `state`).
 #[derive(Clone, Debug)]
+// A location is parsed once per store and kept beside it: its size does not matter, and a
+// box would only make matching on it clumsier.
+#[allow(clippy::large_enum_variant)]
 pub enum StoreLocation {
     /// A SQLite file (created if missing), shared by the processes of one machine.
     Sqlite(PathBuf),

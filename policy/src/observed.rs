@@ -1,28 +1,35 @@
 //! The shape of each MCP tool's last result, so a declaration without an output schema can
 //! say what a call returned before (`// observed result: { sum: number }`).
 //!
-//! Kept in memory for the process, and in the state file's `observed_result` table when
-//! there is one (`--state FILE` or the policy's `state`), so a later process starts knowing
-//! them. A shape is a short TypeScript-like type of the value, never the value itself.
+//! Kept in memory for the process, and in the `observed_result` table of the state file or
+//! database when there is one (`--state`, or the policy's `state`), so a later process starts
+//! knowing them. A shape is a short TypeScript-like type of the value, never the value itself.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use super::pg_store::PolicyDb;
 use super::state::StateDb;
-use super::PolicyError;
+use super::{PolicyError, StoreLocation};
 
 /// The last observed result shape of each tool, by namespace and tool name. Cheap to share.
 #[derive(Default)]
 pub struct ObservedResults {
-    db: Option<Arc<StateDb>>,
+    db: Option<Db>,
     shapes: Mutex<HashMap<(String, String), String>>,
+}
+
+enum Db {
+    Sqlite(Arc<StateDb>),
+    Postgres(PolicyDb),
 }
 
 impl std::fmt::Debug for ObservedResults {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.db {
-            Some(db) => write!(f, "ObservedResults({})", db.path().display()),
+            Some(Db::Sqlite(db)) => write!(f, "ObservedResults({})", db.path().display()),
+            Some(Db::Postgres(db)) => write!(f, "ObservedResults({})", db.url()),
             None => f.write_str("ObservedResults(in memory)"),
         }
     }
@@ -44,7 +51,34 @@ impl ObservedResults {
             .map(|(namespace, tool, shape)| ((namespace, tool), shape))
             .collect();
         Ok(ObservedResults {
-            db: Some(Arc::new(db)),
+            db: Some(Db::Sqlite(Arc::new(db))),
+            shapes: Mutex::new(shapes),
+        })
+    }
+
+    /// Shapes kept at `location` too: a state file ([`ObservedResults::open`]), or a
+    /// PostgreSQL database shared with every process using it. A database that cannot be
+    /// reached now is no error: the process starts knowing no shapes, and records them
+    /// once it is back.
+    pub fn open_at(location: &StoreLocation) -> Result<ObservedResults, PolicyError> {
+        let url = match location {
+            StoreLocation::Sqlite(path) => return ObservedResults::open(path),
+            StoreLocation::Postgres(url) => url,
+        };
+        let db = PolicyDb::open(url).map_err(PolicyError::SharedState)?;
+        let shapes = match db.observed_results() {
+            Ok(rows) => rows
+                .into_iter()
+                .map(|(namespace, tool, shape)| ((namespace, tool), shape))
+                .collect(),
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!("observed result shapes: {e}");
+                HashMap::new()
+            }
+            Err(e) => return Err(PolicyError::SharedState(e)),
+        };
+        Ok(ObservedResults {
+            db: Some(Db::Postgres(db)),
             shapes: Mutex::new(shapes),
         })
     }
@@ -58,7 +92,7 @@ impl ObservedResults {
     }
 
     /// Records `shape` as the last result shape of `namespace`'s tool `tool`; written to the
-    /// state file only when it differs from the one before. A state file that cannot be
+    /// state file or database only when it differs from the one before. One that cannot be
     /// written is reported (the shape is still kept in memory).
     pub fn record(&self, namespace: &str, tool: &str, shape: &str) -> Result<(), PolicyError> {
         let key = (namespace.to_owned(), tool.to_owned());
@@ -70,7 +104,10 @@ impl ObservedResults {
             shapes.insert(key, shape.to_owned());
         }
         match &self.db {
-            Some(db) => db.record_observed_result(namespace, tool, shape),
+            Some(Db::Sqlite(db)) => db.record_observed_result(namespace, tool, shape),
+            Some(Db::Postgres(db)) => db
+                .record_observed_result(namespace, tool, shape)
+                .map_err(PolicyError::SharedState),
             None => Ok(()),
         }
     }

@@ -168,9 +168,16 @@ export interface PolicyOptions {
    * still runs. Without `approve`, such calls reject with `reason: "approval_required"`.
    */
   approve?: (request: ApprovalRequest) => boolean | Promise<boolean>;
-  /** The audit log (one JSON line per decision); overrides the file's `audit`. */
+  /**
+   * The audit log: a file (one JSON line per decision) or a `postgres://` URL (one row per
+   * decision); overrides the file's `audit`.
+   */
   auditLog?: string | URL;
-  /** The rate-limit state file, shared by every process using it; overrides the file's `state`. */
+  /**
+   * Where rate-limit counters are kept: a SQLite file shared by every process using it, or a
+   * `postgres://` URL shared exactly by every process and replica using the database;
+   * overrides the file's `state`.
+   */
   state?: string | URL;
 }
 

@@ -287,3 +287,124 @@ async fn a_replica_survives_the_database_restarting_under_load() {
     assert_eq!(status, StatusCode::OK, "{outcome}");
     assert_eq!(outcome["result"], json!({"sum": 42}));
 }
+
+/// deploy/k8s/serve/serve.yaml as Kubernetes would run it, on this machine: its container
+/// args (with `$(VAR)`s filled in as the kubelet would, and the mounts' paths moved into a
+/// temporary folder) start a replica that answers the token of its policy, runs the
+/// capability of its ConfigMap, and records it in the database as the pod's replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_manifest_starts_a_replica_that_serves() {
+    let Some(pg) = TestServer::start_or_skip() else {
+        return;
+    };
+    let db = pg.database("manifest");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/k8s/serve/serve.yaml"
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let of_kind = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {path}"))
+    };
+    let data = &of_kind("ConfigMap")["data"];
+    let container = &of_kind("Deployment")["spec"]["template"]["spec"]["containers"][0];
+    let roots = Roots::new("replica-manifest");
+    let token = "manifest-token";
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    let digest: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let policy = roots.temp.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        data["policy.yaml"]
+            .as_str()
+            .unwrap()
+            .replace(&"0".repeat(64), &digest),
+    )
+    .unwrap();
+    let project = roots.temp.join("srv");
+    let hello = project.join(".execbox/capabilities/hello");
+    std::fs::create_dir_all(&hello).unwrap();
+    std::fs::write(
+        hello.join("capability.yaml"),
+        data["hello.capability.yaml"].as_str().unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        hello.join("index.js"),
+        data["hello.index.js"].as_str().unwrap(),
+    )
+    .unwrap();
+
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            a.as_str()
+                .unwrap()
+                .replace("$(EXECBOX_DB_URL)", &db)
+                .replace("$(POD_NAME)", "execbox-serve-0")
+                .replace("/etc/execbox/policy.yaml", policy.to_str().unwrap())
+                .replace("/srv/execbox", project.to_str().unwrap())
+        })
+        .collect();
+    assert_eq!(args[0], "serve");
+    // `Server::start` gives its own --listen (loopback, a free port) and --pool.
+    let mut kept = Vec::new();
+    let mut rest = args[1..].iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--listen" || arg == "--pool" {
+            rest.next();
+        } else {
+            kept.push(arg.as_str());
+        }
+    }
+    let server = Server::start(roots.temp.path(), &roots.global.0, &kept);
+    let client = client();
+    let (status, _) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .json(&json!({"capability": "hello", "params": {"name": "k8s"}}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .bearer_auth(token)
+            .json(&json!({"capability": "hello", "params": {"name": "k8s"}}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["executionId"].as_str().unwrap();
+    let (status, outcome) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}/wait?timeoutMs=10000")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["result"], json!({"greeting": "hello, k8s"}));
+    let (_, seen) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(seen["replica"], "execbox-serve-0");
+}

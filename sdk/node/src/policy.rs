@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use execbox_host::{BoxFuture, CallGuard};
-use execbox_policy::{Approval, ApprovalRequest, Approver, EnforcementOptions};
+use execbox_policy::{Approval, ApprovalRequest, Approver, EnforcementOptions, StoreLocation};
 use napi::bindgen_prelude::{FnArgs, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Error, Result, Status};
@@ -50,8 +50,13 @@ impl NativePolicy {
         let mut options = EnforcementOptions::default();
         options.policy = path.map(PathBuf::from);
         options.principal = principal;
-        options.audit_log = audit_log.map(PathBuf::from);
-        options.state = state.map(PathBuf::from);
+        let location = |text: Option<String>| {
+            text.map(|t| StoreLocation::parse(&t))
+                .transpose()
+                .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))
+        };
+        options.audit_log = location(audit_log)?;
+        options.state = location(state)?;
         let mut enforcement = options
             .open()
             .map_err(|e| Error::new(Status::GenericFailure, e.to_string()))?;

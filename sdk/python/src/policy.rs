@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use execbox_host::{BoxFuture, CallGuard};
-use execbox_policy::{Approval, ApprovalRequest, Approver, EnforcementOptions};
+use execbox_policy::{Approval, ApprovalRequest, Approver, EnforcementOptions, StoreLocation};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -41,8 +41,13 @@ impl NativePolicy {
         let mut options = EnforcementOptions::default();
         options.policy = path;
         options.principal = principal;
-        options.audit_log = audit_log;
-        options.state = state;
+        let location = |path: Option<PathBuf>| {
+            path.map(|p| StoreLocation::from_path(&p))
+                .transpose()
+                .map_err(|e| PyValueError::new_err(e.to_string()))
+        };
+        options.audit_log = location(audit_log)?;
+        options.state = location(state)?;
         let mut enforcement = options
             .open()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;

@@ -37,8 +37,9 @@ class Policy:
     and the rate-limit state. Without one, every tool is permitted and rate limits are counted
     in memory. ``principal`` is who runs (a principal of the file). ``approve`` decides the
     calls of tools that require approval; without it they are refused ("approval required").
-    ``audit_log`` and ``state`` override the file's. Rate-limit counters are shared by every
-    execution given this policy (and, with ``state``, by every process using that file).
+    ``audit_log`` and ``state`` override the file's; each is a file or a ``postgres://`` URL.
+    Rate-limit counters are shared by every execution given this policy (and, with ``state``,
+    by every process using that file or database).
     """
 
     def __init__(
