@@ -63,6 +63,7 @@ pub mod supervisor;
 mod tool;
 mod tools_file;
 mod toolset;
+pub mod trace;
 #[cfg(feature = "typed")]
 mod typed;
 mod ws;

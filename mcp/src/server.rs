@@ -22,8 +22,9 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
+use tracing::Instrument as _;
 
-use execbox_host::{ExecuteRequest, Executor};
+use execbox_host::{trace, ExecuteRequest, Executor};
 use execbox_protocol::RuntimeOptions;
 
 use execbox_policy::Enforcement;
@@ -237,7 +238,15 @@ impl CodeModeServer {
             .clone()
             .asking(Arc::new(ElicitationApprover::new(context.peer.clone())));
         let request = request.guard(Arc::new(guard));
-        let result = self.0.executor.execute(request).await;
+        let span = tracing::info_span!(
+            target: trace::TARGET,
+            "execbox.mcp.execute_code",
+            otel.kind = "server",
+        );
+        if let Some(parent) = traceparent(context) {
+            trace::set_parent(&span, parent);
+        }
+        let result = self.0.executor.execute(request).instrument(span).await;
         answer(&result, self.0.options.max_output_chars)
     }
 
@@ -261,6 +270,20 @@ impl CodeModeServer {
         result.structured_content = Some(json!({ "tools": found.tools, "more": found.more }));
         result
     }
+}
+
+/// The caller's W3C `traceparent`: the request's `_meta.traceparent`, else (over streamable
+/// HTTP) the `traceparent` header of the HTTP request that carried it.
+fn traceparent(context: &RequestContext<RoleServer>) -> Option<&str> {
+    context.meta.get_traceparent().or_else(|| {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()?
+            .headers
+            .get("traceparent")?
+            .to_str()
+            .ok()
+    })
 }
 
 fn object(value: Value) -> JsonObject {
