@@ -31,10 +31,19 @@ pub fn level(verbose: u8, quiet: bool) -> &'static str {
 
 /// Installs the subscriber. `RUST_LOG`, when set, wins; else `verbose` (`-v` count) and `quiet`
 /// pick the level: errors with `-q`, warnings by default, then info, debug, trace. `traces`, the
-/// export of spans (with a filter of its own), is added beside the log lines when given.
+/// export of spans (with a filter of its own), is added beside the log lines when given; the
+/// lines leave the trace spans out unless `RUST_LOG` names their target.
 pub fn init(verbose: u8, quiet: bool, format: LogFormat, traces: Option<TracesLayer>) {
     let level = level(verbose, quiet);
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // The trace spans are for the export: log lines do not carry them unless RUST_LOG names
+    // their target (RUST_LOG=info,execbox::trace=info).
+    let named = std::env::var("RUST_LOG").is_ok_and(|v| v.contains(execbox_host::trace::TARGET));
+    if !named {
+        if let Ok(off) = format!("{}=off", execbox_host::trace::TARGET).parse() {
+            filter = filter.add_directive(off);
+        }
+    }
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(verbose >= 2);

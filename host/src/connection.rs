@@ -604,7 +604,11 @@ impl ToolCalls {
         }
         let ctx = ToolContext {
             execution_id: self.execution_id.clone(),
-            principal: self.guard.as_ref().and_then(|g| g.principal()).map(Into::into),
+            principal: self
+                .guard
+                .as_ref()
+                .and_then(|g| g.principal())
+                .map(Into::into),
             cancel: self.token.child_token(),
         };
         let tools = self.tools.clone();
