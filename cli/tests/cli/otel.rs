@@ -52,7 +52,10 @@ fn run_sends_an_execution_span_and_a_child_per_tool_call_before_it_exits() {
         ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).split_whitespace().collect::<String>(), r#"[3,"SECRET"]"#);
+    assert_eq!(
+        text(&out.stdout).split_whitespace().collect::<String>(),
+        r#"[3,"SECRET"]"#
+    );
     // No waiting: the process has exited, so it must have sent everything.
     let spans = receiver.spans();
     let execution = one(&spans, "execbox.execution");
@@ -113,8 +116,7 @@ fn an_unsupported_otlp_protocol_is_a_usage_error_naming_the_variable() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc")
-            && stderr.contains("http/protobuf"),
+        stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc") && stderr.contains("http/protobuf"),
         "{stderr}"
     );
     assert!(out.stdout.is_empty());
@@ -140,7 +142,10 @@ fn serve_makes_a_traceparent_header_the_parent_of_its_spans() {
             "--db",
             db.to_str().unwrap(),
         ],
-        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &format!("{}/v1/traces", receiver.endpoint()))],
+        &[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            &format!("{}/v1/traces", receiver.endpoint()),
+        )],
     );
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let parent = "00f067aa0ba902b7";

@@ -32,7 +32,10 @@ impl ReceivedSpan {
     /// The attribute `key`, or a panic naming the span and what it has.
     pub fn attribute(&self, key: &str) -> &str {
         self.attributes.get(key).unwrap_or_else(|| {
-            panic!("span {} has no attribute {key}: {:?}", self.name, self.attributes)
+            panic!(
+                "span {} has no attribute {key}: {:?}",
+                self.name, self.attributes
+            )
         })
     }
 }
@@ -137,7 +140,8 @@ fn serve(stream: TcpStream, kept: &Mutex<Vec<ReceivedSpan>>, seen: &Mutex<Vec<St
                 .expect("an ExportTraceServiceRequest");
             kept.lock().unwrap().extend(spans_of(request));
         }
-        let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+        let answer =
+            "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
         if writer.write_all(answer.as_bytes()).is_err() {
             return;
         }
