@@ -226,6 +226,16 @@ impl CodeModeServer {
                 .upstreams
                 .forward_progress(&id, context.peer.clone(), token)
         });
+        let span = tracing::info_span!(
+            target: trace::TARGET,
+            "execbox.mcp.execute_code",
+            otel.kind = "server",
+            execbox.execution_id = %id,
+            execbox.principal = self.0.options.enforcement.principal().name(),
+        );
+        if let Some(parent) = traceparent(context) {
+            trace::set_parent(&span, parent);
+        }
         let request = ExecuteRequest::new(code)
             .id(id)
             .tools(catalog.tools())
@@ -238,14 +248,6 @@ impl CodeModeServer {
             .clone()
             .asking(Arc::new(ElicitationApprover::new(context.peer.clone())));
         let request = request.guard(Arc::new(guard));
-        let span = tracing::info_span!(
-            target: trace::TARGET,
-            "execbox.mcp.execute_code",
-            otel.kind = "server",
-        );
-        if let Some(parent) = traceparent(context) {
-            trace::set_parent(&span, parent);
-        }
         let result = self.0.executor.execute(request).instrument(span).await;
         answer(&result, self.0.options.max_output_chars)
     }

@@ -34,6 +34,10 @@ fn check_spans(h: &Harness, spans: &[ReceivedSpan]) -> Result<(), String> {
         execution.parent_span_id == request.span_id,
         "{execution:#?}"
     );
+    check!(
+        request.attribute("execbox.execution_id") == execution.attribute("execbox.execution_id"),
+        "{request:#?}"
+    );
     let call = one(spans, "execbox.tool_call")?;
     check!(call.parent_span_id == execution.span_id, "{call:#?}");
     check!(call.attribute("execbox.tool") == "alpha.add", "{call:#?}");
