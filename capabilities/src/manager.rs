@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use execbox_host::{Executor, Provider, Schema, Tool, ToolContext, ToolError};
+use execbox_host::{trace, Executor, Provider, Schema, Tool, ToolContext, ToolError};
 use execbox_policy::{AuditEvent, AuditOutcome, Enforcement, Policy, Principal};
 use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::config::{
     CapabilityConfig, CapabilityDef, ExecutorConfig, ExecutorKind, MAX_CAPABILITY_TIMEOUT_MS,
@@ -384,14 +385,32 @@ impl CapabilityManager {
             ExecutionStatus::Starting,
             None,
         );
+        // A child of the caller's span (the HTTP request, the parent's tool call), ending when
+        // the execution does.
+        let span = tracing::info_span!(
+            target: trace::TARGET,
+            "execbox.capability",
+            otel.kind = "internal",
+            execbox.capability = %def.name,
+            execbox.execution_id = %id,
+            execbox.parent_id = record.parent_id.as_deref(),
+            execbox.principal = record.principal.as_deref(),
+            execbox.outcome = tracing::field::Empty,
+            execbox.duration_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
         let manager = self.clone();
-        tokio::spawn(async move {
-            manager
-                .drive(
-                    record, capability, executor, principal, accepted, timeout_ms, cancel, done_tx,
-                )
-                .await;
-        });
+        tokio::spawn(
+            async move {
+                manager
+                    .drive(
+                        record, capability, executor, principal, accepted, timeout_ms, cancel,
+                        done_tx,
+                    )
+                    .await;
+            }
+            .instrument(span),
+        );
         Ok(id)
     }
 
@@ -578,6 +597,11 @@ impl CapabilityManager {
             logs,
             ..Ending::of(outcome, &capability.config.def)
         };
+        trace::record_outcome(
+            &tracing::Span::current(),
+            (ending.status != ExecutionStatus::Completed).then(|| ending.status.as_str()),
+            started.elapsed().as_millis() as u64,
+        );
         // No child outlives its parent's end: children it did not wait for are stopped (and
         // have ended) before the parent's terminal status is written.
         if let Err(e) = self.stop_all_for_parent(id).await {

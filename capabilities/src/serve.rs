@@ -53,11 +53,13 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use execbox_host::trace;
 use execbox_http::FrontDoor;
 use execbox_policy::{Policy, Principal};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
+use tracing::Instrument as _;
 
 use super::manager::CapabilityManager;
 use super::records::{
@@ -197,9 +199,37 @@ pub fn capabilities_router(manager: CapabilityManager, door: FrontDoor<Principal
                 ),
             )
         })
-        .with_state(state);
+        .with_state(state)
+        .layer(axum::middleware::from_fn(traced));
     door.guard(router)
 }
+
+/// Runs a request that passed the door in an `execbox.http.request` span, whose parent is the
+/// caller's W3C `traceparent` header when it sends one: an execution started by the request
+/// is part of the caller's trace.
+async fn traced(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let span = tracing::info_span!(
+        target: trace::TARGET,
+        "execbox.http.request",
+        otel.kind = "server",
+        http.request.method = %request.method(),
+        url.path = %request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    if let Some(parent) = request
+        .headers()
+        .get(TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+    {
+        trace::set_parent(&span, parent);
+    }
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
+}
+
+/// The W3C Trace Context header naming the caller's span.
+const TRACEPARENT: &str = "traceparent";
 
 async fn list_capabilities(State(state): State<AppState>) -> Response {
     Json(json!({"capabilities": state.manager.registry().capabilities()})).into_response()

@@ -111,9 +111,9 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
-    /// Installs the log subscriber these flags ask for.
-    pub fn init(&self) {
-        logging::init(self.verbose, self.quiet, self.log_format);
+    /// Installs the log subscriber these flags ask for, with the export of traces when given.
+    pub fn init(&self, traces: Option<crate::telemetry::TracesLayer>) {
+        logging::init(self.verbose, self.quiet, self.log_format, traces);
     }
 
     /// The `RUST_LOG` to give a child runner so it says as much as we do, unless `RUST_LOG`

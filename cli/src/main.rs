@@ -12,6 +12,7 @@ mod run;
 mod serve;
 mod signals;
 mod size;
+mod telemetry;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -20,18 +21,32 @@ use clap::{CommandFactory, Parser};
 use execbox_host::{model_prompt, RuntimeOptions};
 
 use crate::args::{CheckArgs, Cli, Command, CompletionsArgs, TypesArgs};
+use crate::telemetry::Telemetry;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any runtime; the runner (the sandbox, whose stdout is protocol only) never
+    // exports. Dropped at the end of `main`, which sends the last spans.
+    let mut telemetry = match &cli.command {
+        Command::Runner(_) | Command::Completions(_) => Telemetry::off(),
+        _ => match Telemetry::from_env() {
+            Ok(telemetry) => telemetry,
+            Err(e) => {
+                eprintln!("execbox: {}", report(&e));
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let traces = telemetry.layer();
     match &cli.command {
         Command::Runner(args) => execbox_runner::init_tracing(args.log_format),
-        Command::Run(args) => args.diagnostics.init(),
-        Command::Types(args) => args.diagnostics.init(),
-        Command::Check(args) => args.diagnostics.init(),
-        Command::Mcp(args) => args.diagnostics.init(),
-        Command::Capabilities(command) => command.common().diagnostics.init(),
-        Command::Executions(command) => command.common().diagnostics.init(),
-        Command::Serve(args) => args.common.diagnostics.init(),
+        Command::Run(args) => args.diagnostics.init(traces),
+        Command::Types(args) => args.diagnostics.init(traces),
+        Command::Check(args) => args.diagnostics.init(traces),
+        Command::Mcp(args) => args.diagnostics.init(traces),
+        Command::Capabilities(command) => command.common().diagnostics.init(traces),
+        Command::Executions(command) => command.common().diagnostics.init(traces),
+        Command::Serve(args) => args.common.diagnostics.init(traces),
         Command::Completions(_) => {}
     }
     let outcome = match cli.command {

@@ -153,6 +153,7 @@ async fn watch_signals(shutdown: CancellationToken, stopped_by: Arc<AtomicU8>) {
         if stopped_by.load(Ordering::SeqCst) != 0 {
             supervisor::kill_all();
             eprintln!("execbox mcp: stopped at once");
+            crate::telemetry::shutdown();
             std::process::exit(status.into());
         }
         stopped_by.store(status, Ordering::SeqCst);

@@ -145,6 +145,7 @@ async fn watch_signals(cancel: CancellationToken, stopped_by: Arc<AtomicU8>) {
             // The second signal: stop waiting for a clean end.
             supervisor::kill_all();
             eprintln!("execbox: stopped at once");
+            crate::telemetry::shutdown();
             std::process::exit(status.into());
         }
         stopped_by.store(status, Ordering::SeqCst);

@@ -1,5 +1,6 @@
-//! Architecture checks over every crate's `src/`: each file opens with a `//!` line, and the
-//! files of a crate import one another without a cycle.
+//! Architecture checks over every crate's `src/`: each file opens with a `//!` line, the
+//! files of a crate import one another without a cycle, and only the binary depends on
+//! OpenTelemetry.
 //!
 //! A file imports another when its code names a path into it: `use crate::a::b::X`,
 //! `use super::X`, or `crate::a::f()` / `super::f()` in an expression. `mod` declarations
@@ -99,6 +100,36 @@ fn no_crate_has_an_import_cycle_between_its_files() {
         "files that import each other (break the cycle, e.g. by moving what they share to a \
          module both import):\n  {}",
         cycles.into_iter().collect::<Vec<_>>().join("\n  ")
+    );
+}
+
+/// Only the binary knows OpenTelemetry: the libraries make `tracing` spans and read or write a
+/// `traceparent` through `execbox_host::trace` (docs/observability.md).
+#[test]
+fn only_the_cli_depends_on_opentelemetry() {
+    let root = workspace();
+    let mut found = Vec::new();
+    for src in crate_sources() {
+        let krate = src.parent().unwrap();
+        if krate.ends_with("cli") {
+            continue;
+        }
+        let manifest = std::fs::read_to_string(krate.join("Cargo.toml")).unwrap();
+        for line in manifest.lines() {
+            let name = line.split(['=', ' ', '.']).next().unwrap_or("");
+            if name.contains("opentelemetry") {
+                found.push(format!(
+                    "{}: {line}",
+                    shown(&root, &krate.join("Cargo.toml"))
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "libraries depending on OpenTelemetry (export in the binary, with tracing spans in the \
+         libraries):\n  {}",
+        found.join("\n  ")
     );
 }
 

@@ -3,6 +3,8 @@
 
 mod support;
 
+#[path = "cli/otel.rs"]
+mod otel;
 #[path = "cli/unawaited.rs"]
 mod unawaited;
 

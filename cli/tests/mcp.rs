@@ -9,6 +9,10 @@
 mod mcp_upstream;
 #[path = "mcp/mistakes.rs"]
 mod mistakes;
+// The receiver of the traces tests; this binary uses part of it.
+#[allow(dead_code)]
+#[path = "support/otlp.rs"]
+mod otlp;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -79,6 +83,8 @@ fn main() {
         an_unavailable_upstream_stays_a_namespace_saying_why,
         the_prompt_never_says_a_declared_namespace_is_missing,
         the_mistakes_table_is_current,
+        execute_code_meta_traceparent_is_the_parent_and_goes_upstream,
+        http_traceparent_header_is_the_parent_of_the_execution,
     ];
     let trials = cases
         .into_iter()
@@ -1438,3 +1444,7 @@ async fn require_approval_and_grants_reach_the_tool_by_either_of_its_names(
 #[path = "mcp/declarations.rs"]
 mod declarations;
 use declarations::*;
+
+#[path = "mcp/traces.rs"]
+mod traces;
+use traces::*;

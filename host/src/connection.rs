@@ -40,12 +40,14 @@ use execbox_protocol::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::executor::{next_execution_id, ExecuteRequest, ExecuteResult, Unawaited};
 use crate::guard::{CallGuard, ExecutionEnd};
 use crate::notes::{self, CancelledBy, Fate};
 use crate::tool::ToolContext;
 use crate::toolset::ToolSet;
+use crate::trace;
 
 /// Something the runner side produced.
 #[derive(Debug)]
@@ -173,10 +175,31 @@ impl Connection {
         result
     }
 
-    /// Runs one execution over this connection.
+    /// Runs one execution over this connection, in an `execbox.execution` span
+    /// ([`trace`](crate::trace)).
     pub async fn execute(&mut self, request: &ExecuteRequest) -> ExecuteResult {
-        let started = Instant::now();
         let id = request.id.clone().unwrap_or_else(next_execution_id);
+        let span = tracing::info_span!(
+            target: trace::TARGET,
+            "execbox.execution",
+            otel.kind = "internal",
+            execbox.execution_id = %id,
+            execbox.principal = request.guard.as_ref().and_then(|g| g.principal()),
+            execbox.outcome = tracing::field::Empty,
+            execbox.duration_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let result = self.execute_as(id, request).instrument(span.clone()).await;
+        trace::record_outcome(
+            &span,
+            result.error().map(|e| e.code.as_str()),
+            result.duration_ms,
+        );
+        result
+    }
+
+    async fn execute_as(&mut self, id: String, request: &ExecuteRequest) -> ExecuteResult {
+        let started = Instant::now();
         let guard = request.guard.clone();
         if let Some(guard) = &guard {
             if let Err(e) = guard.execution_started(&id) {
@@ -581,14 +604,21 @@ impl ToolCalls {
         }
         let ctx = ToolContext {
             execution_id: self.execution_id.clone(),
+            principal: self
+                .guard
+                .as_ref()
+                .and_then(|g| g.principal())
+                .map(Into::into),
             cancel: self.token.child_token(),
         };
         let tools = self.tools.clone();
         let call_id = call.call_id.clone();
         let guard = self.guard.clone();
-        let handle = self
-            .running
-            .spawn(async move { tools.dispatch_guarded(&call, ctx, guard.as_deref()).await });
+        // In the execution's span, so that the call's span is its child.
+        let handle = self.running.spawn(
+            async move { tools.dispatch_guarded(&call, ctx, guard.as_deref()).await }
+                .in_current_span(),
+        );
         self.running_ids.insert(handle.id(), call_id);
     }
 

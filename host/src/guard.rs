@@ -145,6 +145,12 @@ pub trait CallGuard: Send + Sync {
     /// Whether a tool with these requirements exists for executions under this guard.
     fn may_call(&self, requirements: &ToolRequirements) -> bool;
 
+    /// The principal executions under this guard run as, when it names one: an attribute of
+    /// their trace spans ([`trace`](crate::trace)), never a decision.
+    fn principal(&self) -> Option<&str> {
+        None
+    }
+
     /// Called before the execution runs; a [`GuardError::Fatal`] means it must not.
     fn execution_started(&self, execution_id: &str) -> Result<(), GuardError> {
         let _ = execution_id;

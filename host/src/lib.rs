@@ -24,6 +24,8 @@
 //!   may run;
 //! - the [`supervisor`] starts and stops every process a tool, an executor or an upstream
 //!   server runs, descendants that left their group included.
+//! - [`trace`] names the `tracing` target of the spans of executions and tool calls, and holds
+//!   the hook through which a binary that exports traces reads and writes W3C `traceparent`s.
 //!
 //! ```no_run
 //! use execbox_host::{ExecuteRequest, Executor, PooledExecutor, Provider, RunnerCommand, Tool, ToolSet};
@@ -63,6 +65,7 @@ pub mod supervisor;
 mod tool;
 mod tools_file;
 mod toolset;
+pub mod trace;
 #[cfg(feature = "typed")]
 mod typed;
 mod ws;

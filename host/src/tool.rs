@@ -44,6 +44,9 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 pub struct ToolContext {
     /// The `execute.id` of the execution whose guest made the call.
     pub execution_id: String,
+    /// The principal the execution runs as, when its guard names one
+    /// ([`CallGuard::principal`](crate::CallGuard::principal)); for traces and logs.
+    pub principal: Option<String>,
     /// Cancelled when the execution ends early (timeout, cancel, session loss). A handler
     /// should stop work when it fires; [`ToolSet::dispatch`](crate::ToolSet::dispatch) stops
     /// waiting for it and drops the handler's future at that point anyway.
@@ -55,6 +58,7 @@ impl ToolContext {
     pub fn new(execution_id: impl Into<String>) -> Self {
         ToolContext {
             execution_id: execution_id.into(),
+            principal: None,
             cancel: CancellationToken::new(),
         }
     }

@@ -44,6 +44,7 @@ use execbox_protocol::{
 };
 use futures_util::FutureExt as _;
 use serde_json::{Map, Value};
+use tracing::Instrument as _;
 
 use crate::declarations::{provider_declaration, requirement_remarks, ToolDeclaration};
 use crate::guard::{unguarded, CallGuard, GuardError, GuardedCall};
@@ -53,6 +54,7 @@ use crate::json::{
 use crate::names::{assign_safe_names, check_provider_name};
 use crate::schema::Schema;
 use crate::tool::{Provider, Tool, ToolContext, ToolError};
+use crate::trace;
 
 /// Why a set of providers cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -441,7 +443,36 @@ impl ToolSet {
         guard: Option<&dyn CallGuard>,
     ) -> Result<ToolResult, String> {
         let started = Instant::now();
-        let outcome = self.run(call, ctx, guard).await?.map_err(|e| {
+        let span = tracing::info_span!(
+            target: trace::TARGET,
+            "execbox.tool_call",
+            otel.kind = "internal",
+            execbox.tool = %format_args!("{}.{}", call.provider_name, call.safe_tool_name),
+            execbox.call_id = %call.call_id,
+            execbox.execution_id = %ctx.execution_id,
+            execbox.principal = ctx.principal.as_deref(),
+            execbox.outcome = tracing::field::Empty,
+            execbox.duration_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let outcome = self.run(call, ctx, guard).instrument(span.clone()).await;
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(fatal) => {
+                trace::record_outcome(
+                    &span,
+                    Some(ErrorCode::InternalError.as_str()),
+                    started.elapsed().as_millis() as u64,
+                );
+                return Err(fatal);
+            }
+        };
+        trace::record_outcome(
+            &span,
+            outcome.as_ref().err().map(|e| e.code.as_str()),
+            started.elapsed().as_millis() as u64,
+        );
+        let outcome = outcome.map_err(|e| {
             named(
                 &format!("{}.{}", call.provider_name, call.safe_tool_name),
                 e,

@@ -22,8 +22,9 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
+use tracing::Instrument as _;
 
-use execbox_host::{ExecuteRequest, Executor};
+use execbox_host::{trace, ExecuteRequest, Executor};
 use execbox_protocol::RuntimeOptions;
 
 use execbox_policy::Enforcement;
@@ -225,6 +226,16 @@ impl CodeModeServer {
                 .upstreams
                 .forward_progress(&id, context.peer.clone(), token)
         });
+        let span = tracing::info_span!(
+            target: trace::TARGET,
+            "execbox.mcp.execute_code",
+            otel.kind = "server",
+            execbox.execution_id = %id,
+            execbox.principal = self.0.options.enforcement.principal().name(),
+        );
+        if let Some(parent) = traceparent(context) {
+            trace::set_parent(&span, parent);
+        }
         let request = ExecuteRequest::new(code)
             .id(id)
             .tools(catalog.tools())
@@ -237,7 +248,7 @@ impl CodeModeServer {
             .clone()
             .asking(Arc::new(ElicitationApprover::new(context.peer.clone())));
         let request = request.guard(Arc::new(guard));
-        let result = self.0.executor.execute(request).await;
+        let result = self.0.executor.execute(request).instrument(span).await;
         answer(&result, self.0.options.max_output_chars)
     }
 
@@ -261,6 +272,20 @@ impl CodeModeServer {
         result.structured_content = Some(json!({ "tools": found.tools, "more": found.more }));
         result
     }
+}
+
+/// The caller's W3C `traceparent`: the request's `_meta.traceparent`, else (over streamable
+/// HTTP) the `traceparent` header of the HTTP request that carried it.
+fn traceparent(context: &RequestContext<RoleServer>) -> Option<&str> {
+    context.meta.get_traceparent().or_else(|| {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()?
+            .headers
+            .get("traceparent")?
+            .to_str()
+            .ok()
+    })
 }
 
 fn object(value: Value) -> JsonObject {

@@ -20,7 +20,7 @@ use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
     ClientRequest, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ProgressToken, Request, RequestId, ServerResult,
+    ProgressToken, Request, RequestId, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService,
@@ -29,9 +29,11 @@ use rmcp::service::{
 use rmcp::{ClientHandler, ServiceExt as _};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument as _;
 
 use execbox_host::declarations::shape_of;
 use execbox_host::supervisor::ProcessGroup;
+use execbox_host::trace;
 use execbox_host::{BoxFuture, Provider, Schema, Tool, ToolContext, ToolError, ToolHandler};
 use execbox_policy::{ObservedResults, PermissionAliases, Policy};
 
@@ -636,7 +638,32 @@ struct UpstreamTool {
 
 impl ToolHandler for UpstreamTool {
     fn call(&self, input: Value, ctx: ToolContext) -> BoxFuture<Result<Value, ToolError>> {
-        Box::pin(call(self.link.clone(), self.name.clone(), input, ctx))
+        let span = tracing::info_span!(
+            target: trace::TARGET,
+            "execbox.mcp.upstream_call",
+            otel.kind = "client",
+            execbox.upstream = %self.link.namespace,
+            execbox.tool = %format_args!("{}.{}", self.link.namespace, self.name),
+            execbox.execution_id = %ctx.execution_id,
+            execbox.principal = ctx.principal.as_deref(),
+            execbox.outcome = tracing::field::Empty,
+            execbox.duration_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let call = call(self.link.clone(), self.name.clone(), input, ctx);
+        Box::pin(
+            async move {
+                let started = std::time::Instant::now();
+                let result = call.await;
+                trace::record_outcome(
+                    &tracing::Span::current(),
+                    result.as_ref().err().map(|e| e.code.as_str()),
+                    started.elapsed().as_millis() as u64,
+                );
+                result
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -665,7 +692,7 @@ async fn call(
         .peer
         .send_request_with_option(
             ClientRequest::CallToolRequest(Request::new(params)),
-            PeerRequestOptions::no_options(),
+            request_options(),
         )
         .await
         .map_err(|e| link.call_error(&e))?;
@@ -720,6 +747,20 @@ async fn call(
         tracing::warn!(tool = %label, "cannot keep the shape of the result: {e}");
     }
     Ok(value)
+}
+
+/// The options of a tool call upstream: our `traceparent` in `_meta` when traces are
+/// exported, so that the server's spans join our trace.
+fn request_options() -> PeerRequestOptions {
+    let options = PeerRequestOptions::no_options();
+    match trace::current() {
+        Some(traceparent) => {
+            let mut meta = RequestMetaObject::new();
+            meta.set_traceparent(traceparent);
+            options.with_meta(meta)
+        }
+        None => options,
+    }
 }
 
 /// The longest observed result shape kept for a tool, in characters.

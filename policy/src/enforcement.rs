@@ -419,6 +419,10 @@ impl CallGuard for Enforcement {
         self.may_call_tool(requirements)
     }
 
+    fn principal(&self) -> Option<&str> {
+        self.principal.name()
+    }
+
     fn execution_started(&self, execution_id: &str) -> Result<(), GuardError> {
         self.record(&AuditEvent::execution_started(
             execution_id,

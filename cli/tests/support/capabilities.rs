@@ -168,6 +168,11 @@ pub struct Server {
 impl Server {
     /// Starts it in `cwd` with `EXECBOX_HOME=home` and reads its URL from its first line.
     pub fn start(cwd: &Path, home: &Path, args: &[&str]) -> Server {
+        Server::start_with_env(cwd, home, args, &[])
+    }
+
+    /// The same, with `env` set too.
+    pub fn start_with_env(cwd: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         use std::io::BufRead;
         let mut child = std::process::Command::new(super::runners::EXECBOX)
             .args(["serve", "--listen", "127.0.0.1:0", "--pool", "2"])
@@ -175,6 +180,7 @@ impl Server {
             .current_dir(cwd)
             .env("EXECBOX_HOME", home)
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .spawn()

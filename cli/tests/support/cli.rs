@@ -8,13 +8,15 @@ use super::process::signal;
 use super::runners::EXECBOX;
 
 /// `execbox ARGS...` from the workspace root (where `examples/` is), with piped stdio and
-/// neither `EXECBOX_TOKEN` nor `RUST_LOG` from the environment.
+/// neither `EXECBOX_TOKEN`, `RUST_LOG` nor an OTLP endpoint from the environment.
 pub fn command(args: &[&str]) -> Command {
     let mut command = Command::new(EXECBOX);
     command
         .args(args)
         .env_remove("EXECBOX_TOKEN")
         .env_remove("RUST_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

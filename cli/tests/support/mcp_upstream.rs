@@ -17,7 +17,8 @@
 //! - `crash`: says why on stderr and exits with status 3 at once.
 //!
 //! Every call is appended to the file named by [`MARKS_ENV`] (`called add`, `started slow`,
-//! `cancelled slow`), so a test can see what reached the server.
+//! `cancelled slow`, and `traceparent VALUE` when the call's `_meta` carries one), so a test can
+//! see what reached the server.
 
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};
@@ -347,6 +348,9 @@ impl ServerHandler for Upstream {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         mark(&format!("called {}", request.name));
+        if let Some(traceparent) = context.meta.get_traceparent() {
+            mark(&format!("traceparent {traceparent}"));
+        }
         let args = request.arguments.clone().unwrap_or_default();
         self.call(&request.name, args, context)
             .await
