@@ -89,6 +89,42 @@ const COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path
 const SUMMARY_COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, NULL, NULL, NULL, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, NULL, r.name";
 const FROM: &str = "executions e LEFT JOIN replicas r ON r.id = e.owner_replica";
 
+// Each write is one statement (the row, its history row and its notification, which is sent
+// when the statement commits), prepared once per connection: one round trip.
+
+/// A new execution (`starting`), its first history row, and its notification ($12).
+const INSERT: &str = "WITH e AS (
+        INSERT INTO executions (id, capability, type, executor, capability_path, parent_id, principal, status, params, created_ms, updated_ms, owner_replica)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11)
+        RETURNING id
+    ), h AS (
+        INSERT INTO status_history (execution_id, status, at_ms) SELECT id, $8, $10 FROM e
+    )
+    SELECT pg_notify('execbox_events', $12) FROM e";
+
+/// `running` only from `starting`, `stopping` from `starting` or `running`; with its history
+/// row and notification ($5) when it moved.
+const SET_STATUS: &str = "WITH u AS (
+        UPDATE executions SET status = $2, updated_ms = $3
+        WHERE id = $1 AND (status = 'starting' OR (status = 'running' AND $2 = 'stopping'))
+        RETURNING id
+    ), h AS (
+        INSERT INTO status_history (execution_id, status, at_ms, detail) SELECT id, $2, $3, $4 FROM u
+    )
+    SELECT pg_notify('execbox_events', $5) FROM u";
+
+/// The end, written only over a live status (one terminal status per execution: one the
+/// reaper wrote first stands); a row back when it was written.
+const FINISH: &str = "WITH u AS (
+        UPDATE executions SET status = $2, result = $3, additional_context = $4, error_code = $5,
+            error_message = $6, updated_ms = $7, ended_ms = $7, logs = $8, pgid = NULL
+        WHERE id = $1 AND status IN ('starting', 'running', 'stopping')
+        RETURNING id
+    ), h AS (
+        INSERT INTO status_history (execution_id, status, at_ms, detail) SELECT id, $2, $7, $6 FROM u
+    )
+    SELECT pg_notify('execbox_events', $9)::text FROM u";
+
 /// Marks stopped the replicas whose lease ran out and fails their live executions (and those
 /// of replicas stopped before), with their history and a notification each; returns them.
 const REAP: &str = "WITH dead AS (
@@ -233,22 +269,29 @@ impl PgStore {
     pub(crate) async fn insert(&self, record: &ExecutionRecord) -> Result<(), CapabilityError> {
         let r = record.clone();
         let me = self.replica.id.clone();
+        let payload = event_payload(&me, &r.execution_id);
         self.pg
-            .run(move |mut c| async move {
-                let tx = c.transaction().await?;
-                tx.execute(
-                    "INSERT INTO executions (id, capability, type, executor, capability_path, parent_id, principal, status, params, created_ms, updated_ms, owner_replica)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11)",
-                    &[&r.execution_id, &r.capability, &r.capability_type, &r.executor, &r.capability_path, &r.parent_id, &r.principal, &r.status.as_str(), &r.params.to_string(), &(r.created_ms as i64), &me],
+            .run(move |c| async move {
+                let statement = c.prepare_cached(INSERT).await?;
+                c.execute(
+                    &statement,
+                    &[
+                        &r.execution_id,
+                        &r.capability,
+                        &r.capability_type,
+                        &r.executor,
+                        &r.capability_path,
+                        &r.parent_id,
+                        &r.principal,
+                        &r.status.as_str(),
+                        &r.params.to_string(),
+                        &(r.created_ms as i64),
+                        &me,
+                        &payload,
+                    ],
                 )
-                .await?;
-                tx.execute(
-                    "INSERT INTO status_history (execution_id, status, at_ms) VALUES ($1, $2, $3)",
-                    &[&r.execution_id, &r.status.as_str(), &(r.created_ms as i64)],
-                )
-                .await?;
-                notify_event(&tx, &me, &r.execution_id).await?;
-                tx.commit().await
+                .await
+                .map(|_| ())
             })
             .await
             .map_err(fail)
@@ -260,30 +303,18 @@ impl PgStore {
         status: ExecutionStatus,
         detail: Option<&str>,
     ) -> Result<(), CapabilityError> {
-        let (id, detail, me) = (
-            id.to_string(),
-            detail.map(str::to_string),
-            self.replica.id.clone(),
-        );
+        let (id, detail) = (id.to_string(), detail.map(str::to_string));
+        let payload = event_payload(&self.replica.id, &id);
         let now = now_ms() as i64;
         self.pg
-            .run(move |mut c| async move {
-                let tx = c.transaction().await?;
-                let changed = tx
-                    .execute(
-                        "UPDATE executions SET status = $2, updated_ms = $3 WHERE id = $1 AND (status = 'starting' OR (status = 'running' AND $2 = 'stopping'))",
-                        &[&id, &status.as_str(), &now],
-                    )
-                    .await?;
-                if changed > 0 {
-                    tx.execute(
-                        "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES ($1, $2, $3, $4)",
-                        &[&id, &status.as_str(), &now, &detail],
-                    )
-                    .await?;
-                    notify_event(&tx, &me, &id).await?;
-                }
-                tx.commit().await
+            .run(move |c| async move {
+                let statement = c.prepare_cached(SET_STATUS).await?;
+                c.execute(
+                    &statement,
+                    &[&id, &status.as_str(), &now, &detail, &payload],
+                )
+                .await
+                .map(|_| ())
             })
             .await
             .map_err(fail)
@@ -320,34 +351,32 @@ impl PgStore {
     ) -> Result<Option<u64>, CapabilityError> {
         let now = now_ms();
         let id = id.to_string();
-        let me = self.replica.id.clone();
+        let payload = event_payload(&self.replica.id, &id);
         let result = result.map(Value::to_string);
         let context = additional_context.map(Value::to_string);
         let code = error.map(|e| e.code.as_str().to_string());
         let message = error.map(|e| e.message.clone());
         let logs = (!logs.is_empty()).then(|| Value::from(logs).to_string());
         self.pg
-            .run(move |mut c| async move {
-                let tx = c.transaction().await?;
-                // One terminal status per execution: one another replica ended first (the
-                // reaper, when this one was thought dead) keeps that end.
-                let changed = tx
-                    .execute(
-                        "UPDATE executions SET status = $2, result = $3, additional_context = $4, error_code = $5, error_message = $6, updated_ms = $7, ended_ms = $7, logs = $8, pgid = NULL WHERE id = $1 AND status IN ('starting', 'running', 'stopping')",
-                        &[&id, &status.as_str(), &result, &context, &code, &message, &(now as i64), &logs],
+            .run(move |c| async move {
+                let statement = c.prepare_cached(FINISH).await?;
+                let ended = c
+                    .query_opt(
+                        &statement,
+                        &[
+                            &id,
+                            &status.as_str(),
+                            &result,
+                            &context,
+                            &code,
+                            &message,
+                            &(now as i64),
+                            &logs,
+                            &payload,
+                        ],
                     )
                     .await?;
-                if changed == 0 {
-                    return Ok(None);
-                }
-                tx.execute(
-                    "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES ($1, $2, $3, $4)",
-                    &[&id, &status.as_str(), &(now as i64), &message],
-                )
-                .await?;
-                notify_event(&tx, &me, &id).await?;
-                tx.commit().await?;
-                Ok(Some(now))
+                Ok(ended.map(|_| now))
             })
             .await
             .map_err(fail)
@@ -468,15 +497,9 @@ impl PgStore {
     }
 }
 
-async fn notify_event(
-    tx: &execbox_pg::Transaction<'_>,
-    me: &str,
-    id: &str,
-) -> Result<(), execbox_pg::DriverError> {
-    let payload = json!({"r": me, "id": id}).to_string();
-    tx.execute("SELECT pg_notify($1, $2)", &[&EVENTS, &payload])
-        .await
-        .map(|_| ())
+/// The payload of an `execbox_events` notification.
+fn event_payload(replica: &str, id: &str) -> String {
+    json!({"r": replica, "id": id}).to_string()
 }
 
 fn record(row: &Row) -> ExecutionRecord {
