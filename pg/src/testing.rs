@@ -186,13 +186,25 @@ impl TestServer {
         self.port
     }
 
-    /// Kills the server at once (SIGKILL, as a crash), keeping its data.
+    /// Kills the server at once, keeping its data: SIGKILL to its whole process group, the
+    /// postmaster and every backend, as a crash of its machine would; returns once none of
+    /// them is left (so no connection made before survives).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            let group = child.id();
+            let _ = Command::new("sh")
+                .args(["-c", "kill -KILL -- -\"$1\"", "sh", &group.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
             let _ = child.kill();
             let _ = child.wait();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while group_alive(group) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        // Its backends notice the postmaster is gone and exit; wait until the port is free.
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
             && Instant::now() < deadline
@@ -209,6 +221,8 @@ impl TestServer {
             let _ = std::os::unix::fs::chown(self.dir.join("server.log"), Some(uid), Some(gid));
         }
         let child = command(&self.bin.join("postgres"), self.user)
+            // A group of its own, so that `kill` takes its backends with it.
+            .process_group(0)
             .arg("-D")
             .arg(self.dir.join("data"))
             .arg("-k")
@@ -266,6 +280,31 @@ fn command(program: &Path, user: Option<(u32, u32)>) -> Command {
         command.env("HOME", "/tmp");
     }
     command
+}
+
+/// Whether a process of group `group` is still there (read from `/proc`).
+fn group_alive(group: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            return false;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // After the command's closing parenthesis: state, ppid, pgrp.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        fields.first() != Some(&"Z") && fields.get(2) == Some(&group.to_string().as_str())
+    })
 }
 
 fn free_port() -> Result<u16, String> {
