@@ -807,8 +807,20 @@ async fn unawaited_then_awaited(
         .await;
     assert_eq!(b.value(), Some(json!({"user": "bob"})), "{b:?}");
     assert_eq!(read_pids(&pids_file).len(), 1, "B ran on A's runner");
-    let sent = std::fs::read_to_string(&log).unwrap();
-    (dir, a, sent)
+    // `tee` hands each line to the runner before it writes it to the log, so B's result can
+    // reach the runner, and B end, a moment before the log shows it. Anything the host sent A
+    // went down the same pipe earlier, so once B's result is logged, all of A's is too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let sent = std::fs::read_to_string(&log).unwrap();
+        let bs_result_logged = sent
+            .lines()
+            .any(|line| line.contains(r#""type":"tool_result""#) && line.contains("bob"));
+        if bs_result_logged || Instant::now() > deadline {
+            return (dir, a, sent);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The `tool_result` lines the host sent, which must be B's alone.
