@@ -6,7 +6,8 @@
 //!   `.execbox/`, the global root, and the built-in root shipped in the binary (the `script`
 //!   executor). A higher root overrides a lower one by name, and its executors win a type.
 //!   Invalid configurations are skipped with a warning and listed by [`Registry::issues`].
-//! - [`ExecutionStore`] records every execution and its status history in SQLite.
+//! - [`ExecutionStore`] records every execution and its status history in SQLite (or
+//!   PostgreSQL), and the replay ledger of an execution paused awaiting approval.
 //! - [`CapabilityManager`] starts executions ([`StartRequest`]), tracks them
 //!   ([`ExecutionRecord`], [`ExecutionStatus`]), waits for them ([`ExecutionOutcome`]), stops
 //!   them (a whole tree with [`CapabilityManager::stop_all_for_parent`]) and publishes
@@ -36,9 +37,12 @@ pub use manager::{
 };
 pub use records::{
     CapabilityError, CapabilityErrorCode, ExecutionEvent, ExecutionEventKind, ExecutionFilter,
-    ExecutionOutcome, ExecutionRecord, ExecutionStatus, StartRequest, StatusChange,
+    ExecutionOutcome, ExecutionRecord, ExecutionStatus, PendingApproval, StartRequest,
+    StatusChange,
 };
 pub use registry::{CapabilityInfo, ConfigIssue, ExecutorInfo, Registry, RegistryRoots, Source};
 #[cfg(feature = "serve")]
 pub use serve::{capabilities_router, serve_door, ADMIN_PERMISSION, MAX_REQUEST_BODY_BYTES};
-pub use store::{ExecutionStore, ReplicaOptions, DEFAULT_REPLICA_TIMEOUT, INTERRUPTED_MESSAGE};
+pub use store::{
+    ExecutionStore, ReplicaOptions, DEFAULT_REPLICA_TIMEOUT, INTERRUPTED_MESSAGE, MAX_LEDGER_BYTES,
+};

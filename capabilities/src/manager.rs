@@ -744,6 +744,7 @@ impl CapabilityManager {
             logs,
             updated_ms: ended,
             ended_ms: Some(ended),
+            pending_approval: None,
             ..record
         };
         self.live().remove(id);
@@ -1029,6 +1030,9 @@ async fn hear_replicas(
                 if let Ok(Some(record)) = manager.0.store.get(&id).await {
                     let kind = match record.status {
                         ExecutionStatus::Starting => Some(ExecutionEventKind::Started),
+                        ExecutionStatus::AwaitingApproval => {
+                            Some(ExecutionEventKind::AwaitingApproval)
+                        }
                         ExecutionStatus::Completed => Some(ExecutionEventKind::Completed),
                         ExecutionStatus::Timeout => Some(ExecutionEventKind::Timeout),
                         ExecutionStatus::Stopped => Some(ExecutionEventKind::Stopped),
@@ -1039,6 +1043,12 @@ async fn hear_replicas(
                         let (status, error) = (record.status, record.error.clone());
                         manager.emit(kind, &record, status, error);
                     }
+                }
+            }
+            StoreSignal::Resumed(id) => {
+                if let Ok(Some(record)) = manager.0.store.get(&id).await {
+                    let (status, error) = (record.status, record.error.clone());
+                    manager.emit(ExecutionEventKind::Resumed, &record, status, error);
                 }
             }
             StoreSignal::Stop(id) => {
@@ -1204,6 +1214,7 @@ fn starting_record(
         updated_ms: now,
         ended_ms: None,
         replica: None,
+        pending_approval: None,
     }
 }
 

@@ -5,15 +5,21 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Where an execution is in its life. `starting` and `running` are live, `stopping` is a stop
-/// in progress; the other four are terminal.
+/// Where an execution is in its life. `starting` and `running` are live and `stopping` is a
+/// stop in progress (a process drives all three, see [`ExecutionStatus::is_running`]);
+/// `awaiting_approval` is paused, with no process, until an approver answers the tool call
+/// it waits on (approved: it runs again; denied or stopped: it ends); the other four are
+/// terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
     /// Accepted; its executor is being set up.
     Starting,
     /// Its executor is running it.
     Running,
+    /// Paused at a tool call that needs approval: no process runs it; its record names the
+    /// call ([`ExecutionRecord::pending_approval`]) and the store keeps its replay ledger.
+    AwaitingApproval,
     /// It ended with a result.
     Completed,
     /// It ended with an error (including an interrupted server).
@@ -28,9 +34,10 @@ pub enum ExecutionStatus {
 
 impl ExecutionStatus {
     /// Every status, in life order.
-    pub const ALL: [ExecutionStatus; 7] = [
+    pub const ALL: [ExecutionStatus; 8] = [
         ExecutionStatus::Starting,
         ExecutionStatus::Running,
+        ExecutionStatus::AwaitingApproval,
         ExecutionStatus::Completed,
         ExecutionStatus::Failed,
         ExecutionStatus::Timeout,
@@ -43,6 +50,7 @@ impl ExecutionStatus {
         match self {
             ExecutionStatus::Starting => "starting",
             ExecutionStatus::Running => "running",
+            ExecutionStatus::AwaitingApproval => "awaiting_approval",
             ExecutionStatus::Completed => "completed",
             ExecutionStatus::Failed => "failed",
             ExecutionStatus::Timeout => "timeout",
@@ -51,7 +59,17 @@ impl ExecutionStatus {
         }
     }
 
-    /// Whether the execution has ended (completed, failed, timeout or stopped).
+    /// Whether a process drives the execution now (starting, running or stopping): what a
+    /// dead process or replica leaves in these statuses is failed as interrupted.
+    pub fn is_running(self) -> bool {
+        matches!(
+            self,
+            ExecutionStatus::Starting | ExecutionStatus::Running | ExecutionStatus::Stopping
+        )
+    }
+
+    /// Whether the execution has ended (completed, failed, timeout or stopped); an execution
+    /// awaiting approval has not.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -86,8 +104,9 @@ impl std::str::FromStr for ExecutionStatus {
 }
 
 /// The error codes of the capability system: the seed's, plus `PERMISSION_DENIED`,
-/// `EXECUTION_STOPPED`, `EXECUTION_NOT_FOUND` and `TOO_MANY_EXECUTIONS`, which it has no
-/// word for.
+/// `EXECUTION_STOPPED`, `EXECUTION_NOT_FOUND`, `TOO_MANY_EXECUTIONS` and the three of
+/// durable executions (`APPROVAL_DENIED`, `REPLAY_DIVERGED`, `NOT_AWAITING_APPROVAL`), which
+/// it has no word for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CapabilityErrorCode {
@@ -116,6 +135,19 @@ pub enum CapabilityErrorCode {
     TooManyExecutions,
     /// The registry or the execution store is not usable.
     RegistryNotInitialized,
+    /// An approver denied the tool call the execution was paused on, so it failed there.
+    /// Nothing to retry as is: change the program or its input so it does not need that
+    /// call, or ask an approver who may allow it.
+    ApprovalDenied,
+    /// A resumed execution, run again from the start, made a different call (or called in
+    /// another order) than its replay ledger recorded before the pause, so it could not be
+    /// continued. The program must be deterministic up to the call that waits for approval
+    /// (take time and randomness from the host, not from other sources); start it again.
+    ReplayDiverged,
+    /// An approval or a denial named an execution that is not paused for approval (it is
+    /// running, was already approved, denied or stopped, or ended). Get the execution to see
+    /// its status; there is nothing to approve.
+    NotAwaitingApproval,
 }
 
 impl CapabilityErrorCode {
@@ -134,6 +166,9 @@ impl CapabilityErrorCode {
             CapabilityErrorCode::ExecutionNotFound => "EXECUTION_NOT_FOUND",
             CapabilityErrorCode::TooManyExecutions => "TOO_MANY_EXECUTIONS",
             CapabilityErrorCode::RegistryNotInitialized => "REGISTRY_NOT_INITIALIZED",
+            CapabilityErrorCode::ApprovalDenied => "APPROVAL_DENIED",
+            CapabilityErrorCode::ReplayDiverged => "REPLAY_DIVERGED",
+            CapabilityErrorCode::NotAwaitingApproval => "NOT_AWAITING_APPROVAL",
         }
     }
 
@@ -153,6 +188,9 @@ impl CapabilityErrorCode {
             ExecutionNotFound,
             TooManyExecutions,
             RegistryNotInitialized,
+            ApprovalDenied,
+            ReplayDiverged,
+            NotAwaitingApproval,
         ]
         .into_iter()
         .find(|c| c.as_str() == s)
@@ -278,6 +316,27 @@ pub struct ExecutionRecord {
     /// and replicas share them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<String>,
+    /// The tool call it waits on: present exactly while the status is `awaiting_approval`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_approval: Option<PendingApproval>,
+}
+
+/// The call a paused execution waits on, as the approver sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingApproval {
+    /// `provider.tool`, as the guest called it.
+    pub tool: String,
+    /// The call's input (validated against the tool's schema).
+    pub input: Value,
+    /// The call's position in the execution's ledger, from 1.
+    pub call: u32,
+    /// The permission an approver must hold.
+    pub permission: String,
+    /// Whether the principal that started the execution may approve it.
+    pub self_approval: bool,
+    /// When it paused, Unix milliseconds.
+    pub since_ms: u64,
 }
 
 impl ExecutionRecord {
@@ -351,10 +410,15 @@ pub struct ExecutionFilter {
 
 /// What happened, on the event stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ExecutionEventKind {
     /// Accepted and being started.
     Started,
+    /// Paused at a tool call that needs approval (`awaiting_approval`).
+    AwaitingApproval,
+    /// Approved and running again, from the start, with its ledger answering the calls it
+    /// made before the pause.
+    Resumed,
     /// Ended with a result.
     Completed,
     /// Ended with an error.
@@ -370,6 +434,8 @@ impl ExecutionEventKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ExecutionEventKind::Started => "started",
+            ExecutionEventKind::AwaitingApproval => "awaiting_approval",
+            ExecutionEventKind::Resumed => "resumed",
             ExecutionEventKind::Completed => "completed",
             ExecutionEventKind::Failed => "failed",
             ExecutionEventKind::Timeout => "timeout",

@@ -149,6 +149,7 @@ impl From<CapabilityError> for ApiError {
             CapabilityErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
             CapabilityErrorCode::TooManyExecutions => StatusCode::TOO_MANY_REQUESTS,
             CapabilityErrorCode::RegistryNotInitialized => StatusCode::SERVICE_UNAVAILABLE,
+            CapabilityErrorCode::NotAwaitingApproval => StatusCode::CONFLICT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError(status, e)

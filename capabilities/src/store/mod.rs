@@ -4,7 +4,17 @@
 //!
 //! [`ExecutionStore`] is the one face both have: the manager awaits its calls, and on
 //! PostgreSQL it also hears, through [`StoreSignal`]s, what other replicas do (an execution's
-//! new status, a stop asked of one of ours, a lost connection to resync after).
+//! new status, a resume, a stop asked of one of ours, a lost connection to resync after).
+//!
+//! Durable executions: [`ExecutionStore::pause`] moves a running execution to
+//! `awaiting_approval` with the call it waits on and its replay ledger (opaque JSON text, at
+//! most [`MAX_LEDGER_BYTES`]), and no owner: no process runs it, and neither the open-time
+//! recovery (SQLite) nor the reaper of dead replicas (PostgreSQL) touches it.
+//! [`ExecutionStore::resume`] is the one write that decides who runs it again (exactly one
+//! of any number of concurrent callers, in any processes or replicas); `finish` ends it
+//! instead (denied: `failed`; stopped: `stopped`). A ledger exists exactly while its
+//! execution is `awaiting_approval`: `resume` hands it over and deletes it, and an end
+//! deletes it.
 
 mod postgres;
 mod sqlite;
@@ -17,7 +27,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::records::{
-    CapabilityError, ExecutionFilter, ExecutionRecord, ExecutionStatus, StatusChange,
+    CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord, ExecutionStatus,
+    PendingApproval, StatusChange,
 };
 use postgres::PgStore;
 use sqlite::SqliteStore;
@@ -27,6 +38,9 @@ pub(crate) const EXECUTION_ID_ENV: &str = "EXECBOX_EXECUTION_ID";
 
 /// The error message of an execution found interrupted at open (SQLite: its process is gone).
 pub const INTERRUPTED_MESSAGE: &str = "interrupted: the server stopped";
+
+/// The largest replay ledger a paused execution may keep, in bytes: 8 MiB.
+pub const MAX_LEDGER_BYTES: usize = 8 * 1024 * 1024;
 
 /// The default (and largest) number of executions one list returns.
 const MAX_LIST: u32 = 10_000;
@@ -61,6 +75,9 @@ impl Default for ReplicaOptions {
 pub(crate) enum StoreSignal {
     /// Another replica (or the reaper) changed an execution's status.
     Changed(String),
+    /// Another replica resumed an execution that was awaiting approval (it is `running`
+    /// there now).
+    Resumed(String),
     /// Another replica asks this one to stop one of its executions.
     Stop(String),
     /// Notifications may have been missed (the listening connection was lost and is back):
@@ -182,7 +199,9 @@ impl ExecutionStore {
         }
     }
 
-    /// Moves a live execution to `status` (see `sqlite.rs` for which moves are allowed).
+    /// Moves a live execution to `status` (see `sqlite.rs` for which moves are allowed). An
+    /// execution `awaiting_approval` never moves here (not even to `stopping`: no process
+    /// runs it to be stopped): end it with [`ExecutionStore::finish`] (`stopped`) instead.
     pub(crate) async fn set_status(
         &self,
         id: &str,
@@ -207,8 +226,11 @@ impl ExecutionStore {
         }
     }
 
-    /// Ends an execution; `Ok(None)` when it had ended already (recovered by another
-    /// process or replica), which leaves its recorded end alone.
+    /// Ends an execution that is live or `awaiting_approval` (a denial: `failed` with
+    /// `APPROVAL_DENIED`; a stop: `stopped`), clearing its pending approval and deleting its
+    /// ledger; `Ok(None)` when it had ended already (recovered by another process or
+    /// replica), which leaves its recorded end alone. Empty `logs` keep the logs recorded
+    /// so far (those a pause stored), so ending a paused execution need not read them.
     pub(crate) async fn finish(
         &self,
         id: &str,
@@ -224,6 +246,69 @@ impl ExecutionStore {
                 p.finish(id, status, result, additional_context, error, logs)
                     .await
             }
+        }
+    }
+
+    /// Pauses a running (or starting) execution for approval, in one transaction: its
+    /// status becomes `awaiting_approval` (with a history row and, on PostgreSQL, a
+    /// notification), and `pending`, the logs so far and `ledger` (opaque JSON text, kept
+    /// byte for byte) are stored; its owner is cleared, since no process runs it now.
+    /// `Ok(false)` when it was not running (a stop was asked, or it ended meanwhile): then
+    /// nothing is written. A ledger longer than [`MAX_LEDGER_BYTES`] is refused
+    /// (`EXECUTION_FAILED`), and nothing is written.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) async fn pause(
+        &self,
+        id: &str,
+        pending: &PendingApproval,
+        ledger: &str,
+        logs: &[String],
+    ) -> Result<bool, CapabilityError> {
+        if ledger.len() > MAX_LEDGER_BYTES {
+            return Err(CapabilityError::new(
+                CapabilityErrorCode::ExecutionFailed,
+                format!(
+                    "execution {id} cannot pause for approval of `{}`: its replay ledger is {} bytes, more than the {MAX_LEDGER_BYTES} bytes (8 MiB) a paused execution may keep; make fewer or smaller tool calls before the one that needs approval",
+                    pending.tool,
+                    ledger.len()
+                ),
+            ));
+        }
+        match &self.backend {
+            Backend::Sqlite(s) => s.pause(id, pending, ledger, logs),
+            Backend::Postgres(p) => p.pause(id, pending, ledger, logs).await,
+        }
+    }
+
+    /// Takes an execution awaiting approval to run it again: the one write that decides who
+    /// resumes it (of concurrent calls, in any tasks, processes or replicas, exactly one gets
+    /// `Some`). In one transaction its status becomes `running` (history row `resumed after
+    /// approval`; on PostgreSQL a notification that other replicas relay as a `resumed`
+    /// event), owned by this process (replica), its pending approval is cleared and its
+    /// ledger is deleted.
+    ///
+    /// Returns the record **as it was before this write** (status `awaiting_approval`, with
+    /// its `pending_approval`: the call that was approved, and its logs so far) and the
+    /// ledger text as [`ExecutionStore::pause`] stored it. `Ok(None)` when it is not
+    /// awaiting approval (already resumed, denied, stopped, ended, or unknown).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) async fn resume(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ExecutionRecord, String)>, CapabilityError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.resume(id),
+            Backend::Postgres(p) => p.resume(id).await,
+        }
+    }
+
+    /// The replay ledger of an execution awaiting approval (`None` for any other: a ledger
+    /// lives only while its execution can resume). For tests and inspection.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) async fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.ledger(id),
+            Backend::Postgres(p) => p.ledger(id).await,
         }
     }
 

@@ -1,11 +1,17 @@
 //! The execution store in PostgreSQL, shared by `execbox serve` replicas.
 //!
-//! Schema (component `capabilities` of `execbox_schema`, version 1, migrated at open):
+//! Schema (component `capabilities` of `execbox_schema`, version 2, migrated at open):
 //! - `replicas`: one row per replica that ever joined (id, name, host, pid, start, heartbeat,
 //!   `lease_until`, `stopped_at`);
-//! - `executions`: as in SQLite (docs/capabilities.md), plus `owner_replica` (the replica that
-//!   runs it) and `stop_requested_ms` (another replica asked its owner to stop it);
-//! - `status_history`: one row per status change, in order (`seq`).
+//! - `executions`: as in SQLite (docs/capabilities.md), `pending_approval` included, plus
+//!   `owner_replica` (the replica that runs it; NULL while it is `awaiting_approval`, since
+//!   version 2) and `stop_requested_ms` (another replica asked its owner to stop it);
+//! - `status_history`: one row per status change, in order (`seq`);
+//! - `ledgers` (version 2): the replay ledger of an execution `awaiting_approval` (as in
+//!   SQLite), deleted when it resumes or ends.
+//!
+//! An execution `awaiting_approval` has no owner, so the reaper never fails it: any replica
+//! may resume it, and [`RESUME`] lets exactly one of them.
 //!
 //! Replicas: each holds a lease (half of [`ReplicaOptions::timeout`]) that it renews every
 //! sixth of the timeout. Every replica, on the same beat, marks stopped the replicas whose
@@ -15,27 +21,30 @@
 //! lease) joins again and stops what it still ran of the executions failed under it.
 //!
 //! Notifications (sent in the transaction of the write, so only what committed is heard):
-//! `execbox_events` `{"r": replica, "id": execution}` after every status change, and
+//! `execbox_events` `{"r": replica, "id": execution}` after every status change (with
+//! `"e": "resumed"` when the change is a resume), and
 //! `execbox_stop` `{"owner": replica, "id": execution}` to ask an owner to stop one. Each
 //! replica listens on a connection of its own; when it was lost, what was missed is recovered
 //! by reading again (waiters re-read, stop requests are also in `stop_requested_ms`).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use execbox_pg::{Migrations, Pg, PgError, PgUrl, Row};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
+use super::sqlite::{pause_detail, RESUMED_DETAIL};
 use super::{ReplicaOptions, StoreSignal, EXECUTION_ID_ENV, MAX_LIST};
 use crate::records::{
     now_ms, CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord,
-    ExecutionStatus, StatusChange,
+    ExecutionStatus, PendingApproval, StatusChange,
 };
 
 const MIGRATIONS: Migrations = Migrations {
     component: "capabilities",
-    steps: &["CREATE TABLE replicas (
+    steps: &[
+        "CREATE TABLE replicas (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL,
             host TEXT NOT NULL,
@@ -79,14 +88,25 @@ const MIGRATIONS: Migrations = Migrations {
             at_ms BIGINT NOT NULL,
             detail TEXT
         );
-        CREATE INDEX status_history_execution ON status_history (execution_id, seq);"],
+        CREATE INDEX status_history_execution ON status_history (execution_id, seq);",
+        // 2: durable executions: the call a paused execution waits on, no owner while it
+        // waits, and its replay ledger.
+        "ALTER TABLE executions ADD COLUMN pending_approval TEXT;
+        ALTER TABLE executions ALTER COLUMN owner_replica DROP NOT NULL;
+        CREATE TABLE ledgers (
+            execution_id TEXT PRIMARY KEY REFERENCES executions (id) ON DELETE CASCADE,
+            ledger TEXT NOT NULL,
+            bytes INTEGER NOT NULL,
+            updated_ms BIGINT NOT NULL
+        );",
+    ],
 };
 
 const EVENTS: &str = "execbox_events";
 const STOPS: &str = "execbox_stop";
 
-const COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, e.params, e.result, e.additional_context, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, e.logs, r.name";
-const SUMMARY_COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, NULL, NULL, NULL, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, NULL, r.name";
+const COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, e.params, e.result, e.additional_context, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, e.logs, r.name, e.pending_approval";
+const SUMMARY_COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, NULL, NULL, NULL, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, NULL, r.name, e.pending_approval";
 const FROM: &str = "executions e LEFT JOIN replicas r ON r.id = e.owner_replica";
 
 // Each write is one statement (the row, its history row and its notification, which is sent
@@ -113,17 +133,68 @@ const SET_STATUS: &str = "WITH u AS (
     )
     SELECT pg_notify('execbox_events', $5) FROM u";
 
-/// The end, written only over a live status (one terminal status per execution: one the
-/// reaper wrote first stands); a row back when it was written.
+/// The end, written only over a live or `awaiting_approval` status (one terminal status per
+/// execution: one the reaper wrote first stands), clearing the pending approval and deleting
+/// the ledger (no logs, $8 NULL, keep those recorded); a row back when it was written.
 const FINISH: &str = "WITH u AS (
         UPDATE executions SET status = $2, result = $3, additional_context = $4, error_code = $5,
-            error_message = $6, updated_ms = $7, ended_ms = $7, logs = $8, pgid = NULL
-        WHERE id = $1 AND status IN ('starting', 'running', 'stopping')
+            error_message = $6, updated_ms = $7, ended_ms = $7, logs = COALESCE($8, logs),
+            pgid = NULL, pending_approval = NULL
+        WHERE id = $1 AND status IN ('starting', 'running', 'stopping', 'awaiting_approval')
         RETURNING id
     ), h AS (
         INSERT INTO status_history (execution_id, status, at_ms, detail) SELECT id, $2, $7, $6 FROM u
+    ), d AS (
+        DELETE FROM ledgers WHERE execution_id IN (SELECT id FROM u)
     )
     SELECT pg_notify('execbox_events', $9)::text FROM u";
+
+/// A pause for approval, only of a `starting` or `running` execution no stop was asked of:
+/// the pending call ($2), the logs so far ($3), no owner; the ledger ($5, $6 bytes), the
+/// history row ($7) and the notification ($8); a row back when it paused.
+const PAUSE: &str = "WITH u AS (
+        UPDATE executions SET status = 'awaiting_approval', pending_approval = $2, logs = $3,
+            updated_ms = $4, owner_replica = NULL, pgid = NULL
+        WHERE id = $1 AND status IN ('starting', 'running') AND stop_requested_ms IS NULL
+        RETURNING id
+    ), l AS (
+        INSERT INTO ledgers (execution_id, ledger, bytes, updated_ms) SELECT id, $5, $6, $4 FROM u
+        ON CONFLICT (execution_id) DO UPDATE
+            SET ledger = EXCLUDED.ledger, bytes = EXCLUDED.bytes, updated_ms = EXCLUDED.updated_ms
+    ), h AS (
+        INSERT INTO status_history (execution_id, status, at_ms, detail)
+        SELECT id, 'awaiting_approval', $4, $7 FROM u
+    )
+    SELECT pg_notify('execbox_events', $8)::text FROM u";
+
+/// The one statement that decides who resumes an execution awaiting approval: it locks the
+/// row (`FOR UPDATE`: a concurrent resume waits, then finds it `running` and gets no row),
+/// reads it as it was and its ledger, makes it `running` under this replica ($3) with no
+/// pending approval, deletes the ledger, and writes the history row ($4) and notification
+/// ($5). Returns the old record's [`COLUMNS`], then the ledger.
+static RESUME: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH old AS (
+        SELECT {COLUMNS}, l.ledger
+        FROM executions e
+            LEFT JOIN replicas r ON r.id = e.owner_replica
+            LEFT JOIN ledgers l ON l.execution_id = e.id
+        WHERE e.id = $1 AND e.status = 'awaiting_approval'
+        FOR UPDATE OF e
+    ), u AS (
+        UPDATE executions e SET status = 'running', pending_approval = NULL, updated_ms = $2,
+            owner_replica = $3, pgid = NULL, stop_requested_ms = NULL
+        FROM old WHERE e.id = old.id AND e.status = 'awaiting_approval'
+        RETURNING e.id
+    ), d AS (
+        DELETE FROM ledgers WHERE execution_id IN (SELECT id FROM u)
+    ), h AS (
+        INSERT INTO status_history (execution_id, status, at_ms, detail)
+        SELECT id, 'running', $2, $4 FROM u
+    )
+    SELECT old.*, pg_notify('execbox_events', $5)::text FROM old JOIN u ON u.id = old.id"
+    )
+});
 
 /// Marks stopped the replicas whose lease ran out and fails their live executions (and those
 /// of replicas stopped before), with their history and a notification each; returns them.
@@ -382,6 +453,79 @@ impl PgStore {
             .map_err(fail)
     }
 
+    pub(crate) async fn pause(
+        &self,
+        id: &str,
+        pending: &PendingApproval,
+        ledger: &str,
+        logs: &[String],
+    ) -> Result<bool, CapabilityError> {
+        let now = now_ms() as i64;
+        let id = id.to_string();
+        let payload = event_payload(&self.replica.id, &id);
+        let detail = pause_detail(pending);
+        let pending = serde_json::to_string(pending).map_err(|e| {
+            CapabilityError::new(
+                CapabilityErrorCode::ExecutionFailed,
+                format!("execution store: {e}"),
+            )
+        })?;
+        let logs = (!logs.is_empty()).then(|| Value::from(logs).to_string());
+        let ledger = ledger.to_string();
+        let bytes = ledger.len() as i32;
+        self.pg
+            .run(move |c| async move {
+                let statement = c.prepare_cached(PAUSE).await?;
+                let paused = c
+                    .query_opt(
+                        &statement,
+                        &[
+                            &id, &pending, &logs, &now, &ledger, &bytes, &detail, &payload,
+                        ],
+                    )
+                    .await?;
+                Ok(paused.is_some())
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn resume(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ExecutionRecord, String)>, CapabilityError> {
+        let now = now_ms() as i64;
+        let id = id.to_string();
+        let me = self.replica.id.clone();
+        let payload = json!({"r": me, "id": id, "e": "resumed"}).to_string();
+        self.pg
+            .run(move |c| async move {
+                let statement = c.prepare_cached(&RESUME).await?;
+                let row = c
+                    .query_opt(&statement, &[&id, &now, &me, &RESUMED_DETAIL, &payload])
+                    .await?;
+                Ok(row.map(|row| {
+                    let ledger = row.get::<_, Option<String>>(19).unwrap_or_default();
+                    (record(&row), ledger)
+                }))
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
+        let id = id.to_string();
+        self.pg
+            .run(move |c| async move {
+                let row = c
+                    .query_opt("SELECT ledger FROM ledgers WHERE execution_id = $1", &[&id])
+                    .await?;
+                Ok(row.map(|r| r.get(0)))
+            })
+            .await
+            .map_err(fail)
+    }
+
     pub(crate) async fn request_stop(&self, id: &str) -> Result<bool, CapabilityError> {
         let id = id.to_string();
         let now = now_ms() as i64;
@@ -535,6 +679,7 @@ fn record(row: &Row) -> ExecutionRecord {
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default(),
         replica: row.get(17),
+        pending_approval: json(18).and_then(|v| serde_json::from_value(v).ok()),
     }
 }
 
@@ -684,7 +829,11 @@ async fn listen(pg: Pg, replica: Arc<Replica>, signals: broadcast::Sender<StoreS
                 };
                 let id = payload["id"].as_str().unwrap_or_default().to_string();
                 if channel == EVENTS && payload["r"] != replica.id.as_str() {
-                    let _ = signals.send(StoreSignal::Changed(id));
+                    let _ = signals.send(if payload["e"] == "resumed" {
+                        StoreSignal::Resumed(id)
+                    } else {
+                        StoreSignal::Changed(id)
+                    });
                 } else if channel == STOPS && payload["owner"] == replica.id.as_str() {
                     let _ = signals.send(StoreSignal::Stop(id));
                 }
@@ -746,6 +895,7 @@ mod tests {
             updated_ms: now_ms(),
             ended_ms: None,
             replica: None,
+            pending_approval: None,
         }
     }
 

@@ -1,17 +1,23 @@
 //! The execution store in SQLite (WAL): every execution and its status history, written
 //! before any status is reported, and the recovery of executions a dead process left behind.
 //!
-//! Schema (`PRAGMA user_version` 2, migrated at open; a newer file is refused):
+//! Schema (`PRAGMA user_version` 3, migrated at open; a newer file is refused):
 //! - `executions`: one row per execution (id, capability, type, executor, path, parent,
 //!   principal, status, params, result, additional context, error code and message, times,
-//!   and since version 2 `logs`, a JSON array of strings or NULL),
-//!   plus `owner_pid`, the process running it, and `pgid`, the process group of its external
-//!   executor while one runs;
-//! - `status_history`: one row per status change (execution, status, time, detail).
+//!   since version 2 `logs`, a JSON array of strings or NULL, and since version 3
+//!   `pending_approval`, the JSON of the call it waits on while `awaiting_approval`),
+//!   plus `owner_pid` and `owner_start`, the process running it (0 and NULL while no process
+//!   does: awaiting approval), and `pgid`, the process group of its external executor while
+//!   one runs;
+//! - `status_history`: one row per status change (execution, status, time, detail);
+//! - `ledgers` (since version 3): the replay ledger of an execution `awaiting_approval`
+//!   (execution id, the ledger's text, its bytes, when it was written), deleted when it
+//!   resumes or ends.
 //!
 //! Recovery at open: an execution left `starting`, `running` or `stopping` by a process that
 //! is gone is marked `failed` with "interrupted: the server stopped", and what is left of its
-//! executor is killed. The owner is the pid and the start time of the process that ran it
+//! executor is killed. One `awaiting_approval` is never touched: no process runs it, and it
+//! waits for an approver however many servers come and go. The owner is the pid and the start time of the process that ran it
 //! (`owner_pid`, `owner_start`, from `/proc`), so a pid reused by another process, or a
 //! server that comes back as the same pid 1 of a container, does not keep a dead owner's
 //! executions `running`. An owner that is alive (another server on the same file) keeps its
@@ -33,11 +39,11 @@ use serde_json::Value;
 
 use crate::records::{
     now_ms, CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord,
-    ExecutionStatus, StatusChange,
+    ExecutionStatus, PendingApproval, StatusChange,
 };
 
 /// The schema version this execbox writes.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// How long to wait for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -67,10 +73,13 @@ fn store_error(path: &Path, e: impl std::fmt::Display) -> CapabilityError {
     )
 }
 
-const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms, logs";
+const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms, logs, pending_approval";
 
 /// [`COLUMNS`] without the params, result, additional context and logs, for lists.
-const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms, NULL";
+const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms, NULL, pending_approval";
+
+/// The history detail of a resume.
+pub(super) const RESUMED_DETAIL: &str = "resumed after approval";
 
 impl SqliteStore {
     /// Opens (creating it and its folder if missing) and migrates `path`, then recovers what
@@ -152,6 +161,19 @@ impl SqliteStore {
                 tx.execute_batch(
                     "ALTER TABLE executions ADD COLUMN logs TEXT;
                     PRAGMA user_version = 2;",
+                )
+                .map_err(fail)?;
+            }
+            if version < 3 {
+                tx.execute_batch(
+                    "ALTER TABLE executions ADD COLUMN pending_approval TEXT;
+                    CREATE TABLE IF NOT EXISTS ledgers (
+                        execution_id TEXT PRIMARY KEY REFERENCES executions (id) ON DELETE CASCADE,
+                        ledger TEXT NOT NULL,
+                        bytes INTEGER NOT NULL,
+                        updated_ms INTEGER NOT NULL
+                    );
+                    PRAGMA user_version = 3;",
                 )
                 .map_err(fail)?;
             }
@@ -266,7 +288,8 @@ impl SqliteStore {
 
     /// Moves a live execution to `status`: `running` only from `starting` (a stop asked for
     /// meanwhile stays `stopping`), `stopping` from `starting` or `running`; an execution
-    /// that ended is left as it is.
+    /// that ended, or is `awaiting_approval` (no process runs it: it is stopped by
+    /// [`SqliteStore::finish`]), is left as it is.
     pub(crate) fn set_status(
         &self,
         id: &str,
@@ -303,7 +326,8 @@ impl SqliteStore {
             .map_err(|e| self.fail(e))
     }
 
-    /// Ends an execution: its terminal status, result and error; `Ok(None)` when it had
+    /// Ends an execution that is live or `awaiting_approval`: its terminal status, result and
+    /// error, its pending approval cleared and its ledger deleted; `Ok(None)` when it had
     /// ended already (another process recovered it), which leaves its recorded end alone.
     pub(crate) fn finish(
         &self,
@@ -320,7 +344,7 @@ impl SqliteStore {
         // One terminal status per execution: an execution another process already ended
         // (recovered as interrupted) keeps that end.
         let changed = tx.execute(
-            "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, logs = ?8, pgid = NULL WHERE id = ?1 AND status IN ('starting', 'running', 'stopping')",
+            "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, logs = COALESCE(?8, logs), pgid = NULL, pending_approval = NULL WHERE id = ?1 AND status IN ('starting', 'running', 'stopping', 'awaiting_approval')",
             params![
                 id,
                 status.as_str(),
@@ -341,8 +365,109 @@ impl SqliteStore {
             params![id, status.as_str(), now as i64, error.map(|e| e.message.as_str())],
         )
         .map_err(|e| self.fail(e))?;
+        tx.execute("DELETE FROM ledgers WHERE execution_id = ?1", [id])
+            .map_err(|e| self.fail(e))?;
         tx.commit().map_err(|e| self.fail(e))?;
         Ok(Some(now))
+    }
+
+    /// Pauses a running (or starting) execution for approval (see
+    /// [`ExecutionStore::pause`](super::ExecutionStore::pause)): `Ok(false)`, with nothing
+    /// written, when it was not running.
+    pub(crate) fn pause(
+        &self,
+        id: &str,
+        pending: &PendingApproval,
+        ledger: &str,
+        logs: &[String],
+    ) -> Result<bool, CapabilityError> {
+        let now = now_ms() as i64;
+        let pending_json = serde_json::to_string(pending).map_err(|e| self.fail(e))?;
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.fail(e))?;
+        let changed = tx
+            .execute(
+                "UPDATE executions SET status = 'awaiting_approval', pending_approval = ?2, logs = ?3, updated_ms = ?4, owner_pid = 0, owner_start = NULL, pgid = NULL WHERE id = ?1 AND status IN ('starting', 'running')",
+                params![
+                    id,
+                    pending_json,
+                    (!logs.is_empty()).then(|| Value::from(logs).to_string()),
+                    now
+                ],
+            )
+            .map_err(|e| self.fail(e))?;
+        if changed == 0 {
+            return Ok(false);
+        }
+        tx.execute(
+            "INSERT INTO ledgers (execution_id, ledger, bytes, updated_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (execution_id) DO UPDATE SET ledger = excluded.ledger, bytes = excluded.bytes, updated_ms = excluded.updated_ms",
+            params![id, ledger, ledger.len() as i64, now],
+        )
+        .map_err(|e| self.fail(e))?;
+        tx.execute(
+            "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, 'awaiting_approval', ?2, ?3)",
+            params![id, now, pause_detail(pending)],
+        )
+        .map_err(|e| self.fail(e))?;
+        tx.commit().map_err(|e| self.fail(e))?;
+        Ok(true)
+    }
+
+    /// Takes an execution awaiting approval to run it again in this process (see
+    /// [`ExecutionStore::resume`](super::ExecutionStore::resume)): the record as it was
+    /// before, and its ledger; `Ok(None)` when it is not awaiting approval. The read and the
+    /// write are one immediate transaction, which holds the file's write lock, so of
+    /// concurrent resumes (in this process or others) exactly one finds it awaiting.
+    pub(crate) fn resume(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ExecutionRecord, String)>, CapabilityError> {
+        let now = now_ms() as i64;
+        let me = std::process::id() as i64;
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.fail(e))?;
+        let found = tx
+            .query_row(
+                &format!("SELECT {COLUMNS}, (SELECT ledger FROM ledgers WHERE execution_id = executions.id) FROM executions WHERE id = ?1 AND status = 'awaiting_approval'"),
+                [id],
+                |row| Ok((record(row)?, row.get::<_, Option<String>>(18)?)),
+            )
+            .optional()
+            .map_err(|e| self.fail(e))?;
+        let Some((paused, ledger)) = found else {
+            return Ok(None);
+        };
+        tx.execute(
+            "UPDATE executions SET status = 'running', pending_approval = NULL, updated_ms = ?2, owner_pid = ?3, owner_start = ?4, pgid = NULL WHERE id = ?1 AND status = 'awaiting_approval'",
+            params![id, now, me, start_time(me)],
+        )
+        .map_err(|e| self.fail(e))?;
+        tx.execute("DELETE FROM ledgers WHERE execution_id = ?1", [id])
+            .map_err(|e| self.fail(e))?;
+        tx.execute(
+            "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, 'running', ?2, ?3)",
+            params![id, now, RESUMED_DETAIL],
+        )
+        .map_err(|e| self.fail(e))?;
+        tx.commit().map_err(|e| self.fail(e))?;
+        Ok(Some((paused, ledger.unwrap_or_default())))
+    }
+
+    /// The ledger of an execution awaiting approval.
+    pub(crate) fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
+        self.lock()
+            .query_row(
+                "SELECT ledger FROM ledgers WHERE execution_id = ?1",
+                [id],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.fail(e))
     }
 
     /// One execution.
@@ -442,7 +567,16 @@ fn record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default(),
         replica: None,
+        pending_approval: json_column(row, 17)?.and_then(|v| serde_json::from_value(v).ok()),
     })
+}
+
+/// The history detail of a pause: the call it waits on.
+pub(super) fn pause_detail(pending: &PendingApproval) -> String {
+    format!(
+        "awaiting approval of `{}` (call {})",
+        pending.tool, pending.call
+    )
 }
 
 /// Whether the process that owned an execution still runs: its pid exists and, where the
@@ -515,6 +649,7 @@ mod tests {
             updated_ms: now_ms(),
             ended_ms: None,
             replica: None,
+            pending_approval: None,
         }
     }
 
@@ -652,6 +787,391 @@ mod tests {
             history,
             [ExecutionStatus::Starting, ExecutionStatus::Stopped]
         );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    fn pending() -> PendingApproval {
+        PendingApproval {
+            tool: "bank.transfer".into(),
+            input: json!({"to": "bob", "amount": 5}),
+            call: 3,
+            permission: "bank:approve".into(),
+            self_approval: false,
+            since_ms: 1_700_000_000_000,
+        }
+    }
+
+    const LEDGER: &str = r#"{"calls":[{"tool":"bank.balance","result":7}],"clock":[1,2]}"#;
+
+    fn statuses(store: &SqliteStore, id: &str) -> Vec<ExecutionStatus> {
+        store
+            .history(id)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.status)
+            .collect()
+    }
+
+    fn owner(store: &SqliteStore, id: &str) -> (i64, Option<i64>) {
+        store
+            .lock()
+            .query_row(
+                "SELECT owner_pid, owner_start FROM executions WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+    }
+
+    /// A store through its public face, on a fresh file, with `id` running.
+    async fn running(name: &str, id: &str) -> (super::super::ExecutionStore, PathBuf) {
+        let path = temp_db(name);
+        let store = super::super::ExecutionStore::open(&path).unwrap();
+        store
+            .insert(&record(id, ExecutionStatus::Starting))
+            .await
+            .unwrap();
+        store
+            .set_status(id, ExecutionStatus::Running, None)
+            .await
+            .unwrap();
+        (store, path)
+    }
+
+    fn sqlite(store: &super::super::ExecutionStore) -> &SqliteStore {
+        match &store.backend {
+            super::super::Backend::Sqlite(s) => s,
+            super::super::Backend::Postgres(_) => unreachable!(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_paused_execution_shows_its_call_and_logs_and_resumes_once_with_its_ledger() {
+        let (store, path) = running("pause", "p").await;
+        let logs = vec!["balance 7".to_string()];
+        assert!(store.pause("p", &pending(), LEDGER, &logs).await.unwrap());
+        let paused = store.get("p").await.unwrap().unwrap();
+        assert_eq!(paused.status, ExecutionStatus::AwaitingApproval);
+        assert_eq!(paused.pending_approval, Some(pending()));
+        assert_eq!(paused.logs, logs);
+        assert_eq!(paused.ended_ms, None);
+        let history = store.history("p").await.unwrap();
+        assert_eq!(
+            history.last().unwrap().detail.as_deref(),
+            Some("awaiting approval of `bank.transfer` (call 3)")
+        );
+        assert_eq!(
+            statuses(sqlite(&store), "p"),
+            [
+                ExecutionStatus::Starting,
+                ExecutionStatus::Running,
+                ExecutionStatus::AwaitingApproval
+            ]
+        );
+        // No process runs it now.
+        assert_eq!(owner(sqlite(&store), "p"), (0, None));
+        assert_eq!(store.ledger("p").await.unwrap().as_deref(), Some(LEDGER));
+        // Listed with its call, under its status.
+        let listed = store
+            .list(&ExecutionFilter {
+                status: Some(ExecutionStatus::AwaitingApproval),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].pending_approval, Some(pending()));
+
+        // The resume hands over the record as it was paused, and the ledger byte for byte.
+        let (was, ledger) = store.resume("p").await.unwrap().expect("resumed");
+        assert_eq!(ledger, LEDGER);
+        assert_eq!(was.status, ExecutionStatus::AwaitingApproval);
+        assert_eq!(was.pending_approval, Some(pending()));
+        assert_eq!(was.logs, logs);
+        assert_eq!(was.params, json!({"a": 1}));
+        let now = store.get("p").await.unwrap().unwrap();
+        assert_eq!(now.status, ExecutionStatus::Running);
+        assert_eq!(now.pending_approval, None);
+        let me = std::process::id() as i64;
+        assert_eq!(owner(sqlite(&store), "p"), (me, start_time(me)));
+        assert_eq!(
+            store
+                .history("p")
+                .await
+                .unwrap()
+                .last()
+                .unwrap()
+                .detail
+                .as_deref(),
+            Some(RESUMED_DETAIL)
+        );
+        // Its ledger went with it; a second resume finds nothing to resume.
+        assert_eq!(store.ledger("p").await.unwrap(), None);
+        assert!(store.resume("p").await.unwrap().is_none());
+        assert!(store.resume("unknown").await.unwrap().is_none());
+        // It can pause again, at a later call.
+        assert!(store.pause("p", &pending(), "[]", &[]).await.unwrap());
+        assert_eq!(store.ledger("p").await.unwrap().as_deref(), Some("[]"));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[tokio::test]
+    async fn only_a_running_execution_pauses() {
+        let (store, path) = running("pause-ended", "ended").await;
+        store
+            .finish("ended", ExecutionStatus::Completed, None, None, None, &[])
+            .await
+            .unwrap();
+        assert!(!store.pause("ended", &pending(), LEDGER, &[]).await.unwrap());
+        let ended = store.get("ended").await.unwrap().unwrap();
+        assert_eq!(ended.status, ExecutionStatus::Completed);
+        assert_eq!(ended.pending_approval, None);
+        assert_eq!(store.ledger("ended").await.unwrap(), None);
+
+        store
+            .insert(&record("stopping", ExecutionStatus::Starting))
+            .await
+            .unwrap();
+        store
+            .set_status("stopping", ExecutionStatus::Stopping, None)
+            .await
+            .unwrap();
+        assert!(!store
+            .pause("stopping", &pending(), LEDGER, &[])
+            .await
+            .unwrap());
+        assert_eq!(
+            statuses(sqlite(&store), "stopping"),
+            [ExecutionStatus::Starting, ExecutionStatus::Stopping]
+        );
+        assert_eq!(store.ledger("stopping").await.unwrap(), None);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn of_concurrent_resumes_in_two_connections_exactly_one_wins() {
+        let (store, path) = running("race", "r").await;
+        assert!(store.pause("r", &pending(), LEDGER, &[]).await.unwrap());
+        // A second connection to the file locks as another process would.
+        let other = std::sync::Arc::new(super::super::ExecutionStore::open(&path).unwrap());
+        let store = std::sync::Arc::new(store);
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let store = if i % 2 == 0 {
+                    store.clone()
+                } else {
+                    other.clone()
+                };
+                tokio::spawn(async move { store.resume("r").await.unwrap() })
+            })
+            .collect();
+        let mut won = 0;
+        for task in tasks {
+            if let Some((_, ledger)) = task.await.unwrap() {
+                assert_eq!(ledger, LEDGER);
+                won += 1;
+            }
+        }
+        assert_eq!(won, 1);
+        assert_eq!(
+            statuses(sqlite(&store), "r"),
+            [
+                ExecutionStatus::Starting,
+                ExecutionStatus::Running,
+                ExecutionStatus::AwaitingApproval,
+                ExecutionStatus::Running
+            ]
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_paused_execution_ends_denied_or_stopped_and_its_ledger_is_deleted() {
+        let (store, path) = running("deny", "denied").await;
+        assert!(store
+            .pause("denied", &pending(), LEDGER, &["so far".into()])
+            .await
+            .unwrap());
+        let denial = CapabilityError::new(
+            CapabilityErrorCode::ApprovalDenied,
+            "`bank.transfer` was denied by carol",
+        );
+        let ended = store
+            .finish(
+                "denied",
+                ExecutionStatus::Failed,
+                None,
+                None,
+                Some(&denial),
+                &[],
+            )
+            .await
+            .unwrap();
+        assert!(ended.is_some());
+        let denied = store.get("denied").await.unwrap().unwrap();
+        assert_eq!(denied.status, ExecutionStatus::Failed);
+        assert_eq!(denied.error, Some(denial));
+        assert_eq!(denied.pending_approval, None);
+        assert_eq!(
+            denied.logs,
+            ["so far"],
+            "an end without logs keeps those of the pause"
+        );
+        assert_eq!(store.ledger("denied").await.unwrap(), None);
+        assert!(store.resume("denied").await.unwrap().is_none());
+
+        store
+            .insert(&record("stopped", ExecutionStatus::Starting))
+            .await
+            .unwrap();
+        assert!(store
+            .pause("stopped", &pending(), LEDGER, &[])
+            .await
+            .unwrap());
+        // No process runs it: `stopping` does not apply; the stop ends it directly.
+        store
+            .set_status("stopped", ExecutionStatus::Stopping, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get("stopped").await.unwrap().unwrap().status,
+            ExecutionStatus::AwaitingApproval
+        );
+        assert!(store
+            .finish("stopped", ExecutionStatus::Stopped, None, None, None, &[])
+            .await
+            .unwrap()
+            .is_some());
+        let stopped = store.get("stopped").await.unwrap().unwrap();
+        assert_eq!(stopped.status, ExecutionStatus::Stopped);
+        assert_eq!(stopped.pending_approval, None);
+        assert_eq!(store.ledger("stopped").await.unwrap(), None);
+        assert_eq!(
+            statuses(sqlite(&store), "stopped"),
+            [
+                ExecutionStatus::Starting,
+                ExecutionStatus::AwaitingApproval,
+                ExecutionStatus::Stopped
+            ]
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[tokio::test]
+    async fn an_oversize_ledger_is_refused_and_nothing_is_written() {
+        let (store, path) = running("oversize", "big").await;
+        let ledger = "x".repeat(super::super::MAX_LEDGER_BYTES + 1);
+        let e = store
+            .pause("big", &pending(), &ledger, &[])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, CapabilityErrorCode::ExecutionFailed);
+        assert!(
+            e.message.contains("replay ledger is 8388609 bytes")
+                && e.message.contains("8388608 bytes (8 MiB)")
+                && e.message.contains("`bank.transfer`"),
+            "{e}"
+        );
+        assert_eq!(
+            store.get("big").await.unwrap().unwrap().status,
+            ExecutionStatus::Running
+        );
+        assert_eq!(store.ledger("big").await.unwrap(), None);
+        // Exactly the limit is kept.
+        let ledger = "x".repeat(super::super::MAX_LEDGER_BYTES);
+        assert!(store.pause("big", &pending(), &ledger, &[]).await.unwrap());
+        assert_eq!(
+            store.ledger("big").await.unwrap().map(|l| l.len()),
+            Some(ledger.len())
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_reopened_file_leaves_a_paused_execution_awaiting_approval() {
+        let (store, path) = running("reopen", "paused").await;
+        assert!(store
+            .pause("paused", &pending(), LEDGER, &[])
+            .await
+            .unwrap());
+        store
+            .insert(&record("dead", ExecutionStatus::Starting))
+            .await
+            .unwrap();
+        // The process that ran both has exited (the paused one was left by it too).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        sqlite(&store)
+            .lock()
+            .execute("UPDATE executions SET owner_pid = ?1", [gone as i64])
+            .unwrap();
+        drop(store);
+
+        let store = super::super::ExecutionStore::open(&path).unwrap();
+        assert_eq!(store.recovered(), ["dead"]);
+        let paused = store.get("paused").await.unwrap().unwrap();
+        assert_eq!(paused.status, ExecutionStatus::AwaitingApproval);
+        assert_eq!(paused.pending_approval, Some(pending()));
+        assert_eq!(
+            store.ledger("paused").await.unwrap().as_deref(),
+            Some(LEDGER)
+        );
+        // And the next process resumes it.
+        assert!(store.resume("paused").await.unwrap().is_some());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn a_version_2_file_is_migrated_to_3_keeping_its_rows() {
+        let path = temp_db("v2");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // A file as execbox wrote it at schema version 2.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE executions (
+                id TEXT PRIMARY KEY, capability TEXT NOT NULL, type TEXT NOT NULL,
+                executor TEXT NOT NULL, capability_path TEXT NOT NULL, parent_id TEXT,
+                principal TEXT, status TEXT NOT NULL, params TEXT NOT NULL, result TEXT,
+                additional_context TEXT, error_code TEXT, error_message TEXT,
+                created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, ended_ms INTEGER,
+                owner_pid INTEGER NOT NULL, owner_start INTEGER, pgid INTEGER, logs TEXT
+            );
+            CREATE INDEX executions_status ON executions (status);
+            CREATE INDEX executions_parent ON executions (parent_id);
+            CREATE TABLE status_history (
+                execution_id TEXT NOT NULL, status TEXT NOT NULL, at_ms INTEGER NOT NULL,
+                detail TEXT
+            );
+            CREATE INDEX status_history_execution ON status_history (execution_id);
+            INSERT INTO executions VALUES ('old', 'c', 'script', 'script', '/c', NULL, 'alice',
+                'completed', '{\"a\":1}', '2', NULL, NULL, NULL, 10, 20, 20, 1, NULL, NULL,
+                '[\"line\"]');
+            INSERT INTO status_history VALUES ('old', 'completed', 20, NULL);
+            PRAGMA user_version = 2;",
+        )
+        .unwrap();
+        drop(conn);
+
+        let store = SqliteStore::open(&path).unwrap();
+        let version: i64 = store
+            .lock()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 3);
+        let old = store.get("old").unwrap().unwrap();
+        assert_eq!(old.status, ExecutionStatus::Completed);
+        assert_eq!(old.result, Some(json!(2)));
+        assert_eq!(old.logs, ["line"]);
+        assert_eq!(old.principal.as_deref(), Some("alice"));
+        assert_eq!(old.pending_approval, None);
+        assert_eq!(statuses(&store, "old"), [ExecutionStatus::Completed]);
+        // The new schema is usable: a new execution pauses.
+        store
+            .insert(&record("new", ExecutionStatus::Starting))
+            .unwrap();
+        assert!(store.pause("new", &pending(), LEDGER, &[]).unwrap());
+        assert_eq!(store.ledger("new").unwrap().as_deref(), Some(LEDGER));
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
     }
 
