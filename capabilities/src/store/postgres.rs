@@ -1056,4 +1056,331 @@ mod tests {
             ExecutionStatus::Failed
         );
     }
+
+    fn pending() -> PendingApproval {
+        PendingApproval {
+            tool: "bank.transfer".into(),
+            input: json!({"to": "bob", "amount": 5}),
+            call: 2,
+            permission: "bank:approve".into(),
+            self_approval: true,
+            since_ms: 1_700_000_000_000,
+        }
+    }
+
+    const LEDGER: &str = r#"{"calls": [{"tool": "bank.balance", "result": 7}], "random": [0.5]}"#;
+
+    async fn statuses(store: &ExecutionStore, id: &str) -> Vec<ExecutionStatus> {
+        store
+            .history(id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| h.status)
+            .collect()
+    }
+
+    async fn running(store: &ExecutionStore, id: &str) {
+        store.insert(&record(id)).await.unwrap();
+        store
+            .set_status(id, ExecutionStatus::Running, None)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_paused_execution_has_no_owner_and_resumes_once_under_its_resumer() {
+        let Some(server) = TestServer::start_or_skip() else {
+            return;
+        };
+        let url = server.database("pause");
+        let store = open(&url, "one", Duration::from_secs(30));
+        running(&store, "p").await;
+        let logs = vec!["balance 7".to_string()];
+        assert!(store.pause("p", &pending(), LEDGER, &logs).await.unwrap());
+        let paused = store.get("p").await.unwrap().unwrap();
+        assert_eq!(paused.status, ExecutionStatus::AwaitingApproval);
+        assert_eq!(paused.pending_approval, Some(pending()));
+        assert_eq!(paused.logs, logs);
+        assert_eq!(paused.replica, None, "no replica runs it");
+        assert_eq!(
+            statuses(&store, "p").await,
+            [
+                ExecutionStatus::Starting,
+                ExecutionStatus::Running,
+                ExecutionStatus::AwaitingApproval
+            ]
+        );
+        assert_eq!(
+            store.history("p").await.unwrap()[2].detail.as_deref(),
+            Some("awaiting approval of `bank.transfer` (call 2)")
+        );
+        assert_eq!(store.ledger("p").await.unwrap().as_deref(), Some(LEDGER));
+        let listed = store
+            .list(&ExecutionFilter {
+                status: Some(ExecutionStatus::AwaitingApproval),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].pending_approval, Some(pending()));
+        // A stop request finds nothing to stop: no replica runs it.
+        assert!(!store.request_stop("p").await.unwrap());
+
+        let (was, ledger) = store.resume("p").await.unwrap().expect("resumed");
+        assert_eq!(ledger, LEDGER, "byte for byte");
+        assert_eq!(was.status, ExecutionStatus::AwaitingApproval);
+        assert_eq!(was.pending_approval, Some(pending()));
+        assert_eq!(was.logs, logs);
+        assert_eq!(was.principal.as_deref(), Some("alice"));
+        let now = store.get("p").await.unwrap().unwrap();
+        assert_eq!(now.status, ExecutionStatus::Running);
+        assert_eq!(now.pending_approval, None);
+        assert_eq!(now.replica.as_deref(), Some("one"));
+        assert_eq!(
+            store.history("p").await.unwrap()[3].detail.as_deref(),
+            Some(RESUMED_DETAIL)
+        );
+        assert_eq!(store.ledger("p").await.unwrap(), None);
+        assert!(store.resume("p").await.unwrap().is_none());
+        assert!(store.resume("nope").await.unwrap().is_none());
+
+        // Only a running execution pauses, and one asked to stop does not.
+        store
+            .finish("p", ExecutionStatus::Completed, None, None, None, &[])
+            .await
+            .unwrap();
+        assert!(!store.pause("p", &pending(), LEDGER, &[]).await.unwrap());
+        assert_eq!(store.ledger("p").await.unwrap(), None);
+        running(&store, "asked").await;
+        assert!(store.request_stop("asked").await.unwrap());
+        assert!(!store.pause("asked", &pending(), LEDGER, &[]).await.unwrap());
+        assert_eq!(
+            store.get("asked").await.unwrap().unwrap().status,
+            ExecutionStatus::Running
+        );
+
+        // An oversize ledger is refused, and nothing written.
+        running(&store, "big").await;
+        let e = store
+            .pause(
+                "big",
+                &pending(),
+                &"x".repeat(super::super::MAX_LEDGER_BYTES + 1),
+                &[],
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            e.message.contains("more than the 8388608 bytes (8 MiB)"),
+            "{e}"
+        );
+        assert_eq!(
+            store.get("big").await.unwrap().unwrap().status,
+            ExecutionStatus::Running
+        );
+        assert_eq!(store.ledger("big").await.unwrap(), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_paused_execution_ends_denied_or_stopped_and_its_ledger_is_deleted() {
+        let Some(server) = TestServer::start_or_skip() else {
+            return;
+        };
+        let url = server.database("deny");
+        let store = open(&url, "one", Duration::from_secs(30));
+        running(&store, "denied").await;
+        assert!(store
+            .pause("denied", &pending(), LEDGER, &["so far".into()])
+            .await
+            .unwrap());
+        let denial = CapabilityError::new(
+            CapabilityErrorCode::ApprovalDenied,
+            "`bank.transfer` was denied by carol",
+        );
+        assert!(store
+            .finish(
+                "denied",
+                ExecutionStatus::Failed,
+                None,
+                None,
+                Some(&denial),
+                &[]
+            )
+            .await
+            .unwrap()
+            .is_some());
+        let denied = store.get("denied").await.unwrap().unwrap();
+        assert_eq!(denied.status, ExecutionStatus::Failed);
+        assert_eq!(denied.error, Some(denial));
+        assert_eq!(denied.pending_approval, None);
+        assert_eq!(denied.logs, ["so far"]);
+        assert_eq!(store.ledger("denied").await.unwrap(), None);
+        assert!(store.resume("denied").await.unwrap().is_none());
+
+        running(&store, "stopped").await;
+        assert!(store
+            .pause("stopped", &pending(), LEDGER, &[])
+            .await
+            .unwrap());
+        store
+            .set_status("stopped", ExecutionStatus::Stopping, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get("stopped").await.unwrap().unwrap().status,
+            ExecutionStatus::AwaitingApproval,
+            "no replica runs it to be stopping"
+        );
+        assert!(store
+            .finish("stopped", ExecutionStatus::Stopped, None, None, None, &[])
+            .await
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            statuses(&store, "stopped").await,
+            [
+                ExecutionStatus::Starting,
+                ExecutionStatus::Running,
+                ExecutionStatus::AwaitingApproval,
+                ExecutionStatus::Stopped
+            ]
+        );
+        assert_eq!(store.ledger("stopped").await.unwrap(), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn of_concurrent_resumes_on_two_replicas_exactly_one_wins_and_the_other_hears_it() {
+        let Some(server) = TestServer::start_or_skip() else {
+            return;
+        };
+        let url = server.database("race");
+        let a = Arc::new(open(&url, "a", Duration::from_secs(30)));
+        let b = Arc::new(open(&url, "b", Duration::from_secs(30)));
+        let mut heard_by_b = b.signals().unwrap();
+        let mut heard_by_a = a.signals().unwrap();
+        // Both listen (each hears an execution of the other's) before the races.
+        for (store, heard) in [(&a, &mut heard_by_b), (&b, &mut heard_by_a)] {
+            let mut listening = false;
+            for attempt in 0..50 {
+                let id = format!("{}_{attempt}", store.replica().unwrap());
+                store.insert(&record(&id)).await.unwrap();
+                let heard_it = tokio::time::timeout(Duration::from_millis(200), async {
+                    while heard.recv().await != Ok(StoreSignal::Changed(id.clone())) {}
+                });
+                if heard_it.await.is_ok() {
+                    listening = true;
+                    break;
+                }
+            }
+            assert!(listening, "the other replica does not listen");
+        }
+        for round in 0..5 {
+            let id = format!("r{round}");
+            running(&a, &id).await;
+            assert!(a.pause(&id, &pending(), LEDGER, &[]).await.unwrap());
+            let tasks: Vec<_> = (0..8)
+                .map(|i| {
+                    let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+                    let id = id.clone();
+                    tokio::spawn(async move {
+                        let name = store.replica().unwrap().to_string();
+                        store
+                            .resume(&id)
+                            .await
+                            .unwrap()
+                            .map(|(_, ledger)| (name, ledger))
+                    })
+                })
+                .collect();
+            let mut winners = Vec::new();
+            for task in tasks {
+                if let Some((name, ledger)) = task.await.unwrap() {
+                    assert_eq!(ledger, LEDGER);
+                    winners.push(name);
+                }
+            }
+            assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+            let now = a.get(&id).await.unwrap().unwrap();
+            assert_eq!(now.status, ExecutionStatus::Running);
+            assert_eq!(now.replica.as_deref(), Some(winners[0].as_str()));
+            assert_eq!(
+                statuses(&a, &id).await,
+                [
+                    ExecutionStatus::Starting,
+                    ExecutionStatus::Running,
+                    ExecutionStatus::AwaitingApproval,
+                    ExecutionStatus::Running
+                ]
+            );
+            // The replica that lost hears the resume as one.
+            let loser = if winners[0] == "a" {
+                &mut heard_by_b
+            } else {
+                &mut heard_by_a
+            };
+            let resumed = tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    if let Ok(StoreSignal::Resumed(heard)) = loser.recv().await {
+                        if heard == id {
+                            return;
+                        }
+                    }
+                }
+            })
+            .await;
+            assert!(resumed.is_ok(), "round {round}: no resume heard");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_reaper_leaves_a_paused_execution_of_a_dead_replica_for_another_to_resume() {
+        let Some(server) = TestServer::start_or_skip() else {
+            return;
+        };
+        let url = server.database("reap_paused");
+        let dead = open(&url, "dead", Duration::from_secs(3));
+        running(&dead, "paused").await;
+        running(&dead, "live").await;
+        assert!(dead.pause("paused", &pending(), LEDGER, &[]).await.unwrap());
+        // Its lease runs out (as after a SIGKILL), and another replica reaps it.
+        let other = Pg::new(&PgUrl::parse(&url).unwrap(), Default::default()).unwrap();
+        let reaped = other
+            .run(|mut c| async move {
+                let tx = c.transaction().await?;
+                tx.execute(
+                    "UPDATE replicas SET lease_until = now() - interval '1 second' WHERE name = 'dead'",
+                    &[],
+                )
+                .await?;
+                let rows = tx
+                    .query(
+                        REAP,
+                        &[&(now_ms() as i64), &CapabilityErrorCode::ExecutionFailed.as_str()],
+                    )
+                    .await?;
+                tx.commit().await?;
+                Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+            })
+            .await
+            .unwrap();
+        assert_eq!(reaped, ["live"]);
+        drop(dead);
+        // A replica joining later reaps again at open: still not the paused one.
+        let next = open(&url, "next", Duration::from_secs(3));
+        assert!(!next.recovered().contains(&"paused".to_string()));
+        let paused = next.get("paused").await.unwrap().unwrap();
+        assert_eq!(paused.status, ExecutionStatus::AwaitingApproval);
+        assert_eq!(paused.pending_approval, Some(pending()));
+        assert_eq!(
+            next.ledger("paused").await.unwrap().as_deref(),
+            Some(LEDGER)
+        );
+        let (_, ledger) = next.resume("paused").await.unwrap().expect("resumed");
+        assert_eq!(ledger, LEDGER);
+        let resumed = next.get("paused").await.unwrap().unwrap();
+        assert_eq!(resumed.status, ExecutionStatus::Running);
+        assert_eq!(resumed.replica.as_deref(), Some("next"));
+    }
 }
