@@ -928,6 +928,8 @@ impl ScriptedRunner {
             duration_ms: 0,
             logs: Vec::new(),
             logs_truncated: None,
+            clock: None,
+            clock_overflow: false,
             outcome: Ok(None),
         }));
     }

@@ -29,6 +29,7 @@ fuzz_target!(|data: &[u8]| {
             types: None,
             unavailable: None,
         }],
+        replay: None,
     }));
     let mut expected = Expected::default();
     expected.note(&item);

@@ -160,6 +160,7 @@ fn execute(id: u8, code: &[u8], timeout: u8, memory: u8, logs: u8, providers_: u
             max_log_chars: pick(&[0, 5, 100, 64_000], logs / 4),
         },
         providers: providers(providers_),
+        replay: None,
     }
 }
 

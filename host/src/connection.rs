@@ -304,6 +304,7 @@ impl Connection {
             code: code.clone(),
             options,
             providers: tools.manifests().to_vec(),
+            replay: None,
         });
         if self.tx.send(execute).is_err() {
             self.broken = true;
@@ -762,6 +763,8 @@ mod done_tests {
                 omitted_lines: 400,
                 cut_line: false,
             }),
+            clock: None,
+            clock_overflow: false,
             outcome: Ok(None),
         };
         let options = RuntimeOptions {

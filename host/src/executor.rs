@@ -274,6 +274,8 @@ impl ExecuteResult {
             duration_ms: self.duration_ms,
             logs: self.logs.clone(),
             logs_truncated: self.logs_truncated,
+            clock: None,
+            clock_overflow: false,
             outcome: self.outcome.clone(),
         })
         .encode()

@@ -5,16 +5,22 @@
 //!
 //! | direction | `type` | fields |
 //! |---|---|---|
-//! | host → runner | `execute` | `id`, `code`, `options?` ([`RuntimeOptions`]), `providers` ([`ProviderManifest`]`[]`) |
+//! | host → runner | `execute` | `id`, `code`, `options?` ([`RuntimeOptions`]), `providers` ([`ProviderManifest`]`[]`), `replay?` ([`Replay`]) |
 //! | runner → host | `started` | `id` |
 //! | runner → host | `tool_call` | `callId`, `providerName`, `safeToolName`, `input?` |
 //! | host → runner | `tool_result` | `callId`, `ok`, `result?` when ok, `error` ([`ErrorBody`]) when not |
-//! | runner → host | `done` | `id`, `ok`, `durationMs`, `logs`, `result?` when ok, `error` when not |
+//! | runner → host | `done` | `id`, `ok`, `durationMs`, `logs`, `logsTruncated?`, `clock?` ([`ClockRun`]`[]`), `clockOverflow?`, `result?` when ok, `error` when not |
 //! | host → runner | `cancel` | `id` |
 //!
 //! An `error` is `{code, message}` and, for an uncaught guest error, optionally `name` and
 //! `location` (`{line, column, source?, caret?}`, see [`ErrorLocation`]); `message` is the
 //! error's own message, never a rendering of the others (that is [`ErrorBody::text`]).
+//!
+//! `replay` (`{randomSeed, clock?}`) asks for a re-run: `Math.random()` seeded by `randomSeed`,
+//! and the guest's clock readings taken from `clock` (`[[ms, count], ...]`) before the real
+//! clock; the `done` of such an execution carries every reading in `clock`, and
+//! `clockOverflow: true` when that record is incomplete (see [`Replay`]). A host that never
+//! sends `replay` never sees either.
 //!
 //! An omitted `input` or `result` means JavaScript `undefined`. Additive changes (a new
 //! optional field, a new message a peer may ignore) are compatible; renaming or retyping a
@@ -40,6 +46,7 @@ mod message;
 pub mod names;
 mod options;
 mod received;
+mod replay;
 mod safety;
 
 pub use error::{ErrorBody, ErrorCode, ErrorLocation, MEMORY_LIMIT_MESSAGE, TIMEOUT_MESSAGE};
@@ -53,5 +60,6 @@ pub use message::{
 };
 pub use options::RuntimeOptions;
 pub use received::{answered_execute, Received};
+pub use replay::{ClockRun, Replay, MAX_CLOCK_RUNS, MAX_RANDOM_SEED};
 pub use safety::{check_transport_safe, UnsafeValue, MAX_NESTING_DEPTH};
 pub use serde_json::value::RawValue;

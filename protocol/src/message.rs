@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::error::{ErrorBody, ErrorCode, ErrorLocation};
 use crate::manifest::{expected, json_kind, ProviderManifest};
 use crate::options::RuntimeOptions;
+use crate::replay::{clock_from_value, clock_size_hint, replay_from_value, ClockRun, Replay};
 
 /// Host → runner: run `code` with these providers and limits.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +27,10 @@ pub struct Execute {
     pub options: RuntimeOptions,
     /// Metadata of the tool namespaces to install.
     pub providers: Vec<ProviderManifest>,
+    /// The seed of `Math.random()` and the clock readings to give the guest first, for a
+    /// re-run that must take the same path (`replay` on the wire; optional, and other runners
+    /// ignore it). `None` is an ordinary run.
+    pub replay: Option<Replay>,
 }
 
 /// Host → runner: abort the execution `id` (a `done` with `timeout` follows).
@@ -76,6 +81,13 @@ pub struct Done {
     /// What truncation took from `logs`, when it took anything, so a host can say so
     /// (`logsTruncated` on the wire; an optional field other hosts ignore).
     pub logs_truncated: Option<LogsTruncated>,
+    /// Every clock reading of the guest, replayed or real, in order and run-length encoded
+    /// (`clock` on the wire); sent only for an `execute` that carried `replay`.
+    pub clock: Option<Vec<ClockRun>>,
+    /// `clock` is incomplete: the guest read the clock past
+    /// [`MAX_CLOCK_RUNS`](crate::MAX_CLOCK_RUNS) runs, or the runs did not fit in the message
+    /// (`clockOverflow` on the wire, omitted when false).
+    pub clock_overflow: bool,
     /// `Ok(None)` is a successful `undefined` (no `result` field).
     pub outcome: Result<Option<Box<RawValue>>, ErrorBody>,
 }
@@ -147,7 +159,8 @@ impl Message {
             // Executes are only ever measured by the host; their manifests are small.
             Message::Execute(m) => text(&m.id)
                 .saturating_add(text(&m.code))
-                .saturating_add(self_encoded_providers(m)),
+                .saturating_add(self_encoded_providers(m))
+                .saturating_add(m.replay.as_ref().map_or(0, |r| clock_size_hint(&r.clock))),
             Message::Cancel(m) => text(&m.id),
             Message::Started(m) => text(&m.id),
             Message::ToolCall(m) => text(&m.call_id)
@@ -164,7 +177,8 @@ impl Message {
                     n.saturating_add(text(line)).saturating_add(1)
                 })
                 .saturating_add(raw(m.outcome.as_ref().ok().and_then(|r| r.as_deref())))
-                .saturating_add(error(m.outcome.as_ref().err())),
+                .saturating_add(error(m.outcome.as_ref().err()))
+                .saturating_add(m.clock.as_deref().map_or(0, clock_size_hint)),
         };
         body.saturating_add(OVERHEAD)
     }
@@ -178,6 +192,7 @@ impl Message {
                 code: Some(&m.code),
                 options: Some(m.options),
                 providers: Some(m.providers.iter().map(ProviderManifest::to_value).collect()),
+                replay: m.replay.as_ref(),
                 ..Wire::default()
             },
             Message::Cancel(m) => Wire {
@@ -213,6 +228,8 @@ impl Message {
                 duration_ms: Some(m.duration_ms),
                 logs: Some(&m.logs),
                 logs_truncated: m.logs_truncated,
+                clock: m.clock.as_deref(),
+                clock_overflow: m.clock_overflow.then_some(true),
                 result: m.outcome.as_ref().ok().and_then(|r| r.as_deref()),
                 error: m.outcome.as_ref().err(),
                 ..Wire::default()
@@ -562,11 +579,19 @@ fn decode_execute(f: &Fields<'_>) -> Result<Execute, DecodeError> {
         Some(other) => return Err(f.invalid(K, "providers", expected("an array", &other))),
         None => return Err(f.invalid(K, "providers", "is required")),
     };
+    let replay = match f.value(K, "replay")? {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            replay_from_value(&value, "replay")
+                .map_err(|(field, reason)| f.invalid(K, field, reason))?,
+        ),
+    };
     Ok(Execute {
         id,
         code,
         options,
         providers,
+        replay,
     })
 }
 
@@ -625,6 +650,18 @@ fn decode_done(f: &Fields<'_>) -> Result<Done, DecodeError> {
     let logs_truncated = f
         .value(K, "logsTruncated")?
         .and_then(|v| serde_json::from_value::<LogsTruncated>(v).ok());
+    let clock = match f.value(K, "clock")? {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            clock_from_value(&value, "clock")
+                .map_err(|(field, reason)| f.invalid(K, field, reason))?,
+        ),
+    };
+    let clock_overflow = match f.value(K, "clockOverflow")? {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(other) => return Err(f.invalid(K, "clockOverflow", expected("a boolean", &other))),
+    };
     let outcome = if f.boolean(K, "ok")? {
         Ok(f.raw("result"))
     } else {
@@ -635,6 +672,8 @@ fn decode_done(f: &Fields<'_>) -> Result<Done, DecodeError> {
         duration_ms,
         logs,
         logs_truncated,
+        clock,
+        clock_overflow,
         outcome,
     })
 }
@@ -662,6 +701,8 @@ struct Wire<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     providers: Option<Vec<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    replay: Option<&'a Replay>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ok: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     duration_ms: Option<u64>,
@@ -669,6 +710,10 @@ struct Wire<'a> {
     logs: Option<&'a [String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     logs_truncated: Option<LogsTruncated>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clock: Option<&'a [ClockRun]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clock_overflow: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     result: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -768,6 +813,77 @@ mod tests {
     }
 
     #[test]
+    fn replay_and_clock_round_trip() {
+        let lines = [
+            r#"{"type":"execute","id":"r","code":"1","options":{"timeoutMs":5000,"memoryLimitBytes":67108864,"maxLogLines":100,"maxLogChars":64000},"providers":[],"replay":{"randomSeed":42,"clock":[[1000,2],[2000.5,1]]}}"#,
+            r#"{"type":"execute","id":"r","code":"1","options":{"timeoutMs":5000,"memoryLimitBytes":67108864,"maxLogLines":100,"maxLogChars":64000},"providers":[],"replay":{"randomSeed":0}}"#,
+            r#"{"type":"done","id":"r","ok":true,"durationMs":3,"logs":[],"clock":[[1000,2],[1700000000123,1]],"clockOverflow":true,"result":1}"#,
+            r#"{"type":"done","id":"r","ok":true,"durationMs":3,"logs":[],"clock":[]}"#,
+        ];
+        for line in lines {
+            let original: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(reencode(line), original, "{line}");
+        }
+        let Message::Execute(e) = Message::decode(lines[0]).unwrap() else {
+            panic!("not an execute")
+        };
+        let replay = e.replay.unwrap();
+        assert_eq!(replay.random_seed, 42);
+        assert_eq!(
+            replay.clock[1],
+            ClockRun {
+                ms: 2000.5,
+                count: 1
+            }
+        );
+        let Message::Done(d) = Message::decode(lines[2]).unwrap() else {
+            panic!("not a done")
+        };
+        assert!(d.clock_overflow);
+        assert_eq!(d.clock.unwrap().len(), 2);
+        // Absent (or null) replay is an ordinary run, and a done without clock has none.
+        let Message::Execute(e) = Message::decode(
+            r#"{"type":"execute","id":"a","code":"1","providers":[],"replay":null}"#,
+        )
+        .unwrap() else {
+            panic!("not an execute")
+        };
+        assert_eq!(e.replay, None);
+        assert!(!Message::Execute(e).encode().contains("replay"));
+    }
+
+    #[test]
+    fn malformed_replay_is_an_invalid_execute_naming_the_field() {
+        let cases = [
+            (r#""yes""#, "replay"),
+            (r#"{"clock":[]}"#, "replay.randomSeed"),
+            (r#"{"randomSeed":9007199254740992}"#, "replay.randomSeed"),
+            (
+                r#"{"randomSeed":1,"clock":[[1,1],[2,1],[3,1],[4,0]]}"#,
+                "replay.clock[3][1]",
+            ),
+            (r#"{"randomSeed":1,"clock":[[1e400,1]]}"#, "replay"),
+        ];
+        for (replay, field) in cases {
+            let line = format!(
+                r#"{{"type":"execute","id":"x","code":"1","providers":[],"replay":{replay}}}"#
+            );
+            match Message::decode(&line) {
+                Err(DecodeError::InvalidField { id, field: got, .. }) => {
+                    assert_eq!(id.as_deref(), Some("x"), "{line}");
+                    assert_eq!(got, field, "{line}");
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        let done = r#"{"type":"done","id":"a","ok":true,"durationMs":1,"logs":[],"clock":[[1,0]]}"#;
+        assert!(matches!(
+            Message::decode(done),
+            Err(DecodeError::InvalidField { field, .. }) if field == "clock[0][1]"
+        ));
+    }
+
+    #[test]
     fn deep_payloads_decode_without_recursion() {
         let depth = 100_000;
         let result = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
@@ -805,6 +921,8 @@ mod tests {
             duration_ms: 1,
             logs: vec![],
             logs_truncated: None,
+            clock: None,
+            clock_overflow: false,
             outcome: Ok(None),
         });
         assert_eq!(
@@ -855,6 +973,14 @@ mod tests {
                 duration_ms: u64::MAX,
                 logs,
                 logs_truncated: None,
+                clock: Some(vec![
+                    ClockRun {
+                        ms: -1.5e-300,
+                        count: u32::MAX
+                    };
+                    3
+                ]),
+                clock_overflow: true,
                 outcome: Err(ErrorBody::new(ErrorCode::RuntimeError, "\u{7}".repeat(9))),
             }),
             Message::ToolCall(ToolCall {

@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use execbox_protocol::{Done, ErrorBody, ErrorCode, Message, RuntimeOptions};
+use execbox_protocol::{Done, ErrorBody, ErrorCode, Execute, Message, RuntimeOptions};
 
+use crate::replay::{unobserved, Replaying};
 use crate::transport::{Inbound, Outbound};
 
 /// State shared by a transport's reader and the session, guarding cancellation races.
@@ -46,6 +47,8 @@ struct ControlState {
     started_at: Option<Instant>,
     /// The active execution's `timeoutMs`.
     timeout_ms: u64,
+    /// The active execution's clock, when it replays one: the watchdog's `done` carries it.
+    replaying: Option<Replaying>,
     /// When the watchdog ends the active execution if the engine has not.
     watch_at: Option<Instant>,
     /// The watchdog ended the active execution (and answered it, unless the transport closed).
@@ -97,7 +100,7 @@ impl Control {
                 let sink = self.sink.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 if let (Some(busy), Some(sink)) = (busy, sink) {
                     tracing::warn!(id = %e.id, active = %busy, "rejecting execute: an execution is active");
-                    sink.send(&busy_done(&e.id, busy));
+                    sink.send(&busy_done(e, busy));
                     return None;
                 }
                 state.queued.insert(e.id.clone());
@@ -142,7 +145,7 @@ impl Control {
         }
     }
 
-    pub(crate) fn begin(&self, id: &str, timeout_ms: u64) {
+    pub(crate) fn begin(&self, id: &str, timeout_ms: u64, replaying: Option<Replaying>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.queued.remove(id);
         state.queued_first = None;
@@ -151,6 +154,7 @@ impl Control {
         let now = Instant::now();
         state.started_at = Some(now);
         state.timeout_ms = timeout_ms;
+        state.replaying = replaying;
         state.fired = false;
         self.watch_at(
             &mut state,
@@ -168,6 +172,7 @@ impl Control {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.interrupt.store(false, Ordering::SeqCst);
         state.watch_at = None;
+        state.replaying = None;
         let fired = std::mem::take(&mut state.fired);
         (state.active.take(), state.closed_mid_execution, fired)
     }
@@ -213,6 +218,7 @@ impl Control {
             let id = state.active.clone().unwrap_or_default();
             let elapsed = state.started_at.map(|t| t.elapsed()).unwrap_or_default();
             let timeout_ms = state.timeout_ms;
+            let replaying = state.replaying.clone();
             let sink = if state.closed_mid_execution {
                 None
             } else {
@@ -239,11 +245,18 @@ impl Control {
                 )
             };
             if let Some(sink) = sink {
+                let (clock, clock_overflow) = match replaying.as_ref().map(Replaying::try_observed)
+                {
+                    Some((clock, overflow)) => (Some(clock), overflow),
+                    None => (None, false),
+                };
                 sink.send(&Message::Done(Done {
                     id,
                     duration_ms: elapsed.as_millis() as u64,
                     logs: Vec::new(),
                     logs_truncated: None,
+                    clock,
+                    clock_overflow,
                     outcome: Err(outcome),
                 }));
             }
@@ -262,13 +275,15 @@ impl Control {
     }
 }
 
-/// The `done` refusing `id` because `active` holds the session.
-pub(crate) fn busy_done(id: &str, active: &str) -> Message {
+/// The `done` refusing `exec` because `active` holds the session.
+pub(crate) fn busy_done(exec: &Execute, active: &str) -> Message {
     Message::Done(Done {
-        id: id.to_owned(),
+        id: exec.id.clone(),
         duration_ms: 0,
         logs: Vec::new(),
         logs_truncated: None,
+        clock: unobserved(exec),
+        clock_overflow: false,
         outcome: Err(ErrorBody::new(
             ErrorCode::InternalError,
             format!("Runner already has an active execution ({active:?})"),

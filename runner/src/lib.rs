@@ -61,6 +61,7 @@ mod location;
 mod lockdown;
 mod logs;
 mod normalize;
+mod replay;
 mod session;
 mod stdio;
 mod timeout;

@@ -31,6 +31,7 @@ use execbox_protocol::{
 use crate::ceilings::Ceilings;
 use crate::control::{busy_done, Control};
 use crate::engine::{Engine, Event, RunLimits, ENGINE_STACK_BYTES};
+use crate::replay::{unobserved, Replaying};
 use crate::transport::oversized;
 // The transport's side of a session, named with it (the crate root re-exports them from here).
 pub use crate::transport::{Inbound, Outbound};
@@ -434,6 +435,8 @@ fn take_turn(
                         duration_ms: 0,
                         logs: Vec::new(),
                         logs_truncated: None,
+                        clock: unobserved(&exec),
+                        clock_overflow: false,
                         outcome: Err(ErrorBody::new(
                             ErrorCode::ValidationError,
                             format!("invalid execute message: {field} {reason}"),
@@ -449,19 +452,26 @@ fn take_turn(
                         duration_ms: 0,
                         logs: Vec::new(),
                         logs_truncated: None,
+                        clock: unobserved(&exec),
+                        clock_overflow: false,
                         outcome: Err(ErrorBody::new(ErrorCode::ValidationError, message)),
                     }));
                     continue;
                 }
-                control.begin(&exec.id, exec.options.timeout_ms);
+                let replaying = exec.replay.as_ref().map(Replaying::new);
+                control.begin(&exec.id, exec.options.timeout_ms, replaying.clone());
                 out.send(&Message::Started(Started {
                     id: exec.id.clone(),
                 }));
                 let started = Instant::now();
-                let finished =
-                    engine.run(&exec, started, limits.run(), out.clone(), &mut |deadline| {
-                        wait(inbound, control, &**out, &exec, deadline, limits)
-                    });
+                let finished = engine.run(
+                    &exec,
+                    started,
+                    limits.run(),
+                    out.clone(),
+                    replaying.as_ref(),
+                    &mut |deadline| wait(inbound, control, &**out, &exec, deadline, limits),
+                );
                 let (ended, closed, fired) = control.end();
                 // A close aborts the execution whichever way the engine noticed it (the
                 // interrupt flag or the event): nobody is left to read a `done`.
@@ -471,11 +481,20 @@ fn take_turn(
                 }
                 // Unless the watchdog answered already (it is ending the session).
                 if !fired {
+                    let (clock, clock_overflow) = match &replaying {
+                        Some(replaying) => {
+                            let (clock, overflow) = replaying.observed();
+                            (Some(clock), overflow)
+                        }
+                        None => (None, false),
+                    };
                     let done = Done {
                         id: exec.id.clone(),
                         duration_ms: started.elapsed().as_millis() as u64,
                         logs: finished.logs,
                         logs_truncated: finished.logs_truncated,
+                        clock,
+                        clock_overflow,
                         outcome: finished.outcome,
                     };
                     out.send(&fit_done(done, limits.max_message_bytes));
@@ -505,9 +524,10 @@ pub(crate) fn check_provider_names(exec: &Execute) -> Result<(), (String, String
     Ok(())
 }
 
-/// Keeps a `done` within the message size limit: a result that does not fit becomes
-/// `serialization_error`, and logs that still do not fit are dropped from the end, with a
-/// last line saying how many.
+/// Keeps a `done` within the message size limit: a result that does not fit (by itself)
+/// becomes `serialization_error`, clock runs that do not fit even without logs are cut from
+/// the end (with `clockOverflow`), and logs that still do not fit are dropped from the end,
+/// with a last line saying how many.
 fn fit_done(done: Done, limit: usize) -> Message {
     let message = Message::Done(done);
     let Some(size) = oversized(&message, limit) else {
@@ -517,6 +537,8 @@ fn fit_done(done: Done, limit: usize) -> Message {
         unreachable!("built as a done above")
     };
     let logs = std::mem::take(&mut done.logs);
+    // The result is judged alone: the clock is cut before a result is refused.
+    let clock = done.clock.take();
     let result_too_large = matches!(done.outcome, Ok(Some(_))) && {
         let bare = Message::Done(done);
         let over = oversized(&bare, limit).is_some();
@@ -551,7 +573,23 @@ fn fit_done(done: Done, limit: usize) -> Message {
             ));
         }
     }
-    let bare = Message::Done(done.clone()).encode().len();
+    done.clock = clock;
+    let mut bare = Message::Done(done.clone()).encode().len();
+    if bare > limit && done.clock.as_ref().is_some_and(|c| !c.is_empty()) {
+        tracing::warn!(id = %done.id, limit, "clock runs over the message size limit");
+        // A run takes at most 40 bytes: cut as many runs as the excess surely needs, then
+        // measure again (each pass at least halves the excess of runs of 20 bytes).
+        while let Some(clock) = done
+            .clock
+            .as_mut()
+            .filter(|c| bare > limit && !c.is_empty())
+        {
+            let excess = (bare - limit).div_ceil(40).clamp(1, clock.len());
+            clock.truncate(clock.len() - excess);
+            done.clock_overflow = true;
+            bare = Message::Done(done.clone()).encode().len();
+        }
+    }
     let total = logs.len();
     // Room for the kept lines and the closing note (its number has at most 20 digits).
     let note = |dropped: usize| {
@@ -659,6 +697,8 @@ fn handle_stray(
             duration_ms: 0,
             logs: Vec::new(),
             logs_truncated: None,
+            clock: None,
+            clock_overflow: false,
             outcome: Err(ErrorBody::new(code, message)),
         }));
     };
@@ -667,7 +707,7 @@ fn handle_stray(
             let active = active.map(|a| a.id.as_str()).unwrap_or_default();
             tracing::warn!(id = %exec.id, %active, "rejecting execute: an execution is active");
             control.forget(&exec.id);
-            out.send(&busy_done(&exec.id, active));
+            out.send(&busy_done(&exec, active));
         }
         Inbound::Message(Message::Cancel(cancel)) => {
             tracing::warn!(id = %cancel.id, "ignoring cancel: no active execution with that id");

@@ -3,6 +3,9 @@
 
 mod support;
 
+#[path = "stdio/replay.rs"]
+mod replay;
+
 use std::io::{BufRead, BufReader};
 use std::process::{ChildStdout, Command, Stdio};
 use std::time::Duration;

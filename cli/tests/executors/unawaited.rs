@@ -207,6 +207,8 @@ async fn a_done_with_truncated_logs_gets_a_note_and_keeps_logs_truncated_in_its_
                 omitted_lines: 3,
                 cut_line: true,
             }),
+            clock: None,
+            clock_overflow: false,
             outcome: Ok(None),
         }));
     };

@@ -55,6 +55,8 @@ async fn tool_results(tools: &ToolSet, calls: &[(&str, &str)]) -> Vec<Value> {
         duration_ms: 1,
         logs: Vec::new(),
         logs_truncated: None,
+        clock: None,
+        clock_overflow: false,
         outcome: Ok(None),
     };
     event_tx

@@ -637,6 +637,47 @@
     return own(["runtime_error", wellFormed(message), name, stack, undefined, undefined]);
   }
 
+  // ---- replay (installed only for an execute that carries `replay`) ----
+
+  const DateCtor = Date;
+  const DateToString = DatePrototype.toString;
+  const ReflectConstruct = Reflect.construct;
+  const MathObject = Math;
+
+  function dataProperty(target, key, value) {
+    ObjectDefineProperty(target, key, {
+      __proto__: null,
+      value: value,
+      writable: true,
+      enumerable: false,
+      configurable: true,
+    });
+  }
+
+  // Makes `now` (native: the replayed, then real, clock, recording every reading) the one
+  // source of the guest's current time, and `random` (native, seeded) its Math.random. The
+  // guest's `Date` becomes a Proxy of the original whose only traps read `now` where the
+  // original reads the clock (`new Date()`, `Date()`); everything else reaches the original
+  // unchanged (statics in their order, `prototype`, `length`, `name`, subclassing,
+  // `instanceof`), with `Date.now` replaced by `now` in place. The handler has no prototype
+  // and cannot be reached from a Proxy; neither native function holds anything the guest
+  // could use besides a reading, and the replayed list never enters the sandbox.
+  function replay(now, random) {
+    const ReplayDate = new ProxyCtor(DateCtor, {
+      __proto__: null,
+      apply: function () {
+        return ReflectApply(DateToString, ReflectConstruct(DateCtor, [now()]), []);
+      },
+      construct: function (target, args, newTarget) {
+        return ReflectConstruct(DateCtor, args.length === 0 ? [now()] : args, newTarget);
+      },
+    });
+    dataProperty(DateCtor, "now", now);
+    dataProperty(DatePrototype, "constructor", ReplayDate);
+    dataProperty(globalObject, "Date", ReplayDate);
+    dataProperty(MathObject, "random", random);
+  }
+
   // ---- the guest's own promise ----
 
   // undefined while the guest runs; then ["ok", json | undefined] or ["error", code, message].
@@ -687,5 +728,12 @@
     return outcome;
   }
 
-  return { install: install, settle: settle, describe: describe, start: start, poll: poll };
+  return {
+    install: install,
+    settle: settle,
+    describe: describe,
+    start: start,
+    poll: poll,
+    replay: replay,
+  };
 })

@@ -29,6 +29,7 @@ use crate::hints;
 use crate::location::{Locator, GUEST_FILENAME};
 use crate::logs::LogBuffer;
 use crate::normalize::{fenced_program, normalize, Compiled};
+use crate::replay::{Random, Replaying};
 use crate::timeout::{self, timed_out, Busy, InFlight};
 use crate::transport::{oversized, Outbound};
 use crate::typescript::{self, StripError};
@@ -122,13 +123,15 @@ impl Engine {
     }
 
     /// Runs one execution to its end. `started` is when `started` was sent (the clock of
-    /// `timeoutMs`); `wait` blocks until the next relevant event or the given deadline.
+    /// `timeoutMs`); `replaying`, for an `execute` with `replay`, takes over the guest's clock
+    /// and `Math.random()`; `wait` blocks until the next relevant event or the given deadline.
     pub(crate) fn run(
         &mut self,
         exec: &Execute,
         started: Instant,
         limits: RunLimits,
         out: Arc<dyn Outbound>,
+        replaying: Option<&Replaying>,
         wait: &mut dyn FnMut(Instant) -> Event,
     ) -> Finished {
         self.retired = None;
@@ -150,7 +153,7 @@ impl Engine {
             },
         };
         let deadline = started + std::time::Duration::from_millis(exec.options.timeout_ms);
-        let finished = sandbox.execute(exec, deadline, limits, out, wait);
+        let finished = sandbox.execute(exec, deadline, limits, out, replaying, wait);
         self.retired = Some(sandbox);
         finished
     }
@@ -178,6 +181,7 @@ struct Hooks<'js> {
     describe: Function<'js>,
     start: Function<'js>,
     poll: Function<'js>,
+    replay: Function<'js>,
 }
 
 // SAFETY: `Hooks` holds only `'js`-bound handles; changing the lifetime changes nothing else.
@@ -285,6 +289,7 @@ impl Sandbox {
         deadline: Instant,
         limits: RunLimits,
         out: Arc<dyn Outbound>,
+        replaying: Option<&Replaying>,
         wait: &mut dyn FnMut(Instant) -> Event,
     ) -> Finished {
         {
@@ -300,7 +305,7 @@ impl Sandbox {
         self.budget.arm(limit);
         self.deadline.set(Some(deadline));
 
-        let outcome = self.drive(exec, limits, wait);
+        let outcome = self.drive(exec, limits, replaying, wait);
 
         self.budget.lift();
         self.deadline.set(None);
@@ -346,10 +351,12 @@ impl Sandbox {
         &self,
         exec: &Execute,
         limits: RunLimits,
+        replaying: Option<&Replaying>,
         wait: &mut dyn FnMut(Instant) -> Event,
     ) -> Result<Result<Option<Box<RawValue>>, ErrorBody>, Stop> {
         let started = self.context.with(|ctx| {
-            start_guest(&ctx, exec, limits, &self.state).map_err(|e| no_module_statements(exec, e))
+            start_guest(&ctx, exec, limits, replaying, &self.state)
+                .map_err(|e| no_module_statements(exec, e))
         });
         if let Some(stop) = self.stop_reason() {
             return Err(stop);
@@ -553,18 +560,41 @@ fn register_guest_surface<'js>(
         describe: hooks.get("describe")?,
         start: hooks.get("start")?,
         poll: hooks.get("poll")?,
+        replay: hooks.get("replay")?,
     };
     ctx.store_userdata(hooks)
         .map_err(|_| rquickjs::Error::Unknown)?;
     Ok(())
 }
 
-/// Installs the providers, compiles the normalised program and calls it.
-/// An `Err` is a failure before the guest's promise exists (e.g. a syntax error).
+/// Hands the guest's clock and `Math.random()` to `replaying` (the `replay` hook of
+/// `bootstrap.js` puts these two native functions in place); nothing else can reach its state.
+fn install_replay<'js>(
+    ctx: &Ctx<'js>,
+    hooks: &Hooks<'js>,
+    replaying: &Replaying,
+) -> rquickjs::Result<()> {
+    let clock = replaying.clock.clone();
+    let now = Function::new(ctx.clone(), move || -> f64 {
+        clock.lock().unwrap_or_else(|e| e.into_inner()).read()
+    })?
+    .with_name("now")?;
+    let random = RefCell::new(Random::new(replaying.random_seed));
+    let random = Function::new(ctx.clone(), move || -> f64 {
+        random.borrow_mut().next_f64()
+    })?
+    .with_name("random")?;
+    hooks.replay.call::<_, ()>((now, random))
+}
+
+/// Installs the providers (and the replay hooks, for a re-run), compiles the normalised
+/// program and calls it. An `Err` is a failure before the guest's promise exists (e.g. a
+/// syntax error).
 fn start_guest(
     ctx: &Ctx<'_>,
     exec: &Execute,
     limits: RunLimits,
+    replaying: Option<&Replaying>,
     state: &RefCell<ExecState>,
 ) -> Result<(), ErrorBody> {
     let hooks = ctx
@@ -591,6 +621,10 @@ fn start_guest(
         hooks.install.call::<_, ()>((providers, max_pending))
     };
     install().map_err(|e| engine_failure(ctx, e, "installing the providers"))?;
+    if let Some(replaying) = replaying {
+        install_replay(ctx, &hooks, replaying)
+            .map_err(|e| engine_failure(ctx, e, "installing the replayed clock and random"))?;
+    }
 
     if exec.code.contains('\0') {
         // Counted in the program as written: inside its fence when it has one.
