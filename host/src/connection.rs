@@ -35,7 +35,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execbox_protocol::{
-    Cancel, Done, ErrorBody, ErrorCode, Execute, Frame, Message, ToolCall, ToolResult,
+    Cancel, ClockRun, Done, ErrorBody, ErrorCode, Execute, Frame, LogsTruncated, Message, ToolCall,
+    ToolResult,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -44,9 +45,10 @@ use tracing::Instrument as _;
 
 use crate::executor::{next_execution_id, ExecuteRequest, ExecuteResult, Unawaited};
 use crate::guard::{CallGuard, ExecutionEnd};
+use crate::ledger::Recorder;
 use crate::notes::{self, CancelledBy, Fate};
 use crate::tool::ToolContext;
-use crate::toolset::ToolSet;
+use crate::toolset::{Halt, ToolSet};
 use crate::trace;
 
 /// Something the runner side produced.
@@ -256,16 +258,42 @@ impl Connection {
     ) -> ExecuteResult {
         // Cancels every tool call of this execution when the execution ends, however.
         let tools_token = CancellationToken::new();
+        let recorder = request
+            .durable
+            .as_ref()
+            .map(|d| Arc::new(Recorder::new(&d.ledger, d.approved)));
         let mut calls = ToolCalls::new(
             self.timings.max_concurrent_tool_calls,
             tools.clone(),
             guard,
             id,
             tools_token.clone(),
+            recorder.clone(),
         );
-        let result = self.session(id, request, tools, started, &mut calls).await;
+        let mut result = self.session(id, request, tools, started, &mut calls).await;
         tools_token.cancel();
         calls.shutdown().await;
+        if let Some(recorder) = recorder {
+            let (ledger, paused) = recorder.finish(calls.clock.take());
+            if paused.is_some() && calls.clock_overflow {
+                result.outcome = Err(ErrorBody::new(
+                    ErrorCode::InternalError,
+                    format!(
+                        "the execution cannot pause for approval: it read the clock more than \
+                          {} distinct times, more than its ledger keeps",
+                        execbox_protocol::MAX_CLOCK_RUNS
+                    ),
+                ));
+            } else if paused.is_none() && result.is_ok() {
+                if let Some(message) = recorder.unreached_approval() {
+                    result.outcome = Err(diverged(message));
+                }
+            }
+            if !calls.clock_overflow {
+                result.paused = paused;
+            }
+            result.ledger = Some(ledger);
+        }
         result
     }
 
@@ -292,6 +320,8 @@ impl Connection {
             logs_truncated: None,
             duration_ms: started.elapsed().as_millis() as u64,
             cancelled: false,
+            ledger: None,
+            paused: None,
         };
         if self.broken {
             return fail(
@@ -304,7 +334,7 @@ impl Connection {
             code: code.clone(),
             options,
             providers: tools.manifests().to_vec(),
-            replay: None,
+            replay: request.durable.as_ref().map(|d| d.ledger.replay()),
         });
         if self.tx.send(execute).is_err() {
             self.broken = true;
@@ -327,23 +357,36 @@ impl Connection {
                         }
                         continue;
                     }
-                    Err(fatal) => {
-                        let mut result = self.abandon(id, started, &tools_token, false, &options).await;
+                    Err(Halt::Fatal(fatal)) => {
+                        let mut result = self.abandon(id, started, &tools_token, false, &options, calls).await;
                         result.outcome = Err(guard_failure(&fatal));
                         return result;
                     }
+                    Err(Halt::Diverged(message)) => {
+                        let mut result = self.abandon(id, started, &tools_token, false, &options, calls).await;
+                        result.outcome = Err(diverged(message));
+                        return result;
+                    }
+                    Err(Halt::Pause) => {
+                        return self.pause(id, started, time_limit, cancel, &options, calls).await;
+                    }
                 },
-                () = cancel.cancelled() => return self.abandon(id, started, &tools_token, true, &options).await,
-                () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, false, &options).await,
+                () = cancel.cancelled() => return self.abandon(id, started, &tools_token, true, &options, calls).await,
+                () = tokio::time::sleep_until(deadline) => return self.abandon(id, started, &tools_token, false, &options, calls).await,
             };
             match event {
-                Some(RunnerEvent::Message(Message::Done(done))) if done.id == id => {
+                Some(RunnerEvent::Message(Message::Done(mut done))) if done.id == id => {
+                    calls.keep_clock(&mut done);
                     let ending = notes::Ending::of(&done.outcome);
                     let mut result = ExecuteResult::from_done(done, &options);
                     let settled = calls.settle(*unawaited, time_limit, cancel).await;
                     result.logs.extend(notes::unawaited(&settled.calls, ending));
-                    if let Some(fatal) = settled.fatal {
-                        result.outcome = Err(guard_failure(&fatal));
+                    match settled.halt {
+                        Some(Halt::Fatal(fatal)) => result.outcome = Err(guard_failure(&fatal)),
+                        Some(Halt::Diverged(message)) => result.outcome = Err(diverged(message)),
+                        // A call the program left running paused after it returned: it never
+                        // ran, and the program's own result stands.
+                        Some(Halt::Pause) | None => {}
                     }
                     return result;
                 }
@@ -409,6 +452,7 @@ impl Connection {
         tools_token: &CancellationToken,
         by_caller: bool,
         options: &execbox_protocol::RuntimeOptions,
+        calls: &mut ToolCalls,
     ) -> ExecuteResult {
         let why = if by_caller {
             "cancelled by the caller"
@@ -419,6 +463,80 @@ impl Connection {
         tools_token.cancel();
         self.broken = true;
         let _ = self.tx.send(Message::Cancel(Cancel { id: id.to_owned() }));
+        let (logs, logs_truncated) = self.last_done(id, options, calls).await;
+        ExecuteResult {
+            id: id.to_owned(),
+            outcome: Err(ErrorBody::timeout()),
+            logs,
+            logs_truncated,
+            duration_ms: started.elapsed().as_millis() as u64,
+            cancelled: by_caller,
+            ledger: None,
+            paused: None,
+        }
+    }
+
+    /// A call paused the durable execution: the runner is cancelled, so no answer reaches
+    /// the program any more; calls already running finish (within the time limit) and are
+    /// recorded, calls not yet started never start, and the runner's last `done` brings the
+    /// clock readings.
+    async fn pause(
+        &mut self,
+        id: &str,
+        started: Instant,
+        time_limit: tokio::time::Instant,
+        cancel: &CancellationToken,
+        options: &execbox_protocol::RuntimeOptions,
+        calls: &mut ToolCalls,
+    ) -> ExecuteResult {
+        tracing::debug!(%id, "pausing execution for approval");
+        self.broken = true;
+        let _ = self.tx.send(Message::Cancel(Cancel { id: id.to_owned() }));
+        let mut fatal = None;
+        calls.drop_waiting();
+        while calls.is_running() {
+            tokio::select! {
+                result = calls.next_result() => match result {
+                    Some(Err(Halt::Fatal(message))) => fatal = Some(message),
+                    Some(_) => {}
+                    None => break,
+                },
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep_until(time_limit) => break,
+            }
+        }
+        calls.token().cancel();
+        let (logs, logs_truncated) = self.last_done(id, options, calls).await;
+        let outcome = match fatal {
+            Some(message) => guard_failure(&message),
+            None => ErrorBody {
+                reason: Some(AWAITING_APPROVAL.into()),
+                ..ErrorBody::new(
+                    ErrorCode::ToolError,
+                    "the execution paused: a tool call waits for approval",
+                )
+            },
+        };
+        ExecuteResult {
+            id: id.to_owned(),
+            outcome: Err(outcome),
+            logs,
+            logs_truncated,
+            duration_ms: started.elapsed().as_millis() as u64,
+            cancelled: false,
+            ledger: None,
+            paused: None,
+        }
+    }
+
+    /// Waits a grace period for the `done` of a cancelled execution: its logs, and its clock
+    /// readings kept in `calls`.
+    async fn last_done(
+        &mut self,
+        id: &str,
+        options: &execbox_protocol::RuntimeOptions,
+        calls: &mut ToolCalls,
+    ) -> (Vec<String>, Option<LogsTruncated>) {
         let grace = tokio::time::sleep(self.timings.cancel_grace);
         tokio::pin!(grace);
         let mut logs = Vec::new();
@@ -426,7 +544,8 @@ impl Connection {
         loop {
             tokio::select! {
                 event = self.rx.recv() => match event {
-                    Some(RunnerEvent::Message(Message::Done(done))) if done.id == id => {
+                    Some(RunnerEvent::Message(Message::Done(mut done))) if done.id == id => {
+                        calls.keep_clock(&mut done);
                         logs_truncated = done.logs_truncated;
                         logs = done.logs;
                         logs.extend(notes::logs_truncated(logs_truncated, logs.len(), options));
@@ -438,14 +557,21 @@ impl Connection {
                 () = &mut grace => break,
             }
         }
-        ExecuteResult {
-            id: id.to_owned(),
-            outcome: Err(ErrorBody::timeout()),
-            logs,
-            logs_truncated,
-            duration_ms: started.elapsed().as_millis() as u64,
-            cancelled: by_caller,
-        }
+        (logs, logs_truncated)
+    }
+}
+
+/// `error.reason` of a durable execution that paused for approval.
+pub(crate) const AWAITING_APPROVAL: &str = "awaiting_approval";
+
+/// `error.reason` of a durable execution whose replay diverged from its ledger.
+pub const REPLAY_DIVERGED: &str = "replay_diverged";
+
+/// The error of a durable execution whose replay diverged from its ledger.
+fn diverged(message: String) -> ErrorBody {
+    ErrorBody {
+        reason: Some(REPLAY_DIVERGED.into()),
+        ..ErrorBody::new(ErrorCode::InternalError, message)
     }
 }
 
@@ -460,23 +586,31 @@ struct ToolCalls {
     execution_id: String,
     token: CancellationToken,
     /// Each task's answer, or the message of a guard that failed fatally.
-    running: JoinSet<Result<ToolResult, String>>,
+    running: JoinSet<Result<ToolResult, Halt>>,
     /// The callId of each running task, to answer for a task that panicked.
     running_ids: HashMap<tokio::task::Id, String>,
-    queue: VecDeque<ToolCall>,
+    queue: VecDeque<(ToolCall, u32)>,
     queued_bytes: usize,
     /// Every call running or waiting, by callId: the order it came in and the name the
     /// program called it by (`store.put`), to name the calls the program did not await.
     pending: HashMap<String, (u64, String)>,
     arrived: u64,
+    /// The ledger of a durable execution.
+    recorder: Option<Arc<Recorder>>,
+    /// The number of the next call, in the ledger's order.
+    next_index: u32,
+    /// The clock readings the runner's `done` reported (durable executions).
+    clock: Option<Vec<ClockRun>>,
+    /// The runner recorded more clock readings than a ledger keeps.
+    clock_overflow: bool,
 }
 
 /// What became of the calls still running or waiting when the program returned.
 struct Settled {
     /// Each call's name as the program called it and its fate, in the order they came in.
     calls: Vec<(String, Fate)>,
-    /// The message of a guard that failed fatally meanwhile: the execution must fail.
-    fatal: Option<String>,
+    /// Why the execution must stop, when a call said so meanwhile.
+    halt: Option<Halt>,
 }
 
 impl ToolCalls {
@@ -486,6 +620,7 @@ impl ToolCalls {
         guard: Option<Arc<dyn CallGuard>>,
         execution_id: &str,
         token: CancellationToken,
+        recorder: Option<Arc<Recorder>>,
     ) -> Self {
         ToolCalls {
             limit: limit.max(1),
@@ -499,6 +634,10 @@ impl ToolCalls {
             queued_bytes: 0,
             pending: HashMap::new(),
             arrived: 0,
+            recorder,
+            next_index: 0,
+            clock: None,
+            clock_overflow: false,
         }
     }
 
@@ -506,11 +645,34 @@ impl ToolCalls {
         &self.token
     }
 
+    /// Keeps the clock readings of the runner's `done`.
+    fn keep_clock(&mut self, done: &mut Done) {
+        if let Some(clock) = done.clock.take() {
+            self.clock = Some(clock);
+        }
+        self.clock_overflow |= done.clock_overflow;
+    }
+
+    /// Whether a call is running.
+    fn is_running(&self) -> bool {
+        !self.running.is_empty()
+    }
+
+    /// Forgets the calls waiting for a slot: they never start.
+    fn drop_waiting(&mut self) {
+        for call in self.queue.drain(..) {
+            self.pending.remove(&call.0.call_id);
+        }
+        self.queued_bytes = 0;
+    }
+
     /// Starts the call, or queues it; returns the answer of a call refused at once.
     fn submit(&mut self, call: ToolCall) -> Option<ToolResult> {
+        let index = self.next_index;
+        self.next_index = self.next_index.saturating_add(1);
         if self.running.len() < self.limit && self.queue.is_empty() {
             self.track(&call);
-            self.start(call);
+            self.start(call, index);
             return None;
         }
         let bytes = input_bytes(&call);
@@ -532,7 +694,7 @@ impl ToolCalls {
         }
         self.track(&call);
         self.queued_bytes += bytes;
-        self.queue.push_back(call);
+        self.queue.push_back((call, index));
         None
     }
 
@@ -560,7 +722,7 @@ impl ToolCalls {
             .collect();
         order.sort_by_key(|(_, seq, _)| *seq);
         let mut fates: HashMap<String, Fate> = HashMap::new();
-        let mut fatal = None;
+        let mut halt = None;
         let mut cancelled_by = CancelledBy::Return;
         if mode == Unawaited::Finish {
             while !self.pending.is_empty() {
@@ -570,8 +732,12 @@ impl ToolCalls {
                             let error = result.outcome.err().map(|e| e.text());
                             fates.insert(result.call_id, Fate::Finished(error));
                         }
-                        Some(Err(message)) => {
-                            fatal = Some(message);
+                        Some(Err(Halt::Pause)) => {
+                            // Not run: it waits for an approval the program can no longer
+                            // use; named as cancelled.
+                        }
+                        Some(Err(stop)) => {
+                            halt = Some(stop);
                             cancelled_by = CancelledBy::HostError;
                             break;
                         }
@@ -596,10 +762,10 @@ impl ToolCalls {
                 (name, fate)
             })
             .collect();
-        Settled { calls, fatal }
+        Settled { calls, halt }
     }
 
-    fn start(&mut self, call: ToolCall) {
+    fn start(&mut self, call: ToolCall, index: u32) {
         if self.token.is_cancelled() {
             return;
         }
@@ -615,18 +781,23 @@ impl ToolCalls {
         let tools = self.tools.clone();
         let call_id = call.call_id.clone();
         let guard = self.guard.clone();
+        let recorder = self.recorder.clone();
         // In the execution's span, so that the call's span is its child.
         let handle = self.running.spawn(
-            async move { tools.dispatch_guarded(&call, ctx, guard.as_deref()).await }
-                .in_current_span(),
+            async move {
+                let journal = recorder.as_deref().map(|r| (r, index));
+                tools
+                    .dispatch_recorded(&call, ctx, guard.as_deref(), journal)
+                    .await
+            }
+            .in_current_span(),
         );
         self.running_ids.insert(handle.id(), call_id);
     }
 
     /// The next finished call's result, after starting the next waiting call in its slot;
-    /// `Err` with a guard's message when the execution must end. Pending forever while
-    /// nothing runs. Cancel-safe.
-    async fn next_result(&mut self) -> Option<Result<ToolResult, String>> {
+    /// `Err` when the execution must stop. Pending forever while nothing runs. Cancel-safe.
+    async fn next_result(&mut self) -> Option<Result<ToolResult, Halt>> {
         if self.running.is_empty() {
             return std::future::pending().await;
         }
@@ -652,11 +823,11 @@ impl ToolCalls {
             }
         };
         while self.running.len() < self.limit {
-            let Some(call) = self.queue.pop_front() else {
+            let Some((call, index)) = self.queue.pop_front() else {
                 break;
             };
             self.queued_bytes -= input_bytes(&call);
-            self.start(call);
+            self.start(call, index);
         }
         Some(result)
     }
@@ -701,6 +872,8 @@ impl ExecuteResult {
             logs_truncated: done.logs_truncated,
             duration_ms: done.duration_ms,
             cancelled: false,
+            ledger: None,
+            paused: None,
         }
     }
 }

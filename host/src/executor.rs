@@ -10,6 +10,7 @@ use execbox_protocol::{ErrorBody, ErrorCode, LogsTruncated, RawValue, RuntimeOpt
 use tokio_util::sync::CancellationToken;
 
 use crate::guard::CallGuard;
+use crate::ledger::{Ledger, PausedCall};
 use crate::toolset::ToolSet;
 
 /// A boxed future borrowing from the executor.
@@ -44,6 +45,15 @@ pub struct ExecuteRequest {
     pub(crate) guard: Option<Arc<dyn CallGuard>>,
     pub(crate) id: Option<String>,
     pub(crate) unawaited: Unawaited,
+    pub(crate) durable: Option<Durable>,
+}
+
+/// What makes an execution durable: the ledger to record into (and replay from), and the
+/// call an approver approved, if it resumes from a pause.
+#[derive(Debug, Clone)]
+pub(crate) struct Durable {
+    pub(crate) ledger: Ledger,
+    pub(crate) approved: Option<u32>,
 }
 
 /// What becomes of the tool calls a program started but did not await, still running when
@@ -86,6 +96,7 @@ impl ExecuteRequest {
             guard: None,
             id: None,
             unawaited: Unawaited::default(),
+            durable: None,
         }
     }
 
@@ -147,6 +158,22 @@ impl ExecuteRequest {
         self
     }
 
+    /// Makes the execution durable (see the [`Ledger`] docs): its calls are recorded in
+    /// `ledger` (a fresh [`Ledger::new`] for a new execution) and those `ledger` answers are
+    /// replayed from it, its clock and `Math.random()` replay what the ledger recorded, and a
+    /// call that needs an approval nobody can give now pauses it instead of being refused.
+    /// `approved` is the number (0-based) of the call an approver approved, when it resumes
+    /// from a pause: that call runs without asking again. The result carries the ledger
+    /// after the run ([`ExecuteResult::ledger`]) and the call it paused at, if it did
+    /// ([`ExecuteResult::paused`]).
+    ///
+    /// The runner must support `execute.replay` (execbox's runner does; others ignore it,
+    /// and then the clock and `Math.random()` are not replayed).
+    pub fn durable(mut self, ledger: Ledger, approved: Option<u32>) -> Self {
+        self.durable = Some(Durable { ledger, approved });
+        self
+    }
+
     /// The code as given.
     pub fn code(&self) -> &str {
         &self.code
@@ -178,6 +205,12 @@ pub struct ExecuteResult {
     /// The caller's cancellation token ended the execution (the wire code is still
     /// `timeout`, as the protocol says for any aborted execution).
     pub cancelled: bool,
+    /// A durable execution's ledger after this run: what a resume replays from.
+    pub ledger: Option<Ledger>,
+    /// The call a durable execution paused at, waiting for approval; its outcome is then an
+    /// error saying so, and it is resumed with [`ExecuteRequest::durable`] given
+    /// [`ExecuteResult::ledger`] and this call's [`PausedCall::index`] once approved.
+    pub paused: Option<PausedCall>,
 }
 
 /// How the message of an execution whose time limit passed while it waited for a runner
@@ -213,6 +246,8 @@ impl ExecuteResult {
             logs_truncated: None,
             duration_ms: 0,
             cancelled: false,
+            ledger: None,
+            paused: None,
         }
     }
 

@@ -52,6 +52,13 @@ pub struct GuardedCall<'a> {
     pub requirements: &'a ToolRequirements,
     /// The call's input, parsed, not yet validated against the tool's schema.
     pub input: &'a Value,
+    /// An approver approved this very call out of band, while its durable execution was
+    /// paused at it: a guard must not ask again (it still checks everything else).
+    pub approved: bool,
+    /// The execution is durable ([`crate::ExecuteRequest::durable`]): a call that needs an
+    /// approval nobody can give now may pause it ([`GuardError::Pause`]) instead of being
+    /// refused.
+    pub can_pause: bool,
 }
 
 impl<'a> GuardedCall<'a> {
@@ -69,6 +76,8 @@ impl<'a> GuardedCall<'a> {
             original_name: tool.split_once('.').map_or(tool, |(_, name)| name),
             requirements,
             input,
+            approved: false,
+            can_pause: false,
         }
     }
 }
@@ -83,6 +92,12 @@ pub enum GuardError {
     /// execution ends with `internal_error` and this message.
     #[error("{0}")]
     Fatal(String),
+    /// Only when [`GuardedCall::can_pause`]: the call needs an approval nobody can give now.
+    /// The execution pauses at it: it ends its run, and the result names the call
+    /// ([`ExecuteResult::paused`](crate::ExecuteResult::paused)) so that it can be resumed
+    /// once someone approves.
+    #[error("the call waits for approval")]
+    Pause,
 }
 
 /// How an execution ended, for [`CallGuard::execution_finished`].

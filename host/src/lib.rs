@@ -53,6 +53,7 @@ mod guard;
 #[cfg(feature = "inprocess")]
 mod inprocess;
 pub mod json;
+mod ledger;
 mod names;
 mod notes;
 mod pool;
@@ -74,7 +75,7 @@ pub mod yaml;
 pub use command_tool::CommandTool;
 pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
-    MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES,
+    MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES, REPLAY_DIVERGED,
 };
 pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor, Unawaited};
 pub use guard::{
@@ -82,6 +83,7 @@ pub use guard::{
 };
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
+pub use ledger::{Answer, Ledger, LedgerCall, PausedCall};
 pub use names::{assign_safe_names, check_provider_name, sanitize_tool_name};
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use prompt::model_prompt;

@@ -51,6 +51,7 @@ use crate::guard::{unguarded, CallGuard, GuardError, GuardedCall};
 use crate::json::{
     drop_value, parse_json, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
 };
+use crate::ledger::{Answer, Recorder, Step};
 use crate::names::{assign_safe_names, check_provider_name};
 use crate::schema::Schema;
 use crate::tool::{Provider, Tool, ToolContext, ToolError};
@@ -414,6 +415,16 @@ impl ToolSet {
         self.0.names.get(provider).cloned()
     }
 
+    /// Whether a tool of the set requires approval: an execution with it may pause
+    /// ([`ExecuteRequest::durable`](crate::ExecuteRequest::durable)).
+    pub fn any_requires_approval(&self) -> bool {
+        self.0
+            .lookup
+            .values()
+            .flat_map(|tools| tools.values())
+            .any(|tool| tool.tool.requirements().requires_approval)
+    }
+
     /// Whether the set has no providers.
     pub fn is_empty(&self) -> bool {
         self.0.manifests.is_empty()
@@ -442,6 +453,24 @@ impl ToolSet {
         ctx: ToolContext,
         guard: Option<&dyn CallGuard>,
     ) -> Result<ToolResult, String> {
+        match self.dispatch_recorded(call, ctx, guard, None).await {
+            Ok(result) => Ok(result),
+            Err(Halt::Fatal(message) | Halt::Diverged(message)) => Err(message),
+            Err(Halt::Pause) => unreachable!("only a durable execution pauses"),
+        }
+    }
+
+    /// [`ToolSet::dispatch_guarded`] for call `index` of a durable execution whose ledger
+    /// `recorder` keeps: answered from the ledger when it holds the answer, else run (the
+    /// approved call without asking again) and its answer recorded; or the execution halts
+    /// (the guard failed, the call diverged from the ledger, or it pauses for approval).
+    pub(crate) async fn dispatch_recorded(
+        &self,
+        call: &ToolCall,
+        ctx: ToolContext,
+        guard: Option<&dyn CallGuard>,
+        journal: Option<(&Recorder, u32)>,
+    ) -> Result<ToolResult, Halt> {
         let started = Instant::now();
         let span = tracing::info_span!(
             target: trace::TARGET,
@@ -455,16 +484,30 @@ impl ToolSet {
             execbox.duration_ms = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        let outcome = self.run(call, ctx, guard).instrument(span.clone()).await;
+        let cancel = ctx.cancel.clone();
+        let outcome = self
+            .run(call, ctx, guard, journal)
+            .instrument(span.clone())
+            .await;
         let outcome = match outcome {
             Ok(outcome) => outcome,
-            Err(fatal) => {
+            Err(Detour::Replayed(answer)) => {
+                trace::record_outcome(&span, None, started.elapsed().as_millis() as u64);
+                return Ok(ToolResult {
+                    call_id: call.call_id.clone(),
+                    outcome: match answer {
+                        Answer::Result(raw) => Ok(Some(raw)),
+                        Answer::Error(error) => Err(error),
+                    },
+                });
+            }
+            Err(Detour::Halt(halt)) => {
                 trace::record_outcome(
                     &span,
                     Some(ErrorCode::InternalError.as_str()),
                     started.elapsed().as_millis() as u64,
                 );
-                return Err(fatal);
+                return Err(halt);
             }
         };
         trace::record_outcome(
@@ -494,19 +537,34 @@ impl ToolSet {
                 "tool call failed"
             ),
         }
+        let outcome = outcome.map_err(ErrorBody::from);
+        // A call cut short never answered the program: it runs again on replay.
+        if let Some((recorder, index)) = journal {
+            if !cancel.is_cancelled() {
+                recorder.record(
+                    index,
+                    match &outcome {
+                        Ok(raw) => Answer::Result(raw.clone()),
+                        Err(error) => Answer::Error(error.clone()),
+                    },
+                );
+            }
+        }
         Ok(ToolResult {
             call_id: call.call_id.clone(),
-            outcome: outcome.map(Some).map_err(ErrorBody::from),
+            outcome: outcome.map(Some),
         })
     }
 
-    /// One call: `Err` when the guard failed fatally, else the call's own outcome.
+    /// One call: its own outcome, or a detour (answered from the ledger, or the execution
+    /// halts).
     async fn run(
         &self,
         call: &ToolCall,
         ctx: ToolContext,
         guard: Option<&dyn CallGuard>,
-    ) -> Result<Result<Box<RawValue>, ToolError>, String> {
+        journal: Option<(&Recorder, u32)>,
+    ) -> Result<Result<Box<RawValue>, ToolError>, Detour> {
         if let Some(why) = why_unavailable(&self.0.unavailable, &call.provider_name) {
             return Ok(Err(ToolError::tool(format!(
                 "{} is unavailable: {why}",
@@ -544,6 +602,14 @@ impl ToolSet {
         };
         let requirements = tool.tool.requirements();
         let label = tool.label();
+        let approved = match journal {
+            None => false,
+            Some((recorder, index)) => match recorder.before(index, &label, &input) {
+                Step::Replayed(answer) => return Err(Detour::Replayed(answer)),
+                Step::Diverged(message) => return Err(Detour::Halt(Halt::Diverged(message))),
+                Step::Live { approved } => approved,
+            },
+        };
         let Some(guard) = guard else {
             if requirements.needs_guard() {
                 return Ok(Err(unguarded(&label, requirements)));
@@ -565,17 +631,30 @@ impl ToolSet {
             original_name: tool.tool.name(),
             requirements,
             input: &input,
+            approved,
+            can_pause: journal.is_some(),
         };
         let admission = match guard.admit(guarded).await {
             Ok(admission) => admission,
             Err(GuardError::Refused(error)) => return Ok(Err(error)),
-            Err(GuardError::Fatal(message)) => return Err(message),
+            Err(GuardError::Fatal(message)) => return Err(Detour::Halt(Halt::Fatal(message))),
+            Err(GuardError::Pause) => {
+                return match journal {
+                    Some((recorder, index)) => {
+                        recorder.pause(index, &label, &input);
+                        Err(Detour::Halt(Halt::Pause))
+                    }
+                    None => Ok(Err(ToolError::tool(format!("{label}: approval required"))
+                        .with_reason("approval_required"))),
+                };
+            }
         };
         let result = self.run_admitted(call, ctx, &tool, input).await;
         match admission.finish(result.as_ref().map(|_| ())) {
             Ok(()) => Ok(result),
-            Err(GuardError::Fatal(message)) => Err(message),
+            Err(GuardError::Fatal(message)) => Err(Detour::Halt(Halt::Fatal(message))),
             Err(GuardError::Refused(error)) => Ok(Err(error)),
+            Err(GuardError::Pause) => Ok(result),
         }
     }
 
@@ -710,6 +789,25 @@ fn error_codes(tool: &Tool) -> Vec<(&'static str, String)> {
 }
 
 /// `error` with its message prefixed by `label: `, unless it names `label` already.
+/// Why an execution must stop at a call.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    /// The guard cannot do its duty: its message.
+    Fatal(String),
+    /// The call needs an approval nobody can give now: the durable execution pauses.
+    Pause,
+    /// The call is not the one the ledger recorded at its number: the message.
+    Diverged(String),
+}
+
+/// A call that does not run its tool.
+enum Detour {
+    /// Answered from the ledger.
+    Replayed(Answer),
+    /// The execution stops.
+    Halt(Halt),
+}
+
 fn named(label: &str, error: ToolError) -> ToolError {
     if error.message.contains(label) {
         return error;

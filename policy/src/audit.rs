@@ -254,6 +254,28 @@ impl<'a> AuditEvent<'a> {
         }
     }
 
+    /// A decision on the call a paused execution waits on: `approver` (the principal who
+    /// decided, if any) approved (`outcome` `approved`) or denied (`denied`, with the reason
+    /// as its error) the call of `tool`; `refused` decisions (the approver may not) carry
+    /// [`AuditOutcome::Denied`] via [`AuditEvent::refused`].
+    pub fn approval_decided(
+        execution_id: &'a str,
+        approver: Option<&'a str>,
+        tool: &'a str,
+        approved: bool,
+    ) -> Self {
+        AuditEvent {
+            event: "approval_decided",
+            tool: Some(tool),
+            outcome: Some(AuditOutcome::Status(if approved {
+                "approved"
+            } else {
+                "denied"
+            })),
+            ..Self::execution_started(execution_id, approver)
+        }
+    }
+
     /// Sets the outcome (a refused start: [`AuditOutcome::Denied`]).
     pub fn refused(mut self, outcome: AuditOutcome) -> Self {
         self.outcome = Some(outcome);

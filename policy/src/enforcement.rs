@@ -285,7 +285,7 @@ impl Enforcement {
                 }
             }
         }
-        if requirements.requires_approval {
+        if requirements.requires_approval && !call.approved {
             let request = ApprovalRequest::new(
                 execution_id.to_owned(),
                 self.principal.name(),
@@ -295,6 +295,22 @@ impl Enforcement {
             let refused = match self.approver.approve(request).await {
                 Approval::Approved => None,
                 Approval::Denied => Some(("approval denied", REASON_APPROVAL_DENIED)),
+                Approval::Unavailable if call.can_pause => {
+                    // Nobody can answer now, and the execution can wait durably for someone
+                    // who can: it pauses at this call, which does not run.
+                    let event = AuditEvent::tool_call(
+                        call.execution_id,
+                        self.principal.name(),
+                        call.tool,
+                        call.input,
+                        AuditOutcome::Status("awaiting_approval"),
+                        Duration::ZERO,
+                    )
+                    .original_tool(call.original_name)
+                    .call_id(call.call_id);
+                    self.record(&event).map_err(fatal)?;
+                    return Err(GuardError::Pause);
+                }
                 Approval::Unavailable => Some(("approval required", REASON_APPROVAL_REQUIRED)),
             };
             if let Some((why, reason)) = refused {

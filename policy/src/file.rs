@@ -12,6 +12,9 @@
 //! require_principal: false          # optional; true: an execution must name a principal
 //! state: ./execbox-state.db         # optional; rate-limit counters: a SQLite file or postgres://
 //! audit: { file: ./audit.jsonl, include_input: false }   # optional; the audit log: a file or postgres://
+//! approvals: { permission: "executions:approve", self_approval: false }   # optional; who may
+//!                                   # approve a paused execution's call, and whether the
+//!                                   # principal that started it may
 //! ```
 //!
 //! - A grant is exact (`weather:read`), a prefix ending in `:*` (`docs:*`), or `*`.
@@ -35,6 +38,10 @@ use super::{Inner, Policy, PolicyError, StoreLocation};
 /// The policy file version this host reads.
 pub const POLICY_FILE_VERSION: u64 = 1;
 
+/// The permission that lets a principal approve a paused execution's call, unless the
+/// policy's `approvals.permission` names another.
+pub const DEFAULT_APPROVE_PERMISSION: &str = "executions:approve";
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PolicyDef {
@@ -52,6 +59,17 @@ pub(super) struct PolicyDef {
     pub(super) state: Option<String>,
     #[serde(default)]
     pub(super) audit: Option<AuditDef>,
+    #[serde(default)]
+    pub(super) approvals: Option<ApprovalsDef>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ApprovalsDef {
+    #[serde(default)]
+    pub(super) permission: Option<String>,
+    #[serde(default)]
+    pub(super) self_approval: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -189,7 +207,15 @@ impl PolicyDef {
             Some(a) => (Some(resolve("audit.file", &a.file)?), a.include_input),
             None => (None, false),
         };
+        let approvals = self.approvals.clone().unwrap_or_default();
+        let approve_permission = approvals
+            .permission
+            .unwrap_or_else(|| DEFAULT_APPROVE_PERMISSION.to_string());
+        Grants::parse([approve_permission.as_str()])
+            .map_err(|m| invalid("approvals.permission".into(), m))?;
         Ok(Policy(Arc::new(Inner {
+            approve_permission,
+            self_approval: approvals.self_approval,
             principals,
             default_grants: Arc::new(default_grants),
             require_principal: self.require_principal,

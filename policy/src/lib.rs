@@ -52,6 +52,7 @@ pub use aliases::PermissionAliases;
 pub use approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll, TerminalApprover};
 pub use audit::{AuditEvent, AuditLog, AuditOutcome};
 pub use enforcement::{AuditedCall, Enforcement, EnforcementOptions};
+pub use file::DEFAULT_APPROVE_PERMISSION;
 pub use limits::RateLimits;
 pub use location::StoreLocation;
 pub use observed::ObservedResults;
@@ -264,6 +265,10 @@ struct Inner {
     state: Option<StoreLocation>,
     audit: Option<StoreLocation>,
     audit_include_input: bool,
+    /// The permission an approver of a paused execution must hold.
+    approve_permission: String,
+    /// Whether a principal may approve the executions it started.
+    self_approval: bool,
 }
 
 impl Policy {
@@ -358,6 +363,23 @@ impl Policy {
     pub fn audit_includes_input(&self) -> bool {
         self.0.audit_include_input
     }
+
+    /// The permission a principal must hold to approve (or deny) the call a paused
+    /// execution waits on: `approvals.permission`, by default
+    /// [`DEFAULT_APPROVE_PERMISSION`] (`executions:approve`).
+    pub fn approve_permission(&self) -> &str {
+        if self.0.approve_permission.is_empty() {
+            DEFAULT_APPROVE_PERMISSION
+        } else {
+            &self.0.approve_permission
+        }
+    }
+
+    /// Whether the principal that started an execution may approve its calls
+    /// (`approvals.self_approval`, off by default: a second person decides).
+    pub fn allows_self_approval(&self) -> bool {
+        self.0.self_approval
+    }
 }
 
 /// Builds a [`Policy`] in code; [`PolicyBuilder::build`] checks it as a policy file is.
@@ -439,6 +461,16 @@ impl PolicyBuilder {
         self.def.audit = Some(file::AuditDef {
             file: location.to_string(),
             include_input,
+        });
+        self
+    }
+
+    /// Who may approve a paused execution's call: principals holding `permission` (by
+    /// default `executions:approve`), and whether one may approve its own execution's.
+    pub fn approvals(mut self, permission: impl Into<String>, self_approval: bool) -> Self {
+        self.def.approvals = Some(file::ApprovalsDef {
+            permission: Some(permission.into()),
+            self_approval,
         });
         self
     }
