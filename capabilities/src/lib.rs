@@ -14,7 +14,7 @@
 //!   [`ExecutionEvent`]s.
 //! - with the `serve` feature, [`capabilities_router`] is the HTTP API over a manager.
 //!
-//! Module graph: `records` and `outcome` are leaves; `config` ← `registry`; `store`;
+//! Module graph: `records`, `outcome` and `programs` are leaves; `config` ← `registry`; `store`;
 //! `external_executor` and `script_executor` (one executor each); `manager` uses them all;
 //! `serve` uses `manager`.
 
@@ -22,6 +22,7 @@ mod config;
 mod external_executor;
 mod manager;
 mod outcome;
+mod programs;
 mod records;
 mod registry;
 mod script_executor;
@@ -32,9 +33,10 @@ mod store;
 pub use config::{DEFAULT_CAPABILITY_TIMEOUT_MS, MAX_CAPABILITY_TIMEOUT_MS};
 pub use external_executor::{MAX_EXECUTOR_STDERR_BYTES, MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE};
 pub use manager::{
-    CapabilityManager, ManagerOptions, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LIVE,
+    CapabilityManager, Decision, ManagerOptions, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LIVE,
     DEFAULT_MAX_LIVE_PER_PRINCIPAL, DEFAULT_MAX_LIVE_PER_TREE, EVENT_CAPACITY,
 };
+pub use programs::{PausedProgram, ProgramToolSet, ProgramTools, PROGRAM_TYPE};
 pub use records::{
     CapabilityError, CapabilityErrorCode, ExecutionEvent, ExecutionEventKind, ExecutionFilter,
     ExecutionOutcome, ExecutionRecord, ExecutionStatus, PendingApproval, StartRequest,

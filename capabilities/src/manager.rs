@@ -19,14 +19,19 @@ use super::config::{
 };
 use super::external_executor::{self as external, ExternalRun};
 use super::outcome::RunOutcome;
+use super::programs::{ProgramToolSet, ProgramTools};
 use super::records::{
     now_ms, CapabilityError, CapabilityErrorCode, ExecutionEvent, ExecutionEventKind,
     ExecutionFilter, ExecutionOutcome, ExecutionRecord, ExecutionStatus, StartRequest,
     StatusChange,
 };
 use super::registry::{Capability, ExecutorEntry, Registry, RegistryRoots};
-use super::script_executor::{self as script, ScriptRun};
+use super::script_executor::{self as script, Durability, ScriptRun};
 use super::store::{ExecutionStore, StoreSignal};
+
+mod approvals;
+
+pub use approvals::Decision;
 
 /// The default bound on nested capabilities (a top-level execution is depth 1).
 pub const DEFAULT_MAX_DEPTH: u32 = 4;
@@ -89,6 +94,10 @@ pub struct ManagerOptions {
     /// [`ProcessExecutor`](execbox_host::ProcessExecutor). How many run at once is bounded
     /// by [`ManagerOptions::max_live_per_tree`].
     pub nested_executor: Option<Arc<dyn Executor>>,
+    /// Builds the tools of paused programs that are not capabilities (`execute_code` of
+    /// `execbox mcp`, see [`CapabilityManager::pause_program`]) when they are approved; a
+    /// manager without it refuses to approve them, and they stay paused.
+    pub programs: Option<Arc<dyn ProgramTools>>,
 }
 
 impl std::fmt::Debug for ManagerOptions {
@@ -101,6 +110,7 @@ impl std::fmt::Debug for ManagerOptions {
             .field("max_timeout_ms", &self.max_timeout_ms)
             .field("enforcement", &self.enforcement)
             .field("nested_executor", &self.nested_executor.is_some())
+            .field("programs", &self.programs.is_some())
             .finish()
     }
 }
@@ -115,6 +125,7 @@ impl Default for ManagerOptions {
             max_timeout_ms: MAX_CAPABILITY_TIMEOUT_MS,
             enforcement: Enforcement::unrestricted(),
             nested_executor: None,
+            programs: None,
         }
     }
 }
@@ -181,6 +192,29 @@ struct Live {
     cancel: CancellationToken,
     done: watch::Receiver<Option<ExecutionOutcome>>,
     stop_requested: bool,
+}
+
+/// What [`CapabilityManager::drive`] runs: the capability on its executor, for its
+/// principal, within its time limit.
+pub(crate) struct Run {
+    pub(crate) capability: Capability,
+    pub(crate) executor: ExecutorEntry,
+    pub(crate) principal: Option<Principal>,
+    /// When its time limit started.
+    pub(crate) accepted: Instant,
+    pub(crate) timeout_ms: u64,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) durable: Durability,
+    /// Resumed after an approval: its status is `running` already.
+    pub(crate) resumed: bool,
+    /// A program that is not a capability (resumed after an approval): its code and tools.
+    pub(crate) program: Option<ProgramRun>,
+}
+
+/// The code and tools of a program that is not a capability.
+pub(crate) struct ProgramRun {
+    pub(crate) code: String,
+    pub(crate) tools: ProgramToolSet,
 }
 
 /// A fresh execution id: `cap_<unix-ms>_<8 hex>`.
@@ -399,12 +433,28 @@ impl CapabilityManager {
             execbox.duration_ms = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
+        // A nested execution cannot pause: its parent waits on it.
+        let durable = match &request.parent_id {
+            Some(parent) if self.live().contains_key(parent) => Durability::None,
+            _ => Durability::IfApprovalNeeded,
+        };
         let manager = self.clone();
         tokio::spawn(
             async move {
                 manager
                     .drive(
-                        record, capability, executor, principal, accepted, timeout_ms, cancel,
+                        record,
+                        Run {
+                            capability,
+                            executor,
+                            principal,
+                            accepted,
+                            timeout_ms,
+                            cancel,
+                            durable,
+                            resumed: false,
+                            program: None,
+                        },
                         done_tx,
                     )
                     .await;
@@ -551,28 +601,39 @@ impl CapabilityManager {
         });
     }
 
-    /// Runs a started execution to its end, then records the end and reports it.
-    #[allow(clippy::too_many_arguments)]
-    async fn drive(
+    /// Runs a started (or resumed) execution to its end or its pause, then records it and
+    /// reports it.
+    pub(crate) async fn drive(
         &self,
         record: ExecutionRecord,
-        capability: Capability,
-        executor: ExecutorEntry,
-        principal: Option<Principal>,
-        accepted: Instant,
-        timeout_ms: u64,
-        cancel: CancellationToken,
+        run: Run,
         done: watch::Sender<Option<ExecutionOutcome>>,
     ) {
+        let Run {
+            capability,
+            executor,
+            principal,
+            accepted,
+            timeout_ms,
+            cancel,
+            durable,
+            resumed,
+            program,
+        } = run;
         let started = accepted;
         let id_owned = record.execution_id.clone();
         let id = id_owned.as_str();
-        let (outcome, logs) = match self
-            .0
-            .store
-            .set_status(id, ExecutionStatus::Running, None)
-            .await
-        {
+        // A resumed execution is `running` already: the resume took it.
+        let running = match resumed {
+            true => Ok(()),
+            false => {
+                self.0
+                    .store
+                    .set_status(id, ExecutionStatus::Running, None)
+                    .await
+            }
+        };
+        let (outcome, logs) = match running {
             Err(e) => (RunOutcome::Failed(e.message), Vec::new()),
             Ok(()) if cancel.is_cancelled() => (RunOutcome::Stopped, Vec::new()),
             Ok(()) => {
@@ -580,16 +641,49 @@ impl CapabilityManager {
                     accepted,
                     limit: Duration::from_millis(timeout_ms),
                 };
-                self.run(&record, &capability, &executor, &principal, limit, &cancel)
-                    .await
+                self.run(
+                    &record,
+                    &capability,
+                    &executor,
+                    &principal,
+                    limit,
+                    &cancel,
+                    durable,
+                    program.as_ref(),
+                )
+                .await
             }
         };
         // A stop was asked for: whatever failure followed (a child stopped first, the run
         // cancelled) is the stop. A run that completed meanwhile keeps its result.
         let stop_requested = self.live().get(id).is_some_and(|l| l.stop_requested);
         let outcome = match outcome {
-            RunOutcome::Failed(_) | RunOutcome::TimedOut(_) if stop_requested => {
+            RunOutcome::Failed(_) | RunOutcome::TimedOut(_) | RunOutcome::Paused { .. }
+                if stop_requested =>
+            {
                 RunOutcome::Stopped
+            }
+            other => other,
+        };
+        let outcome = match outcome {
+            RunOutcome::Paused { call, ledger } => {
+                if let Err(e) = self.stop_all_for_parent(id).await {
+                    tracing::error!(execution = %id, "cannot stop the children of the execution: {e}");
+                }
+                match self
+                    .record_pause(&record, &call, &ledger, &logs, &done)
+                    .await
+                {
+                    Ok(()) => {
+                        trace::record_outcome(
+                            &tracing::Span::current(),
+                            Some(ExecutionStatus::AwaitingApproval.as_str()),
+                            started.elapsed().as_millis() as u64,
+                        );
+                        return;
+                    }
+                    Err(e) => RunOutcome::Failed(e),
+                }
             }
             other => other,
         };
@@ -613,6 +707,7 @@ impl CapabilityManager {
     /// Runs the execution on its executor: a script in a runner (nested capabilities
     /// available, tool calls under the caller's policy), or an external command. Returns
     /// the end and the logs (a script's; none for an external command).
+    #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
         record: &ExecutionRecord,
@@ -621,12 +716,18 @@ impl CapabilityManager {
         principal: &Option<Principal>,
         limit: TimeLimit,
         cancel: &CancellationToken,
+        durable: Durability,
+        program: Option<&ProgramRun>,
     ) -> (RunOutcome, Vec<String>) {
         let id = record.execution_id.as_str();
         match &executor.config.kind {
             ExecutorKind::Script => {
-                // Always there: a run past the depth bound is refused with a clear error.
-                let nested = Some(self.nested_provider(principal.clone()));
+                // Always there: a run past the depth bound is refused with a clear error. A
+                // program (`execute_code`) has the tools it was written for, and no more.
+                let nested = match program {
+                    Some(_) => None,
+                    None => Some(self.nested_provider(principal.clone())),
+                };
                 let executor = match (&record.parent_id, &self.0.options.nested_executor) {
                     (Some(parent), Some(nested)) if self.live().contains_key(parent) => nested,
                     _ => &self.0.executor,
@@ -644,6 +745,8 @@ impl CapabilityManager {
                         Some(p) => self.0.options.enforcement.for_principal(p.clone()),
                         None => self.0.options.enforcement.clone(),
                     }),
+                    durable,
+                    program: program.map(|p| (p.code.as_str(), &p.tools.tools)),
                 })
                 .await
             }
@@ -831,8 +934,8 @@ impl CapabilityManager {
             .tool(run)
     }
 
-    /// Waits for an execution to end: `Ok(Some(outcome))` once it has, `Ok(None)` when
-    /// `timeout` passed first. Works for executions of other processes too (by polling the
+    /// Waits for an execution to end or to pause for approval: `Ok(Some(outcome))` once it
+    /// has (its status says which), `Ok(None)` when `timeout` passed first. Works for executions of other processes too (by polling the
     /// store) and for executions that ended long ago.
     pub async fn wait(
         &self,
@@ -859,7 +962,12 @@ impl CapabilityManager {
             loop {
                 match self.0.store.get(id).await? {
                     None => return Err(not_found(id)),
-                    Some(r) if r.status.is_terminal() => return Ok(Some(r.outcome())),
+                    Some(r)
+                        if r.status.is_terminal()
+                            || r.status == ExecutionStatus::AwaitingApproval =>
+                    {
+                        return Ok(Some(r.outcome()))
+                    }
                     Some(_) => {
                         tokio::select! {
                             () = event_of(&mut events, id) => {}
@@ -929,6 +1037,10 @@ impl CapabilityManager {
                 })
             };
             let Some((first, cancel, mut done, capability, principal)) = found else {
+                // Paused: nothing runs it; it ends here.
+                if let Some(stopped) = self.stop_paused(&id).await? {
+                    return Ok(stopped);
+                }
                 // Another replica's: its owner is asked (and stops it promptly), or, when that
                 // replica died, the others mark it failed within the replica timeout.
                 if self.0.store.request_stop(&id).await? {
@@ -1272,6 +1384,17 @@ impl Ending {
                 ExecutionStatus::Stopped,
                 CapabilityErrorCode::ExecutionStopped,
                 format!("capability `{name}` was stopped on request"),
+            ),
+            RunOutcome::Diverged(message) => failed(
+                ExecutionStatus::Failed,
+                CapabilityErrorCode::ReplayDiverged,
+                message,
+            ),
+            // `drive` records a pause before it comes to an end.
+            RunOutcome::Paused { call, .. } => failed(
+                ExecutionStatus::Failed,
+                CapabilityErrorCode::ExecutionFailed,
+                format!("capability `{name}` paused for approval of {} and could not be kept paused", call.tool),
             ),
         }
     }

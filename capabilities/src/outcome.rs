@@ -1,5 +1,6 @@
 //! How one run of an executor ended, before the manager records it.
 
+use execbox_host::{Ledger, PausedCall};
 use serde_json::Value;
 
 /// The end of one run, as an executor saw it.
@@ -16,6 +17,14 @@ pub(crate) enum RunOutcome {
     TimedOut(String),
     /// It was stopped on request.
     Stopped,
+    /// It reached a call that needs an approval nobody could give: it waits for one, to be
+    /// resumed from `ledger`.
+    Paused {
+        call: PausedCall,
+        ledger: Box<Ledger>,
+    },
+    /// Resumed, it made other calls than its ledger recorded; the message says where.
+    Diverged(String),
 }
 
 /// A result as an executor returned it: an object with `result` (and optionally

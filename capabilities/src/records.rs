@@ -340,7 +340,8 @@ pub struct PendingApproval {
 }
 
 impl ExecutionRecord {
-    /// The result a waiter gets (meaningful once the status is terminal).
+    /// The result a waiter gets (meaningful once the status is terminal, or
+    /// `awaiting_approval`).
     pub fn outcome(&self) -> ExecutionOutcome {
         ExecutionOutcome {
             success: self.status == ExecutionStatus::Completed,
@@ -351,6 +352,7 @@ impl ExecutionRecord {
             error: self.error.clone(),
             logs: self.logs.clone(),
             capability_path: self.capability_path.clone(),
+            pending_approval: self.pending_approval.clone(),
         }
     }
 }
@@ -390,6 +392,10 @@ pub struct ExecutionOutcome {
     pub logs: Vec<String>,
     /// The capability's folder, to resolve resources relative to it.
     pub capability_path: String,
+    /// With status `awaiting_approval`: the call it waits on (it has not ended; approve or
+    /// deny it with `POST /v1/executions/{id}/approve`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_approval: Option<PendingApproval>,
 }
 
 /// Which executions to list; every field narrows the list.

@@ -12,7 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use execbox_host::{CallGuard, ExecuteRequest, Executor, Provider, ToolSet, ToolsFile};
+use execbox_host::{
+    CallGuard, ExecuteRequest, Executor, Ledger, Provider, ToolSet, ToolsFile, REPLAY_DIVERGED,
+};
 use execbox_protocol::ErrorCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +37,23 @@ pub(crate) struct ScriptRun<'a> {
     pub nested: Option<Provider>,
     /// The policy of its tool calls, for the caller who started it.
     pub guard: Arc<dyn CallGuard>,
+    /// How it is durable: resumed from a ledger (with the approved call's number), or, for
+    /// a top-level execution whose tools include one that requires approval, a fresh
+    /// ledger; `None` for one that cannot pause (nested, or nothing to approve).
+    pub durable: Durability,
+    /// A program that is not the capability's entry (a paused `execute_code` resumed): its
+    /// code and tools, run as they are (no params, no nested capabilities).
+    pub program: Option<(&'a str, &'a ToolSet)>,
+}
+
+/// Whether a script execution records a ledger and may pause for approval.
+pub(crate) enum Durability {
+    /// It cannot pause: a call nobody can approve is refused.
+    None,
+    /// A new execution: durable when one of its tools requires approval.
+    IfApprovalNeeded,
+    /// Resumed from `ledger`, the call numbered `approved` (0-based) approved.
+    Resumed { ledger: Ledger, approved: u32 },
 }
 
 /// The program: `const params = JSON.parse("<json>");` and the entry's text, on the same
@@ -58,7 +77,10 @@ pub(crate) async fn run(run: ScriptRun<'_>) -> (RunOutcome, Vec<String>) {
     (outcome, logs)
 }
 
-async fn run_logged(run: ScriptRun<'_>, logs: &mut Vec<String>) -> RunOutcome {
+async fn run_logged(mut run: ScriptRun<'_>, logs: &mut Vec<String>) -> RunOutcome {
+    if let Some((code, tools)) = run.program {
+        return execute(code.to_owned(), tools, run, logs).await;
+    }
     let name = &run.capability.def.name;
     let Some(entry) = &run.capability.entry else {
         return RunOutcome::Failed(format!(
@@ -82,7 +104,7 @@ async fn run_logged(run: ScriptRun<'_>, logs: &mut Vec<String>) -> RunOutcome {
             }
         }
     };
-    if let Some(nested) = run.nested {
+    if let Some(nested) = run.nested.take() {
         if providers.iter().any(|p| p.name() == nested.name()) {
             return RunOutcome::Failed(format!(
                 "the tools file of capability `{name}` declares a provider `{}`, a name execbox keeps for nested capabilities; rename it",
@@ -95,27 +117,70 @@ async fn run_logged(run: ScriptRun<'_>, logs: &mut Vec<String>) -> RunOutcome {
         Ok(t) => t,
         Err(e) => return RunOutcome::Failed(format!("tools of capability `{name}`: {e}")),
     };
-    let request = ExecuteRequest::new(program(&text, run.params))
-        .tools(&tools)
+    let code = program(&text, run.params);
+    execute(code, &tools, run, logs).await
+}
+
+/// Runs `code` with `tools`, as `run` says.
+async fn execute(
+    code: String,
+    tools: &ToolSet,
+    run: ScriptRun<'_>,
+    logs: &mut Vec<String>,
+) -> RunOutcome {
+    let is_program = run.program.is_some();
+    let name = &run.capability.def.name;
+    let what = match is_program {
+        true => format!("the paused `{name}` program"),
+        false => format!("capability `{name}`"),
+    };
+    let mut request = ExecuteRequest::new(code)
+        .tools(tools)
         .timeout(run.timeout)
         .cancel_on(run.cancel.clone())
         .id(run.execution_id)
         .guard(run.guard);
-    let result = run.executor.execute(request).await;
+    match run.durable {
+        Durability::None => {}
+        Durability::IfApprovalNeeded => {
+            if tools.any_requires_approval() {
+                request = request.durable(Ledger::new(), None);
+            }
+        }
+        Durability::Resumed { ledger, approved } => {
+            request = request.durable(ledger, Some(approved));
+        }
+    }
+    let mut result = run.executor.execute(request).await;
     logs.clone_from(&result.logs);
     if result.was_cancelled() {
         return RunOutcome::Stopped;
     }
+    if let Some(call) = result.paused.take() {
+        return RunOutcome::Paused {
+            call,
+            ledger: Box::new(result.ledger.take().unwrap_or_default()),
+        };
+    }
     let limit_ms = run.time_limit.as_millis();
     if result.was_queued_out() {
         return RunOutcome::TimedOut(format!(
-            "capability `{name}` waited its whole time limit of {limit_ms} ms for a runner and never ran: every pooled runner was busy with other executions (the wait counts against timeoutMs); start it again later, with a longer timeoutMs, or serve with more runners (`execbox serve --pool`)"
+            "{what} waited its whole time limit of {limit_ms} ms for a runner and never ran: every pooled runner was busy with other executions (the wait counts against timeoutMs); start it again later, with a longer timeoutMs, or serve with more runners (`execbox serve --pool`)"
         ));
     }
     match &result.outcome {
+        // A program's value is its result as it is; a capability may add context.
+        Ok(_) if is_program => RunOutcome::Completed {
+            result: result.value(),
+            additional_context: None,
+        },
         Ok(_) => split_result(result.value()),
         Err(e) if e.code == ErrorCode::Timeout => RunOutcome::TimedOut(format!(
-            "capability `{name}` ran past its time limit of {limit_ms} ms and was stopped"
+            "{what} ran past its time limit of {limit_ms} ms and was stopped"
+        )),
+        Err(e) if e.reason.as_deref() == Some(REPLAY_DIVERGED) => RunOutcome::Diverged(format!(
+            "{what} was resumed after an approval and {}",
+            e.message
         )),
         Err(e) => RunOutcome::Failed(e.to_string()),
     }

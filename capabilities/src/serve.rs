@@ -61,7 +61,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::Instrument as _;
 
-use super::manager::CapabilityManager;
+use super::manager::{CapabilityManager, Decision};
 use super::records::{
     CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionStatus, StartRequest,
 };
@@ -115,14 +115,17 @@ fn scope(caller: &Caller) -> Option<String> {
     }
 }
 
-/// An execution the caller may see, or `404` as if it did not exist.
+/// An execution the caller may see (its own, any for an admin, any paused one for an
+/// approver), or `404` as if it did not exist.
 async fn visible(
     state: &AppState,
     caller: &Caller,
     id: &str,
 ) -> Result<super::records::ExecutionRecord, ApiError> {
     let record = state.manager.get(id).await?;
-    if sees(caller, record.principal.as_deref()) {
+    // An approver sees every execution that waits for a decision, as it lists them.
+    let decides = record.status == ExecutionStatus::AwaitingApproval && approves(state, caller);
+    if sees(caller, record.principal.as_deref()) || decides {
         Ok(record)
     } else {
         Err(CapabilityError::new(
@@ -148,8 +151,8 @@ impl From<CapabilityError> for ApiError {
             | CapabilityErrorCode::InvalidExecutorConfig => StatusCode::BAD_REQUEST,
             CapabilityErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
             CapabilityErrorCode::TooManyExecutions => StatusCode::TOO_MANY_REQUESTS,
-            CapabilityErrorCode::RegistryNotInitialized => StatusCode::SERVICE_UNAVAILABLE,
             CapabilityErrorCode::NotAwaitingApproval => StatusCode::CONFLICT,
+            CapabilityErrorCode::RegistryNotInitialized => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError(status, e)
@@ -190,6 +193,7 @@ pub fn capabilities_router(manager: CapabilityManager, door: FrontDoor<Principal
         .route("/v1/executions/{id}", get(get_execution))
         .route("/v1/executions/{id}/wait", get(wait))
         .route("/v1/executions/{id}/stop", post(stop))
+        .route("/v1/executions/{id}/approve", post(approve))
         .route("/v1/events", get(events))
         .fallback(|| async {
             ApiError(
@@ -246,38 +250,10 @@ async fn start(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let json_body = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !json_body {
-        return Err(ApiError(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            CapabilityError::new(
-                CapabilityErrorCode::InvalidRequest,
-                "send the start request as JSON, with Content-Type: application/json",
-            ),
-        ));
-    }
-    let body = match body {
-        // A chunked body past the door's limit: the door's answer, as for an announced one.
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return Ok(execbox_http::refusal_response(
-                &execbox_http::Refusal::too_large(MAX_REQUEST_BODY_BYTES),
-            ))
-        }
-        body => body,
+    let body = match json_body(&headers, body) {
+        Ok(body) => body,
+        Err(refusal) => return Ok(*refusal),
     };
-    let body = body.map_err(|e| {
-        ApiError(
-            e.status(),
-            CapabilityError::new(
-                CapabilityErrorCode::InvalidRequest,
-                format!("{e}; a request body is at most {MAX_REQUEST_BODY_BYTES} bytes"),
-            ),
-        )
-    })?;
     let request: StartRequest = serde_json::from_slice(&body).map_err(|e| {
         invalid(format!(
             "the body is not a start request ({e}); send {{\"capability\": NAME, \"type\"?: TYPE, \"params\"?: {{...}}, \"timeoutMs\"?: N, \"parentId\"?: ID}}"
@@ -306,6 +282,128 @@ async fn start(
         .into_response())
 }
 
+/// The body of a request that must be JSON: `415` without `Content-Type:
+/// application/json` (which a web page cannot send without a preflight), the door's `413`
+/// for one over [`MAX_REQUEST_BODY_BYTES`].
+fn json_body(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, Box<Response>> {
+    let json_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json_body {
+        return Err(Box::new(
+            ApiError(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                CapabilityError::new(
+                    CapabilityErrorCode::InvalidRequest,
+                    "send the request body as JSON, with Content-Type: application/json",
+                ),
+            )
+            .into_response(),
+        ));
+    }
+    let body = match body {
+        // A chunked body past the door's limit: the door's answer, as for an announced one.
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(Box::new(execbox_http::refusal_response(
+                &execbox_http::Refusal::too_large(MAX_REQUEST_BODY_BYTES),
+            )))
+        }
+        body => body,
+    };
+    body.map_err(|e| {
+        Box::new(
+            ApiError(
+                e.status(),
+                CapabilityError::new(
+                    CapabilityErrorCode::InvalidRequest,
+                    format!("{e}; a request body is at most {MAX_REQUEST_BODY_BYTES} bytes"),
+                ),
+            )
+            .into_response(),
+        )
+    })
+}
+
+/// The body of `POST /v1/executions/{id}/approve`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApproveBody {
+    approve: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// The longest denial reason kept.
+const MAX_REASON_CHARS: usize = 2000;
+
+/// `POST /v1/executions/{id}/approve`: decides the call a paused execution waits on. The
+/// caller must hold the policy's approve permission (`executions:approve` by default) and,
+/// unless the policy allows it, must not have started the execution; one who may neither
+/// see the execution nor approve gets `404`, as if it did not exist.
+async fn approve(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = match json_body(&headers, body) {
+        Ok(body) => body,
+        Err(refusal) => return Ok(*refusal),
+    };
+    let body: ApproveBody = serde_json::from_slice(&body).map_err(|e| {
+        invalid(format!(
+            "the body is not a decision ({e}); send {{\"approve\": true}} or {{\"approve\": false, \"reason\": \"...\"}}"
+        ))
+    })?;
+    if body.approve && body.reason.is_some() {
+        return Err(invalid(
+            "a reason goes with a denial only: send {\"approve\": true} or {\"approve\": false, \"reason\": \"...\"}",
+        ));
+    }
+    if body
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.chars().count() > MAX_REASON_CHARS)
+    {
+        return Err(invalid(format!(
+            "reason is longer than {MAX_REASON_CHARS} characters; say it shorter"
+        )));
+    }
+    let record = state.manager.get(&id).await?;
+    if !sees(&caller, record.principal.as_deref()) && !approves(&state, &caller) {
+        visible(&state, &caller, &id).await?;
+    }
+    let decision = match body.approve {
+        true => Decision::Approve,
+        false => Decision::Deny {
+            reason: body.reason,
+        },
+    };
+    let record = state.manager.decide(&id, decision, caller.0).await?;
+    Ok(Json(record).into_response())
+}
+
+/// Whether the caller holds the approve permission (and so sees paused executions of
+/// everyone).
+fn approves(state: &AppState, caller: &Caller) -> bool {
+    let permission = state
+        .manager
+        .policy()
+        .map_or(execbox_policy::DEFAULT_APPROVE_PERMISSION, |p| {
+            p.approve_permission()
+        });
+    match &caller.0 {
+        None => true,
+        Some(p) => p.holds(permission),
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ListQuery {
@@ -331,11 +429,16 @@ async fn list_executions(
         .map(|s| s.parse::<ExecutionStatus>())
         .transpose()
         .map_err(invalid)?;
+    // An approver sees every execution that waits for a decision.
+    let principal = match status {
+        Some(ExecutionStatus::AwaitingApproval) if approves(&state, &caller) => None,
+        _ => scope(&caller),
+    };
     let filter = ExecutionFilter {
         status,
         parent_id: q.parent_id.filter(|s| !s.is_empty()),
         capability: q.capability.filter(|s| !s.is_empty()),
-        principal: scope(&caller),
+        principal,
         limit: q.limit,
     };
     let executions = state.manager.list(&filter).await?;

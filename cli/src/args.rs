@@ -412,7 +412,8 @@ pub enum ExecutionsCommand {
         execbox executions list --status running\n  \
         execbox executions list --parent cap_1763850000000_1a2b3c4d --json")]
     List {
-        /// Only this status (starting, running, completed, failed, timeout, stopping, stopped).
+        /// Only this status (starting, running, awaiting_approval, completed, failed, timeout,
+        /// stopping, stopped).
         #[arg(long, value_name = "STATUS")]
         status: Option<execbox_capabilities::ExecutionStatus>,
         /// Only children of this parent.
@@ -434,6 +435,42 @@ pub enum ExecutionsCommand {
     Show {
         /// The execution id.
         id: String,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Approve the call a paused execution waits on: it resumes here, from the start, its
+    /// earlier tool calls answered from its ledger, runs the call, and goes on to its end
+    /// (or its next pause). Prints its result as `capabilities run` does.
+    #[command(after_help = "Examples:\n  \
+        execbox executions list --status awaiting_approval\n  \
+        execbox executions approve cap_1763850000000_1a2b3c4d --policy policy.yaml --principal ops\n\n\
+        The approver is --principal (the policy's default principal without it): it must hold \
+        the policy's approve permission (executions:approve unless `approvals.permission` says \
+        otherwise) and, unless `approvals.self_approval` is true, must not have started the \
+        execution.\n\n\
+        Exit status: 0 when it completed, 1 when it failed, paused again, or the approval was \
+        refused (the code and message on stderr), 2 on bad usage or configuration.")]
+    Approve {
+        /// The execution id.
+        id: String,
+        /// Print the whole outcome as JSON ({success, executionId, status, result, ...}).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        common: CapabilityArgs,
+    },
+    /// Deny the call a paused execution waits on: the execution fails with APPROVAL_DENIED
+    /// and the call never runs. Prints the execution's record as JSON.
+    #[command(after_help = "Examples:\n  \
+        execbox executions deny cap_1763850000000_1a2b3c4d --reason 'not this customer'\n\n\
+        Exit status: 0 when it was denied, 1 when the denial was refused (the code and \
+        message on stderr), 2 on bad usage or configuration.")]
+    Deny {
+        /// The execution id.
+        id: String,
+        /// Why, kept in the execution's error (at most 2000 characters).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
         #[command(flatten)]
         common: CapabilityArgs,
     },
@@ -518,9 +555,10 @@ impl ExecutionsCommand {
     /// The flags every subcommand has.
     pub fn common(&self) -> &CapabilityArgs {
         match self {
-            ExecutionsCommand::List { common, .. } | ExecutionsCommand::Show { common, .. } => {
-                common
-            }
+            ExecutionsCommand::List { common, .. }
+            | ExecutionsCommand::Show { common, .. }
+            | ExecutionsCommand::Approve { common, .. }
+            | ExecutionsCommand::Deny { common, .. } => common,
         }
     }
 }
@@ -586,9 +624,25 @@ pub struct McpArgs {
     /// How long an upstream server may take to start and list its tools, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub startup_timeout: u64,
+    /// Where a program waits that reaches a call needing approval when its client can be
+    /// asked neither in the answer (MCP 2026-07-28) nor through elicitation: it pauses as an
+    /// execution `awaiting_approval` that `execbox executions approve ID` resumes. A SQLite
+    /// file or a postgres:// URL; by default `.execbox/state.db` of the project, else
+    /// `state.db` of the global root (opened when a program first pauses).
+    #[arg(long, value_name = "FILE|URL")]
+    pub db: Option<PathBuf>,
+    /// The project folder (holding `.execbox/`) whose state database keeps paused programs;
+    /// by default the first `.execbox/` found walking up from the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Refuse a call needing approval that nobody can answer now ("approval required")
+    /// instead of pausing the program.
+    #[arg(long, conflicts_with_all = ["db", "project"])]
+    pub no_pause: bool,
     /// Who runs the programs and under which policy: upstream tools need the permission
     /// `server:tool` (`github:create_issue`, or `github:*`); approvals are asked of the MCP
-    /// client's user through elicitation unless --approve-all.
+    /// client's user (in the answer on MCP 2026-07-28, else through elicitation) unless
+    /// --approve-all, and otherwise wait for an operator (see --db).
     #[command(flatten)]
     pub enforce: EnforceArgs,
     #[command(flatten)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use execbox_capabilities::{
-    CapabilityManager, ExecutionFilter, ExecutionStore, ManagerOptions, Registry, RegistryRoots,
-    ReplicaOptions, StartRequest,
+    CapabilityManager, Decision, ExecutionFilter, ExecutionOutcome, ExecutionStore, ManagerOptions,
+    Registry, RegistryRoots, ReplicaOptions, StartRequest,
 };
 use execbox_host::{Executor, PoolOptions, PooledExecutor, ProcessExecutor};
 use execbox_policy::StoreLocation;
@@ -18,13 +18,18 @@ use crate::signals::StopSignals;
 
 /// The roots the flags and the working directory give.
 pub fn roots(common: &CapabilityArgs) -> anyhow::Result<RegistryRoots> {
+    roots_of(common.project.as_deref())
+}
+
+/// [`roots`] of a `--project` flag.
+pub fn roots_of(project: Option<&std::path::Path>) -> anyhow::Result<RegistryRoots> {
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    if let Some(dir) = &common.project {
+    if let Some(dir) = project {
         if !dir.is_dir() {
             anyhow::bail!("--project {}: no such folder", dir.display());
         }
     }
-    Ok(RegistryRoots::discover(&cwd, common.project.as_deref()))
+    Ok(RegistryRoots::discover(&cwd, project))
 }
 
 /// `--db` (a file or a postgres:// URL), else the project's `.execbox/state.db`, else the
@@ -33,7 +38,15 @@ pub fn db_location(
     common: &CapabilityArgs,
     roots: &RegistryRoots,
 ) -> anyhow::Result<StoreLocation> {
-    if let Some(db) = &common.db {
+    db_location_of(common.db.as_deref(), roots)
+}
+
+/// [`db_location`] of a `--db` flag.
+pub fn db_location_of(
+    db: Option<&std::path::Path>,
+    roots: &RegistryRoots,
+) -> anyhow::Result<StoreLocation> {
+    if let Some(db) = db {
         return StoreLocation::from_path(db).context("--db");
     }
     if let Some(project) = &roots.project {
@@ -260,27 +273,8 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                 manager.store().close().await;
                 let outcome = outcome?.context("the execution did not end")?;
                 // As `execbox run` does: the logs on stderr, the result on stdout.
-                for line in &outcome.logs {
-                    eprintln!("{line}");
-                }
-                if json {
-                    out(&pretty(&outcome));
-                } else if let Some(result) = &outcome.result {
-                    out(&pretty(result));
-                }
-                if let (false, Some(e)) = (outcome.success, &outcome.error) {
-                    eprintln!(
-                        "execbox: {id} {}: {}: {}",
-                        outcome.status, e.code, e.message
-                    );
-                }
-                Ok(if let Some(status) = interrupted {
-                    ExitCode::from(status)
-                } else if outcome.success {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                })
+                let code = report(&id, &outcome, json);
+                Ok(interrupted.map_or(code, ExitCode::from))
             })
         }
     }
@@ -332,6 +326,103 @@ pub fn executions(command: ExecutionsCommand) -> anyhow::Result<ExitCode> {
             out(&pretty(&value));
             Ok(ExitCode::SUCCESS)
         }
+        ExecutionsCommand::Approve { id, json, common } => decide(id, None, json, common),
+        ExecutionsCommand::Deny { id, reason, common } => {
+            if reason.as_ref().is_some_and(|r| r.chars().count() > 2000) {
+                anyhow::bail!("--reason is longer than 2000 characters; say it shorter");
+            }
+            decide(id, Some(reason), true, common)
+        }
+    }
+}
+
+/// `executions approve` (`deny` is `Some(reason)`): decides as the flags' principal; an
+/// approved execution resumes in this process and is waited for, and its outcome printed as
+/// `capabilities run` prints one; a denied one's record is printed.
+fn decide(
+    id: String,
+    deny: Option<Option<String>>,
+    json: bool,
+    common: CapabilityArgs,
+) -> anyhow::Result<ExitCode> {
+    let enforcement = common.enforcement_options().open()?;
+    let principal = enforcement
+        .policy()
+        .is_some()
+        .then(|| enforcement.principal().clone());
+    let runtime = runtime()?;
+    runtime.block_on(async move {
+        let options = ManagerOptions {
+            enforcement,
+            ..ManagerOptions::default()
+        };
+        let manager = manager(&common, options, 0, &ReplicaOptions::default())?;
+        let decision = match &deny {
+            None => Decision::Approve,
+            Some(reason) => Decision::Deny {
+                reason: reason.clone(),
+            },
+        };
+        let record = match manager.decide(&id, decision, principal).await {
+            Ok(record) => record,
+            Err(e) => {
+                manager.store().close().await;
+                eprintln!("execbox: {}: {}", e.code, e.message);
+                return Ok(ExitCode::from(1));
+            }
+        };
+        if deny.is_some() {
+            manager.store().close().await;
+            out(&pretty(&record));
+            return Ok(ExitCode::SUCCESS);
+        }
+        let mut signals = StopSignals::new();
+        let interrupted = tokio::select! {
+            Some(status) = signals.next() => {
+                eprintln!("execbox: stopping {id}");
+                Some(status)
+            }
+            _ = manager.wait(&id, None) => None,
+        };
+        if interrupted.is_some() {
+            let _ = manager.stop(&id).await;
+        }
+        let outcome = manager.wait(&id, None).await;
+        manager.store().close().await;
+        let outcome = outcome?.context("the execution did not end")?;
+        let code = report(&id, &outcome, json);
+        Ok(interrupted.map_or(code, ExitCode::from))
+    })
+}
+
+/// Prints an outcome as `capabilities run` does: the logs on stderr, the result (or the
+/// whole outcome with `json`) on stdout, a failure or a pause on stderr; 0 when it completed.
+fn report(id: &str, outcome: &ExecutionOutcome, json: bool) -> ExitCode {
+    for line in &outcome.logs {
+        eprintln!("{line}");
+    }
+    if json {
+        out(&pretty(outcome));
+    } else if let Some(result) = &outcome.result {
+        out(&pretty(result));
+    }
+    if let Some(pending) = &outcome.pending_approval {
+        eprintln!(
+            "execbox: {id} awaiting_approval: call {} ({}) needs approval; decide with \
+              `execbox executions approve {id}` or `execbox executions deny {id} --reason TEXT` \
+              (by a principal holding `{}`)",
+            pending.call, pending.tool, pending.permission
+        );
+    } else if let (false, Some(e)) = (outcome.success, &outcome.error) {
+        eprintln!(
+            "execbox: {id} {}: {}: {}",
+            outcome.status, e.code, e.message
+        );
+    }
+    if outcome.success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 

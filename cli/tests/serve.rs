@@ -4,6 +4,8 @@
 
 mod support;
 
+#[path = "serve/durable.rs"]
+mod durable;
 #[path = "serve/limits.rs"]
 mod limits;
 #[path = "serve/logs.rs"]

@@ -256,7 +256,6 @@ impl ExecutionStore {
     /// `Ok(false)` when it was not running (a stop was asked, or it ended meanwhile): then
     /// nothing is written. A ledger longer than [`MAX_LEDGER_BYTES`] is refused
     /// (`EXECUTION_FAILED`), and nothing is written.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) async fn pause(
         &self,
         id: &str,
@@ -291,7 +290,6 @@ impl ExecutionStore {
     /// its `pending_approval`: the call that was approved, and its logs so far) and the
     /// ledger text as [`ExecutionStore::pause`] stored it. `Ok(None)` when it is not
     /// awaiting approval (already resumed, denied, stopped, ended, or unknown).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) async fn resume(
         &self,
         id: &str,
@@ -303,8 +301,8 @@ impl ExecutionStore {
     }
 
     /// The replay ledger of an execution awaiting approval (`None` for any other: a ledger
-    /// lives only while its execution can resume). For tests and inspection.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// lives only while its execution can resume).
+    #[cfg(test)]
     pub(crate) async fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
         match &self.backend {
             Backend::Sqlite(s) => s.ledger(id),

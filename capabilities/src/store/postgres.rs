@@ -513,6 +513,7 @@ impl PgStore {
             .map_err(fail)
     }
 
+    #[cfg(test)]
     pub(crate) async fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
         let id = id.to_string();
         self.pg

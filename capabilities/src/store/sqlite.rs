@@ -459,6 +459,7 @@ impl SqliteStore {
     }
 
     /// The ledger of an execution awaiting approval.
+    #[cfg(test)]
     pub(crate) fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
         self.lock()
             .query_row(

@@ -1,0 +1,613 @@
+//! Paused executions: recording a pause at a call that waits for approval, an approver's
+//! decision on that call (approved: the execution is resumed here from its ledger; denied:
+//! it fails and the call never runs), and the stop of a paused execution.
+//!
+//! Exactly one decision wins: each takes the execution with the store's one conditional
+//! update (`awaiting_approval` → `running`), so approving twice, or on two replicas at once,
+//! resumes it once, and the loser is told it was decided already.
+
+use std::time::Instant;
+
+use execbox_host::{Ledger, PausedCall};
+use execbox_policy::{
+    shown_input, AuditEvent, AuditOutcome, Principal, DEFAULT_APPROVE_PERMISSION,
+};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{err, new_id, not_found, time_limit, CapabilityManager, Live, ProgramRun, Run};
+use crate::config::{
+    CapabilityConfig, CapabilityDef, ExecutorConfig, ExecutorDef, ExecutorKind,
+    DEFAULT_CAPABILITY_TIMEOUT_MS,
+};
+use crate::programs::{PausedProgram, PROGRAM_TYPE};
+use crate::records::{
+    now_ms, CapabilityError, CapabilityErrorCode, ExecutionEventKind, ExecutionOutcome,
+    ExecutionRecord, ExecutionStatus, PendingApproval,
+};
+use crate::registry::{Capability, ExecutorEntry, Source};
+use crate::script_executor::Durability;
+use crate::store::MAX_LEDGER_BYTES;
+
+/// How much of a call's input a denial's message shows.
+const SHOWN_INPUT_CHARS: usize = 300;
+
+/// An approver's answer to the call a paused execution waits on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The call may run: the execution resumes.
+    Approve,
+    /// The call must not run: the execution fails with `APPROVAL_DENIED`, and this reason
+    /// (if given) in its message.
+    Deny {
+        /// Why, in the approver's words.
+        reason: Option<String>,
+    },
+}
+
+impl CapabilityManager {
+    /// Records that the execution paused at `call`: its ledger and the call an approver must
+    /// decide, in the store; then it is no longer live here, and its waiters and subscribers
+    /// hear `awaiting_approval`. `Err` (the execution then fails with it) when the ledger is
+    /// too large to keep or the store refuses.
+    pub(super) async fn record_pause(
+        &self,
+        record: &ExecutionRecord,
+        call: &PausedCall,
+        ledger: &Ledger,
+        logs: &[String],
+        done: &watch::Sender<Option<ExecutionOutcome>>,
+    ) -> Result<(), String> {
+        let id = record.execution_id.as_str();
+        let text = serde_json::to_string(ledger)
+            .map_err(|e| format!("cannot record the ledger of execution `{id}`: {e}"))?;
+        if text.len() > MAX_LEDGER_BYTES {
+            return Err(format!(
+                "capability `{}` reached a call of {} that needs approval, but it cannot pause: \
+                 its ledger of {} tool calls is {} bytes, above the {} bytes a paused execution \
+                 may keep; make fewer or smaller tool calls before the one that needs approval",
+                record.capability,
+                call.tool,
+                ledger.calls.len(),
+                text.len(),
+                MAX_LEDGER_BYTES
+            ));
+        }
+        let policy = self.policy();
+        let pending = PendingApproval {
+            tool: call.tool.clone(),
+            input: call.input.clone(),
+            call: call.index.saturating_add(1),
+            permission: policy
+                .map_or(DEFAULT_APPROVE_PERMISSION, |p| p.approve_permission())
+                .to_string(),
+            self_approval: policy.is_none_or(|p| p.allows_self_approval()),
+            since_ms: now_ms(),
+        };
+        match self.0.store.pause(id, &pending, &text, logs).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "execution `{id}` ended while it paused for approval of {}",
+                    call.tool
+                ))
+            }
+            Err(e) => return Err(e.message),
+        }
+        let paused = ExecutionRecord {
+            status: ExecutionStatus::AwaitingApproval,
+            pending_approval: Some(pending),
+            logs: logs.to_vec(),
+            updated_ms: now_ms(),
+            ..record.clone()
+        };
+        self.live().remove(id);
+        let _ = done.send(Some(paused.outcome()));
+        self.emit(
+            ExecutionEventKind::AwaitingApproval,
+            &paused,
+            ExecutionStatus::AwaitingApproval,
+            None,
+        );
+        Ok(())
+    }
+
+    /// Decides the call the paused execution `id` waits on, as `approver` (the caller; the
+    /// policy's default principal when `None`). Approved, the execution is resumed in this
+    /// process (from the start, its earlier calls answered from its ledger) and returned as
+    /// it now is (`running`); denied, it fails with `APPROVAL_DENIED` and the call never runs.
+    ///
+    /// Refused with `PERMISSION_DENIED` when the approver lacks the policy's approve
+    /// permission (`executions:approve` by default) or started the execution itself (unless
+    /// the policy allows that), `NOT_AWAITING_APPROVAL` when it does not wait for a decision
+    /// (never paused, decided already, ended), `EXECUTION_NOT_FOUND`, and
+    /// `TOO_MANY_EXECUTIONS` when this process runs as many as it may. Every decision and
+    /// every refusal is audited (`approval_decided`).
+    pub async fn decide(
+        &self,
+        id: &str,
+        decision: Decision,
+        approver: Option<Principal>,
+    ) -> Result<ExecutionRecord, CapabilityError> {
+        let approve = decision == Decision::Approve;
+        let record = self.get(id).await?;
+        let pending = match (&record.pending_approval, record.status) {
+            (Some(pending), ExecutionStatus::AwaitingApproval) => pending.clone(),
+            _ => return Err(not_awaiting(id, Some(record.status))),
+        };
+        let approver = self.principal_or_default(approver)?;
+        let approver_name = approver.as_ref().and_then(Principal::name);
+        if let Err(message) = self.may_decide(id, &record, approver.as_ref()) {
+            self.audit(
+                AuditEvent::approval_decided(id, approver_name, &pending.tool, approve)
+                    .refused(AuditOutcome::Denied)
+                    .error(&message),
+            )?;
+            return Err(err(CapabilityErrorCode::PermissionDenied, message));
+        }
+        // What a resume needs, checked before the execution is taken, so that a refusal
+        // leaves it paused.
+        let resume = match approve {
+            true => Some(self.resume_plan(&record).await?),
+            false => None,
+        };
+        let Some((_, ledger_text)) = self.0.store.resume(id).await? else {
+            return Err(not_awaiting(id, None));
+        };
+        let decided = AuditEvent::approval_decided(id, approver_name, &pending.tool, approve);
+        let reason = match &decision {
+            Decision::Deny { reason } => reason.as_deref().map(str::trim).filter(|r| !r.is_empty()),
+            Decision::Approve => None,
+        };
+        match reason {
+            Some(reason) => self.audit(decided.error(reason))?,
+            None => self.audit(decided)?,
+        }
+        let Some(plan) = resume else {
+            let by = approver_name
+                .map(|n| format!(" by {n}"))
+                .unwrap_or_default();
+            let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+            let message = format!(
+                "the call of {} with {} was denied{by}{why}; it never ran",
+                pending.tool,
+                shown_input(&pending.input, SHOWN_INPUT_CHARS)
+            );
+            self.end_paused(
+                &record,
+                ExecutionStatus::Failed,
+                CapabilityErrorCode::ApprovalDenied,
+                message,
+            )
+            .await;
+            return self.get(id).await;
+        };
+        let ledger: Ledger = match serde_json::from_str(&ledger_text) {
+            Ok(ledger) => ledger,
+            Err(e) => {
+                let message = format!(
+                    "the ledger of execution `{id}` cannot be read ({e}); it cannot be resumed"
+                );
+                self.end_paused(
+                    &record,
+                    ExecutionStatus::Failed,
+                    CapabilityErrorCode::ExecutionFailed,
+                    message,
+                )
+                .await;
+                return self.get(id).await;
+            }
+        };
+        let record = ExecutionRecord {
+            status: ExecutionStatus::Running,
+            pending_approval: None,
+            updated_ms: now_ms(),
+            replica: self.0.store.replica().map(str::to_string),
+            ..record
+        };
+        let cancel = CancellationToken::new();
+        let (done_tx, done_rx) = watch::channel(None);
+        self.live().insert(
+            id.to_string(),
+            Live {
+                capability: record.capability.clone(),
+                parent: record.parent_id.clone(),
+                tree: id.to_string(),
+                depth: 1,
+                principal: plan.principal.clone(),
+                cancel: cancel.clone(),
+                done: done_rx,
+                stop_requested: false,
+            },
+        );
+        self.emit(
+            ExecutionEventKind::Resumed,
+            &record,
+            ExecutionStatus::Running,
+            None,
+        );
+        let span = tracing::info_span!(
+            target: execbox_host::trace::TARGET,
+            "execbox.capability",
+            otel.kind = "internal",
+            execbox.capability = %record.capability,
+            execbox.execution_id = %id,
+            execbox.resumed = true,
+            execbox.principal = record.principal.as_deref(),
+            execbox.outcome = tracing::field::Empty,
+            execbox.duration_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let run = Run {
+            capability: plan.capability,
+            executor: plan.executor,
+            principal: plan.principal,
+            accepted: Instant::now(),
+            timeout_ms: plan.timeout_ms,
+            cancel,
+            durable: Durability::Resumed {
+                ledger,
+                approved: pending.call.saturating_sub(1),
+            },
+            resumed: true,
+            program: plan.program,
+        };
+        let manager = self.clone();
+        let resumed = record.clone();
+        tokio::spawn(tracing::Instrument::instrument(
+            async move { manager.drive(resumed, run, done_tx).await },
+            span,
+        ));
+        Ok(record)
+    }
+
+    /// Whether `approver` may decide the call of `record`: it holds the approve permission,
+    /// and did not start the execution (unless the policy allows that). Without a policy,
+    /// anyone may.
+    fn may_decide(
+        &self,
+        id: &str,
+        record: &ExecutionRecord,
+        approver: Option<&Principal>,
+    ) -> Result<(), String> {
+        let Some(policy) = self.policy() else {
+            return Ok(());
+        };
+        let permission = policy.approve_permission();
+        let who = match approver.and_then(Principal::name) {
+            Some(name) => format!("principal `{name}`"),
+            None => "a caller without a principal".to_string(),
+        };
+        if !approver.is_some_and(|p| p.holds(permission)) {
+            return Err(format!(
+                "deciding the call execution `{id}` waits on needs the permission \
+                 `{permission}`, which {who} does not hold; an approver holding it must decide \
+                 (grant it in the policy)"
+            ));
+        }
+        let name = approver.and_then(Principal::name);
+        if !policy.allows_self_approval() && name.is_some() && name == record.principal.as_deref() {
+            return Err(format!(
+                "{who} started execution `{id}` and may not decide its own call; another \
+                 principal holding `{permission}` must (or allow it with \
+                 `approvals: {{self_approval: true}}` in the policy)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// What resuming `record` needs: its capability and executor as the registry has them
+    /// now (or, for a program, its code and the tools [`ManagerOptions::programs`] builds),
+    /// its principal, its time limit.
+    ///
+    /// [`ManagerOptions::programs`]: crate::ManagerOptions::programs
+    async fn resume_plan(&self, record: &ExecutionRecord) -> Result<ResumePlan, CapabilityError> {
+        let principal = match (&record.principal, self.policy()) {
+            (Some(name), Some(policy)) => Some(policy.principal(Some(name)).map_err(|e| {
+                err(
+                    CapabilityErrorCode::PermissionDenied,
+                    format!(
+                        "execution `{}` cannot be resumed as principal `{name}`: {e}",
+                        record.execution_id
+                    ),
+                )
+            })?),
+            _ => self.principal_or_default(None)?,
+        };
+        if record.capability_type == PROGRAM_TYPE {
+            return self.program_plan(record, principal).await;
+        }
+        let registry = self.registry();
+        let (capability, executor) =
+            registry.resolve(&record.capability, Some(&record.capability_type))?;
+        let (capability, executor) = (capability.clone(), executor.clone());
+        drop(registry);
+        let timeout_ms = time_limit(
+            None,
+            self.0.options.max_timeout_ms,
+            &capability.config,
+            &executor.config,
+        )?;
+        Ok(ResumePlan {
+            capability,
+            executor,
+            principal,
+            timeout_ms,
+            program: None,
+        })
+    }
+
+    /// [`CapabilityManager::resume_plan`] of a program: its tools are started here, before
+    /// it is taken, so that a failure leaves it paused.
+    async fn program_plan(
+        &self,
+        record: &ExecutionRecord,
+        principal: Option<Principal>,
+    ) -> Result<ResumePlan, CapabilityError> {
+        let id = &record.execution_id;
+        let Some(programs) = &self.0.options.programs else {
+            return Err(err(
+                CapabilityErrorCode::InvalidRequest,
+                format!(
+                    "execution `{id}` is a `{}` program of `execbox {}`, whose tools this server \
+                     cannot start; decide it from a shell with `execbox executions approve {id}` \
+                     (or `deny`), which starts them as the program was served",
+                    record.capability, record.executor
+                ),
+            ));
+        };
+        let Some(code) = record.params.get("code").and_then(Value::as_str) else {
+            return Err(err(
+                CapabilityErrorCode::ExecutionFailed,
+                format!("execution `{id}` is a program without its code; it cannot be resumed"),
+            ));
+        };
+        let origin = record.params.get("origin").cloned().unwrap_or(Value::Null);
+        let tools = programs
+            .tools(&record.executor, &origin)
+            .await
+            .map_err(|why| {
+                err(
+                    CapabilityErrorCode::ExecutionFailed,
+                    format!(
+                        "the tools of execution `{id}` cannot be started, so it stays paused \
+                         (decide again once they can): {why}"
+                    ),
+                )
+            })?;
+        let timeout_ms = record
+            .params
+            .get("timeoutMs")
+            .and_then(Value::as_u64)
+            .unwrap_or(DEFAULT_CAPABILITY_TIMEOUT_MS)
+            .clamp(1, self.0.options.max_timeout_ms);
+        let (capability, executor) = program_entries(record, timeout_ms);
+        Ok(ResumePlan {
+            capability,
+            executor,
+            principal,
+            timeout_ms,
+            program: Some(ProgramRun {
+                code: code.to_owned(),
+                tools,
+            }),
+        })
+    }
+
+    /// Keeps `program`, which paused at a call nobody could approve when it ran, as an
+    /// execution `awaiting_approval` (type [`PROGRAM_TYPE`]) that approvers see and decide
+    /// as any other; returns its record. Refused as a pause of a capability is: a ledger too
+    /// large to keep, or a store that cannot write.
+    pub async fn pause_program(
+        &self,
+        program: PausedProgram,
+    ) -> Result<ExecutionRecord, CapabilityError> {
+        let id = new_id();
+        let now = now_ms();
+        let record = ExecutionRecord {
+            execution_id: id.clone(),
+            capability: program.name.clone(),
+            capability_type: PROGRAM_TYPE.to_string(),
+            executor: program.front_end.clone(),
+            capability_path: String::new(),
+            parent_id: None,
+            principal: program.principal.clone(),
+            status: ExecutionStatus::Running,
+            params: serde_json::json!({
+                "code": program.code,
+                "origin": program.origin,
+                "timeoutMs": program.timeout_ms,
+            }),
+            result: None,
+            additional_context: None,
+            error: None,
+            logs: Vec::new(),
+            created_ms: now,
+            updated_ms: now,
+            ended_ms: None,
+            replica: self.0.store.replica().map(str::to_string),
+            pending_approval: None,
+        };
+        self.audit(AuditEvent::capability_started(
+            &id,
+            record.principal.as_deref(),
+            &record.capability,
+        ))?;
+        self.0.store.insert(&record).await?;
+        let (done, _) = watch::channel(None);
+        if let Err(message) = self
+            .record_pause(
+                &record,
+                &program.call,
+                &program.ledger,
+                &program.logs,
+                &done,
+            )
+            .await
+        {
+            let error = err(CapabilityErrorCode::ExecutionFailed, message);
+            let _ = self
+                .0
+                .store
+                .finish(
+                    &id,
+                    ExecutionStatus::Failed,
+                    None,
+                    None,
+                    Some(&error),
+                    &program.logs,
+                )
+                .await;
+            return Err(error);
+        }
+        self.get(&id).await
+    }
+
+    /// Stops a paused execution (`stopped`; the call it waited on never runs). `None` when
+    /// `id` is not paused.
+    pub(super) async fn stop_paused(
+        &self,
+        id: &str,
+    ) -> Result<Option<ExecutionRecord>, CapabilityError> {
+        let Some(record) = self.0.store.get(id).await? else {
+            return Err(not_found(id));
+        };
+        if record.status != ExecutionStatus::AwaitingApproval {
+            return Ok(None);
+        }
+        if self.0.store.resume(id).await?.is_some() {
+            let tool = record
+                .pending_approval
+                .as_ref()
+                .map_or("a tool", |p| p.tool.as_str());
+            let message = format!(
+                "capability `{}` was stopped on request while it waited for approval of {tool}; \
+                 the call never ran",
+                record.capability
+            );
+            self.end_paused(
+                &record,
+                ExecutionStatus::Stopped,
+                CapabilityErrorCode::ExecutionStopped,
+                message,
+            )
+            .await;
+        }
+        Ok(Some(self.get(id).await?))
+    }
+
+    /// Ends a paused execution this process has just taken, and tells its waiters.
+    async fn end_paused(
+        &self,
+        record: &ExecutionRecord,
+        status: ExecutionStatus,
+        code: CapabilityErrorCode,
+        message: String,
+    ) {
+        let id = record.execution_id.as_str();
+        let error = err(code, message);
+        if let Err(e) = self
+            .0
+            .store
+            .finish(id, status, None, None, Some(&error), &record.logs)
+            .await
+        {
+            tracing::error!(execution = %id, "cannot record the end of the paused execution: {e}");
+        }
+        if let Err(e) = self.audit(AuditEvent::capability_finished(
+            id,
+            record.principal.as_deref(),
+            &record.capability,
+            status.as_str(),
+            std::time::Duration::ZERO,
+        )) {
+            tracing::error!(execution = %id, "{e}");
+        }
+        let ended = ExecutionRecord {
+            status,
+            error: Some(error.clone()),
+            pending_approval: None,
+            ended_ms: Some(now_ms()),
+            ..record.clone()
+        };
+        let kind = match status {
+            ExecutionStatus::Stopped => ExecutionEventKind::Stopped,
+            _ => ExecutionEventKind::Failed,
+        };
+        self.emit(kind, &ended, status, Some(error));
+    }
+}
+
+/// What a resume runs.
+struct ResumePlan {
+    capability: Capability,
+    executor: ExecutorEntry,
+    principal: Option<Principal>,
+    timeout_ms: u64,
+    program: Option<ProgramRun>,
+}
+
+/// The capability and executor a program runs as: its name, no schemas, no files, the
+/// built-in script executor.
+fn program_entries(record: &ExecutionRecord, timeout_ms: u64) -> (Capability, ExecutorEntry) {
+    let capability = CapabilityConfig {
+        def: CapabilityDef {
+            name: record.capability.clone(),
+            capability_type: PROGRAM_TYPE.to_string(),
+            version: None,
+            description: None,
+            entry: None,
+            tools: None,
+            input_schema: None,
+            output_schema: None,
+            timeout_ms: Some(timeout_ms),
+            permissions: Vec::new(),
+            author: None,
+            config: None,
+        },
+        dir: std::path::PathBuf::new(),
+        entry: None,
+        tools: None,
+        timeout_ms,
+    };
+    let executor = ExecutorConfig {
+        def: ExecutorDef {
+            name: record.executor.clone(),
+            version: None,
+            description: None,
+            supported_types: vec![PROGRAM_TYPE.to_string()],
+            command: None,
+            args: Vec::new(),
+            env: Default::default(),
+            timeout_seconds: None,
+            author: None,
+        },
+        dir: std::path::PathBuf::new(),
+        kind: ExecutorKind::Script,
+    };
+    (
+        Capability {
+            config: capability,
+            source: Source::Builtin,
+        },
+        ExecutorEntry {
+            config: executor,
+            source: Source::Builtin,
+        },
+    )
+}
+
+/// `NOT_AWAITING_APPROVAL`, naming the status when known.
+fn not_awaiting(id: &str, status: Option<ExecutionStatus>) -> CapabilityError {
+    let message = match status {
+        Some(status) => format!(
+            "execution `{id}` is {status}, not awaiting approval: there is no call to decide"
+        ),
+        None => format!(
+            "execution `{id}` was decided (or stopped) by someone else meanwhile; it is no \
+             longer awaiting approval"
+        ),
+    };
+    err(CapabilityErrorCode::NotAwaitingApproval, message)
+}

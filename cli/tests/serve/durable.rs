@@ -1,0 +1,458 @@
+//! Durable executions through `execbox serve`: a capability that notes something, then calls
+//! an approval-gated `mail.send`, pauses as `awaiting_approval`, survives a SIGKILL of the
+//! server, and completes once approved, each tool having run exactly once (the tools count
+//! their own runs in files); denial, divergence, double approval, who may approve, the CLI's
+//! `executions approve|deny`, and the replay of `Date.now()` and `Math.random()`.
+
+use super::{client, json_of, script_yaml, serve, sha256_hex};
+use std::time::Duration;
+
+use crate::support::capabilities::{Roots, Server};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// The program: a note, a clock reading and a random number (logged, so the first run's
+/// values can be compared with the resumed run's), then the call that needs approval.
+const NOTIFY: &str = "const noted = await ledger.note({ text: 'hello' });\n\
+const t = Date.now();\nconst r = Math.random();\nconst d = new Date().getTime();\n\
+console.log(JSON.stringify({ t, r, d }));\n\
+const sent = await mail.send({ to: 'bob@example.com', body: 'hi' });\n\
+({ noted, sent, t, r, d })";
+
+/// A project with `notify`: `ledger.note` and `mail.send` (which requires approval), each
+/// appending a line to its own count file in `roots.temp`.
+fn project(name: &str) -> Roots {
+    let roots = Roots::new(name);
+    let dir = roots.project.capability(
+        "notify",
+        &script_yaml("notify", "tools: tools.yaml\ntimeout_ms: 20000\n"),
+        &[("index.js", NOTIFY)],
+    );
+    let counts = roots.temp.path().display().to_string();
+    let tools = json!({
+        "version": 1,
+        "providers": {
+            "ledger": {"tools": {"note": {
+                "command": "/bin/sh",
+                "args": ["-c", "cat >/dev/null; echo x >> \"$1/note.count\"; echo '{\"noted\": true}'", "note", counts],
+            }}},
+            "mail": {"tools": {"send": {
+                "command": "/bin/sh",
+                "args": ["-c", "cat >/dev/null; echo x >> \"$1/send.count\"; echo '{\"sent\": 7}'", "send", counts],
+                "requires_approval": true,
+            }}},
+        }
+    });
+    std::fs::write(dir.join("tools.yaml"), tools.to_string()).unwrap();
+    roots
+}
+
+/// A policy: alice and bob start executions, ops approves (and so could alice, but not her
+/// own executions); tokens `<name>-token`.
+fn policy(roots: &Roots, extra: &str) -> String {
+    let policy = roots.temp.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version: 1\nprincipals:\n  alice: {{ permissions: ['executions:approve'], token_sha256: [{}] }}\n  bob: {{ token_sha256: [{}] }}\n  ops: {{ permissions: ['executions:approve'], token_sha256: [{}] }}\n{extra}",
+            sha256_hex("alice-token"),
+            sha256_hex("bob-token"),
+            sha256_hex("ops-token"),
+        ),
+    )
+    .unwrap();
+    policy.display().to_string()
+}
+
+/// How many times the tool counting in `file` ran.
+fn runs(roots: &Roots, file: &str) -> usize {
+    std::fs::read_to_string(roots.temp.join(file))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+async fn start(client: &reqwest::Client, server: &Server, token: &str) -> String {
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .bearer_auth(token)
+            .json(&json!({"capability": "notify"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    body["executionId"].as_str().unwrap().to_string()
+}
+
+/// `/wait` until it ends or pauses.
+async fn settled(client: &reqwest::Client, server: &Server, id: &str, token: &str) -> Value {
+    let (status, outcome) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}/wait?timeoutMs=60000")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    outcome
+}
+
+async fn decide(
+    client: &reqwest::Client,
+    server: &Server,
+    id: &str,
+    token: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    json_of(
+        client
+            .post(server.at(&format!("/v1/executions/{id}/approve")))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
+async fn record(client: &reqwest::Client, server: &Server, id: &str, token: &str) -> Value {
+    let (status, record) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    record
+}
+
+/// The values the first run logged before it paused.
+fn logged(outcome: &Value) -> Value {
+    let line = outcome["logs"]
+        .as_array()
+        .and_then(|l| l.first())
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no log line: {outcome}"));
+    serde_json::from_str(line).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_execution_survives_sigkill_and_completes_once_approved_each_call_once() {
+    let roots = project("durable-approve");
+    let policy = policy(&roots, "");
+    let mut server = serve(&roots, &["--policy", &policy]);
+    let client = client();
+    let id = start(&client, &server, "alice-token").await;
+
+    let paused = settled(&client, &server, &id, "alice-token").await;
+    assert_eq!(paused["status"], "awaiting_approval", "{paused}");
+    assert_eq!(paused["success"], false);
+    let first = logged(&paused);
+    let pending = &record(&client, &server, &id, "alice-token").await["pendingApproval"];
+    assert_eq!(pending["tool"], "mail.send", "{pending}");
+    assert_eq!(
+        pending["input"],
+        json!({"to": "bob@example.com", "body": "hi"})
+    );
+    assert_eq!(pending["call"], 2);
+    assert_eq!(pending["permission"], "executions:approve");
+    assert_eq!(pending["selfApproval"], false);
+    assert_eq!(
+        (runs(&roots, "note.count"), runs(&roots, "send.count")),
+        (1, 0)
+    );
+
+    // Nothing is lost with the server.
+    server.kill();
+    let server = serve(&roots, &["--policy", &policy]);
+    let again = record(&client, &server, &id, "ops-token").await;
+    assert_eq!(again["status"], "awaiting_approval", "{again}");
+
+    // An approver sees it among the paused ones; bob, who may not approve, does not.
+    let list = |token: &'static str| {
+        client
+            .get(server.at("/v1/executions?status=awaiting_approval"))
+            .bearer_auth(token)
+            .send()
+    };
+    let (_, listed) = json_of(list("ops-token").await.unwrap()).await;
+    assert_eq!(listed["executions"][0]["executionId"], id.as_str());
+    let (_, listed) = json_of(list("bob-token").await.unwrap()).await;
+    assert_eq!(listed["executions"], json!([]));
+
+    // Bob lacks the permission (and may not see it); alice holds it, but started it.
+    let (status, body) = decide(&client, &server, &id, "bob-token", json!({"approve": true})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = decide(
+        &client,
+        &server,
+        &id,
+        "alice-token",
+        json!({"approve": true}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "PERMISSION_DENIED");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("may not decide its own call") && message.contains("self_approval"),
+        "{message}"
+    );
+    assert_eq!(runs(&roots, "send.count"), 0);
+
+    // Approved twice at once: resumed once.
+    let (a, b) = tokio::join!(
+        decide(&client, &server, &id, "ops-token", json!({"approve": true})),
+        decide(&client, &server, &id, "ops-token", json!({"approve": true})),
+    );
+    let mut statuses = [a.0, b.0];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::OK, StatusCode::CONFLICT],
+        "{a:?} {b:?}"
+    );
+    let loser = if a.0 == StatusCode::CONFLICT {
+        &a.1
+    } else {
+        &b.1
+    };
+    assert_eq!(loser["error"]["code"], "NOT_AWAITING_APPROVAL", "{loser}");
+
+    let done = settled(&client, &server, &id, "alice-token").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["sent"], json!({"sent": 7}));
+    assert_eq!(done["result"]["noted"], json!({"noted": true}));
+    // The clock and Math.random() gave the resumed run what they gave the first.
+    assert_eq!(done["result"]["t"], first["t"], "{done}");
+    assert_eq!(done["result"]["r"], first["r"], "{done}");
+    assert_eq!(done["result"]["d"], first["d"], "{done}");
+    assert_eq!(
+        (runs(&roots, "note.count"), runs(&roots, "send.count")),
+        (1, 1)
+    );
+
+    let history: Vec<String> = record(&client, &server, &id, "alice-token").await["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["status"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        history,
+        [
+            "starting",
+            "running",
+            "awaiting_approval",
+            "running",
+            "completed"
+        ]
+    );
+    // Decided once and for all.
+    let (status, body) = decide(&client, &server, &id, "ops-token", json!({"approve": true})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is completed, not awaiting approval"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_call_never_runs_and_the_execution_fails_naming_the_denial() {
+    let roots = project("durable-deny");
+    let policy = policy(&roots, "");
+    let server = serve(&roots, &["--policy", &policy]);
+    let client = client();
+    let id = start(&client, &server, "alice-token").await;
+    assert_eq!(
+        settled(&client, &server, &id, "alice-token").await["status"],
+        "awaiting_approval"
+    );
+    for bad in [
+        json!({"approve": "yes"}),
+        json!({"approve": true, "reason": "x"}),
+        json!({"approve": false, "extra": 1}),
+    ] {
+        let (status, body) = decide(&client, &server, &id, "ops-token", bad.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    let (status, body) = decide(
+        &client,
+        &server,
+        &id,
+        "ops-token",
+        json!({"approve": false, "reason": "not this customer"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "failed", "{body}");
+    let done = settled(&client, &server, &id, "alice-token").await;
+    assert_eq!(done["status"], "failed");
+    assert_eq!(done["error"]["code"], "APPROVAL_DENIED", "{done}");
+    let message = done["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("mail.send") && message.contains("denied by ops: not this customer"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        (runs(&roots, "note.count"), runs(&roots, "send.count")),
+        (1, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_makes_other_calls_when_resumed_fails_with_the_divergence() {
+    let roots = project("durable-diverge");
+    let server = serve(&roots, &[]);
+    let client = client();
+    let (_, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .json(&json!({"capability": "notify"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let id = body["executionId"].as_str().unwrap().to_string();
+    let (_, paused) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}/wait?timeoutMs=60000")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(paused["status"], "awaiting_approval", "{paused}");
+    // The program changed while it waited.
+    let entry = roots.project.0.join("capabilities/notify/index.js");
+    std::fs::write(&entry, NOTIFY.replace("'hello'", "'changed'")).unwrap();
+    let (status, body) = json_of(
+        client
+            .post(server.at(&format!("/v1/executions/{id}/approve")))
+            .json(&json!({"approve": true}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, done) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}/wait?timeoutMs=60000")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "REPLAY_DIVERGED", "{done}");
+    let message = done["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            r#"replay diverged at call 1: recorded ledger.note({"text":"hello"}), now ledger.note({"text":"changed"})"#
+        ),
+        "{message}"
+    );
+    assert_eq!(
+        (runs(&roots, "note.count"), runs(&roots, "send.count")),
+        (1, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_approves_with_no_server_running_and_denies() {
+    let roots = project("durable-cli");
+    let policy = policy(&roots, "approvals: { self_approval: true }\n");
+    let mut server = serve(&roots, &["--policy", &policy]);
+    let client = client();
+    let first = start(&client, &server, "alice-token").await;
+    let second = start(&client, &server, "alice-token").await;
+    for id in [&first, &second] {
+        assert_eq!(
+            settled(&client, &server, id, "alice-token").await["status"],
+            "awaiting_approval"
+        );
+    }
+    server.kill();
+    let project = roots.project_dir();
+    let db = roots.temp.join("state.db");
+    let common = [
+        "--project",
+        project.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+        "--policy",
+        policy.as_str(),
+    ];
+    let cli = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend_from_slice(&common);
+        crate::support::cli::command(&all)
+            .env("EXECBOX_HOME", &roots.global.0)
+            .output()
+            .unwrap()
+    };
+    // bob may not approve; alice may (the policy allows self-approval) only with the
+    // permission, which she lacks; ops may.
+    let out = cli(&["executions", "approve", &first, "--principal", "bob"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = crate::support::cli::text(&out.stderr);
+    assert!(
+        stderr.contains("PERMISSION_DENIED") && stderr.contains("executions:approve"),
+        "{stderr}"
+    );
+    let out = cli(&[
+        "executions",
+        "approve",
+        &first,
+        "--principal",
+        "ops",
+        "--json",
+    ]);
+    let stdout = crate::support::cli::text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        crate::support::cli::text(&out.stderr)
+    );
+    let outcome: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(outcome["status"], "completed");
+    assert_eq!(outcome["result"]["sent"], json!({"sent": 7}));
+
+    let out = cli(&[
+        "executions",
+        "deny",
+        &second,
+        "--principal",
+        "ops",
+        "--reason",
+        "no",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        crate::support::cli::text(&out.stderr)
+    );
+    let denied: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(denied["status"], "failed");
+    assert_eq!(denied["error"]["code"], "APPROVAL_DENIED");
+    assert_eq!(
+        (runs(&roots, "note.count"), runs(&roots, "send.count")),
+        (2, 1)
+    );
+}
