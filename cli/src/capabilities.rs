@@ -14,6 +14,7 @@ use execbox_policy::StoreLocation;
 use serde_json::{json, Value};
 
 use crate::args::{CapabilitiesCommand, CapabilityArgs, ExecutionsCommand};
+use crate::programs::McpPrograms;
 use crate::signals::StopSignals;
 
 /// The roots the flags and the working directory give.
@@ -94,6 +95,13 @@ pub fn manager(
         executor,
         ManagerOptions {
             nested_executor: Some(nested),
+            // Paused `execute_code` programs of `execbox mcp` are resumed with the MCP
+            // servers they were served with.
+            programs: options.programs.clone().or_else(|| {
+                Some(Arc::new(McpPrograms::new(
+                    options.enforcement.policy().cloned(),
+                )))
+            }),
             ..options
         },
     ))

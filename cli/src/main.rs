@@ -8,6 +8,7 @@ mod args;
 mod capabilities;
 mod logging;
 mod mcp_command;
+mod programs;
 mod run;
 mod serve;
 mod signals;

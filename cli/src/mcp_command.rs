@@ -12,13 +12,14 @@ use execbox_host::{
     supervisor, PoolOptions, PooledExecutor, RuntimeOptions, SessionTimings, ToolsFile,
 };
 use execbox_mcp::{
-    check_exposure, serve_http, serve_stdio, CodeModeOptions, CodeModeServer, HttpOptions,
-    McpConfig, UpstreamOptions, Upstreams, MCP_PATH,
+    check_exposure, serve_http, serve_stdio, CodeModeOptions, CodeModeServer, DurablePauses,
+    HttpOptions, McpConfig, UpstreamOptions, Upstreams, MCP_PATH,
 };
 use execbox_policy::{Enforcement, ObservedResults};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::McpArgs;
+use crate::programs::{Origin, StorePauses};
 use crate::signals::StopSignals;
 
 pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
@@ -104,7 +105,26 @@ async fn serve(
         },
         ..PoolOptions::default()
     };
-    let executor = PooledExecutor::new(runner, pool)?;
+    let executor: Arc<dyn execbox_host::Executor> = Arc::new(PooledExecutor::new(runner, pool)?);
+    let pauses: Option<Arc<dyn DurablePauses>> = match args.no_pause {
+        true => None,
+        false => {
+            let roots = crate::capabilities::roots_of(args.project.as_deref())?;
+            let db = crate::capabilities::db_location_of(args.db.as_deref(), &roots)?;
+            let origin = Origin::of(
+                args.config.as_deref(),
+                args.tools.as_deref(),
+                args.startup_timeout,
+            );
+            Some(Arc::new(StorePauses::new(
+                db,
+                roots,
+                origin,
+                enforcement.clone(),
+                executor.clone(),
+            )))
+        }
+    };
     let options = CodeModeOptions {
         runtime: RuntimeOptions {
             timeout_ms: args.timeout_ms,
@@ -113,9 +133,10 @@ async fn serve(
         },
         max_output_chars: args.max_output_chars as usize,
         enforcement,
+        pauses,
         ..CodeModeOptions::default()
     };
-    let server = CodeModeServer::new(upstreams.clone(), Arc::new(executor), options);
+    let server = CodeModeServer::new(upstreams.clone(), executor, options);
     let shutdown = CancellationToken::new();
     let stopped_by = Arc::new(AtomicU8::new(0));
     tokio::spawn(watch_signals(shutdown.clone(), stopped_by.clone()));

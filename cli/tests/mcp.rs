@@ -34,8 +34,10 @@ use rmcp::{ClientHandler, ErrorData, ServiceExt as _};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
+use durable::a_program_nobody_can_approve_now_waits_for_an_operator;
 use mcp_upstream::{MARKS_ENV, ROLE_ENV};
 use mistakes::the_mistakes_table_is_current;
+use rounds::approvals_travel_in_the_answer_on_mcp_2026_07_28;
 
 const EXECBOX: &str = env!("CARGO_BIN_EXE_execbox");
 const WAIT: Duration = Duration::from_secs(20);
@@ -75,6 +77,8 @@ fn main() {
         a_policy_hides_and_refuses_the_tools_a_principal_lacks,
         approvals_are_asked_of_the_client_user_and_rate_limits_apply,
         without_elicitation_a_call_needing_approval_is_refused,
+        approvals_travel_in_the_answer_on_mcp_2026_07_28,
+        a_program_nobody_can_approve_now_waits_for_an_operator,
         approval_questions_show_invisible_characters_escaped,
         require_approval_and_grants_reach_the_tool_by_either_of_its_names,
         search_tools_answers_one_tool_by_name_and_nothing_by_a_server_name,
@@ -128,6 +132,12 @@ macro_rules! check {
         }
     };
 }
+
+// After `check!`, which they use.
+#[path = "mcp/durable.rs"]
+mod durable;
+#[path = "mcp/rounds.rs"]
+mod rounds;
 
 /// A folder for one test: the config, the upstreams' marks, `execbox mcp`'s stderr.
 struct Harness {
@@ -199,6 +209,8 @@ impl Harness {
             .args(args)
             .env_remove("EXECBOX_TOKEN")
             .env_remove("RUST_LOG")
+            // Paused programs go to this test's own state database, whatever the defaults.
+            .env("EXECBOX_HOME", self.dir.join("home"))
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1210,8 +1222,9 @@ async fn without_elicitation_a_call_needing_approval_is_refused(h: Harness) -> R
     let mut alpha = h.upstream("alpha");
     alpha["requireApproval"] = json!(["*"]);
     let config = h.config(json!({ "alpha": alpha }));
+    // Without somewhere to wait (--no-pause; else see `durable.rs`).
     let mcp = h
-        .start_approving(&["--config", config.to_str().unwrap()], None)
+        .start_approving(&["--config", config.to_str().unwrap(), "--no-pause"], None)
         .await?;
     let refused = mcp.exec("await alpha.add({ a: 2, b: 3 })").await?;
     check!(

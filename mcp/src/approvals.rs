@@ -40,38 +40,18 @@ impl Approver for ElicitationApprover {
                 );
                 return Approval::Unavailable;
             }
-            let schema = match ElicitationSchema::builder()
-                .required_bool_with("approve", |b| {
-                    b.title("Approve")
-                        .description("Let the program make this call")
-                })
-                .build()
-            {
-                Ok(schema) => schema,
+            let params = match approval_form(&request) {
+                Ok(params) => params,
                 Err(e) => {
                     tracing::error!("cannot build the approval form: {e}");
                     return Approval::Unavailable;
                 }
             };
-            let params = ElicitRequestParams::FormElicitationParams {
-                meta: None,
-                message: question(&request),
-                requested_schema: schema,
-            };
             match peer.create_elicitation(params).await {
-                Ok(answer) => match answer.action {
-                    ElicitationAction::Accept
-                        if answer
-                            .content
-                            .as_ref()
-                            .and_then(|c| c.get("approve"))
-                            .and_then(Value::as_bool)
-                            == Some(true) =>
-                    {
-                        Approval::Approved
-                    }
-                    _ => Approval::Denied,
-                },
+                Ok(answer) if approves(&answer.action, answer.content.as_ref()) => {
+                    Approval::Approved
+                }
+                Ok(_) => Approval::Denied,
                 Err(e) => {
                     tracing::warn!(tool = %request.tool, "asking the MCP client for an approval failed: {e}");
                     Approval::Unavailable
@@ -79,6 +59,43 @@ impl Approver for ElicitationApprover {
             }
         })
     }
+}
+
+/// Nobody can be asked now: a durable execution pauses at a call that needs approval (the
+/// multi round-trip requests of MCP 2026-07-28 ask in the answer instead, `rounds.rs`).
+pub(crate) struct NobodyNow;
+
+impl Approver for NobodyNow {
+    fn approve(&self, _request: ApprovalRequest) -> BoxFuture<Approval> {
+        Box::pin(async { Approval::Unavailable })
+    }
+}
+
+/// The form that asks whether `request`'s call may run: the question, and one required
+/// yes/no field `approve`.
+pub(crate) fn approval_form(request: &ApprovalRequest) -> Result<ElicitRequestParams, String> {
+    let schema = ElicitationSchema::builder()
+        .required_bool_with("approve", |b| {
+            b.title("Approve")
+                .description("Let the program make this call")
+        })
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: question(request),
+        requested_schema: schema,
+    })
+}
+
+/// Whether an answer to [`approval_form`] approves: an accepted form with `approve: true`;
+/// anything else (declined, cancelled, `false`, missing) does not.
+pub(crate) fn approves(action: &ElicitationAction, content: Option<&Value>) -> bool {
+    *action == ElicitationAction::Accept
+        && content
+            .and_then(|c| c.get("approve"))
+            .and_then(Value::as_bool)
+            == Some(true)
 }
 
 /// The question: who calls which tool with what. The input is shown whole up to

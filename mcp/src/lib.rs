@@ -32,7 +32,9 @@ mod catalog;
 mod config;
 mod content;
 mod names;
+mod pauses;
 mod plain;
+mod rounds;
 mod serve_http;
 mod server;
 mod upstream;
@@ -44,6 +46,7 @@ pub use approvals::ElicitationApprover;
 pub use catalog::NamespaceStatus;
 pub use config::{McpConfig, McpConfigError, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
 pub use content::MAX_INLINE_RESOURCE_CHARS;
+pub use pauses::{DurablePauses, PausedExecution};
 pub use serve_http::{
     check_exposure, serve_http, HttpError, HttpOptions, MAX_REQUEST_BODY_BYTES, MCP_PATH,
 };

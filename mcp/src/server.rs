@@ -15,8 +15,9 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
+    ElicitResult, Implementation, InputRequest, InputRequiredResult, InputResponses, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
     ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
@@ -24,13 +25,15 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
 use tracing::Instrument as _;
 
-use execbox_host::{trace, ExecuteRequest, Executor};
-use execbox_protocol::RuntimeOptions;
+use execbox_host::{trace, Answer, ExecuteRequest, Executor, Ledger};
+use execbox_protocol::{ErrorBody, ErrorCode, RuntimeOptions};
 
-use execbox_policy::Enforcement;
+use execbox_policy::{ApprovalRequest, AuditEvent, Enforcement};
 
-use super::approvals::ElicitationApprover;
+use super::approvals::{approval_form, approves, ElicitationApprover, NobodyNow};
 use super::catalog::Catalog;
+use super::pauses::{paused_answer, DurablePauses, PausedExecution};
+use super::rounds::{Parked, Rounds, APPROVAL_INPUT};
 use super::upstream::Upstreams;
 
 /// The name of the tool that runs a program.
@@ -52,6 +55,11 @@ pub struct CodeModeOptions {
     /// absent from the index, `search_tools` and the sandbox), rate limits, audit; approvals
     /// are asked of the client's user through elicitation unless it approves every call.
     pub enforcement: Enforcement,
+    /// Where a program is kept that reaches a call needing approval when its client can be
+    /// asked neither in the answer (MCP 2026-07-28) nor through elicitation: it pauses there,
+    /// and the model is told it waits for an operator. `None`: such a call is refused
+    /// ("approval required").
+    pub pauses: Option<Arc<dyn DurablePauses>>,
 }
 
 impl Default for CodeModeOptions {
@@ -61,6 +69,7 @@ impl Default for CodeModeOptions {
             max_output_chars: 24_000,
             default_search_limit: 10,
             enforcement: Enforcement::unrestricted(),
+            pauses: None,
         }
     }
 }
@@ -79,6 +88,8 @@ struct Inner {
     options: CodeModeOptions,
     /// Clients to tell when the tools change.
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Programs waiting for a client's retry with an approval (MCP 2026-07-28).
+    rounds: Rounds,
 }
 
 impl CodeModeServer {
@@ -98,6 +109,7 @@ impl CodeModeServer {
             executor,
             options,
             peers: Mutex::new(Vec::new()),
+            rounds: Rounds::default(),
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);
         let mut changed = inner.upstreams.changed();
@@ -163,7 +175,17 @@ impl CodeModeServer {
                     "type": "object",
                     "description": "present when the answer was cut; the result is then left out",
                     "properties": {"chars": {"type": "integer"}, "limit": {"type": "integer"}}
-                }
+                },
+                "status": {
+                    "type": "string",
+                    "description": "\"awaiting_approval\": the program paused before a call that needs a person's approval (not a failure; `message` says what to tell the user)"
+                },
+                "executionId": {"type": "string", "description": "the paused execution, as an operator approves it"},
+                "waitingFor": {
+                    "type": "object",
+                    "properties": {"tool": {"type": "string"}, "input": {}}
+                },
+                "message": {"type": "string"}
             },
             "required": ["ok"]
         });
@@ -207,20 +229,96 @@ impl CodeModeServer {
     }
 
     /// Runs `execute_code` with `arguments`; `context` carries the client's cancellation
-    /// and progress token.
+    /// and progress token. A client on MCP 2026-07-28 that can answer a form is asked for
+    /// approvals in the answer (an `InputRequiredResult`, see `rounds.rs`), and its retry
+    /// carries `request_state` and the `responses`; an older client with form elicitation is
+    /// asked during the call; any other is refused ("approval required").
     async fn execute_code(
         &self,
         arguments: Option<JsonObject>,
+        request_state: Option<String>,
+        responses: Option<InputResponses>,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         let code = match arguments.as_ref().and_then(|a| a.get("code")) {
             Some(Value::String(code)) => code.clone(),
-            Some(_) => return input_error("`code` must be a string: the program to run"),
-            None => return input_error("missing `code`: the program to run"),
+            Some(_) => return input_error("`code` must be a string: the program to run").into(),
+            None => return input_error("missing `code`: the program to run").into(),
+        };
+        let enforcement = &self.0.options.enforcement;
+        let principal = enforcement.principal().name().map(str::to_owned);
+        let in_rounds = asks_in_rounds(context);
+        // A retry resumes the parked program; a new program on 2026-07-28 is durable, so
+        // that a call needing approval pauses it.
+        let (id, durable) = match request_state {
+            Some(handle) => {
+                let parked = match self.0.rounds.take(&handle, principal.as_deref(), &code) {
+                    Ok(parked) => parked,
+                    Err(message) => return input_error(&message).into(),
+                };
+                let Some(answer) = responses.as_ref().and_then(|r| r.get(APPROVAL_INPUT)) else {
+                    // The retry does not answer: ask again.
+                    return self.park(parked);
+                };
+                let approved = serde_json::from_value::<ElicitResult>(answer.clone())
+                    .is_ok_and(|a| approves(&a.action, a.content.as_ref()));
+                if let Some(audit) = enforcement.audit() {
+                    let event = AuditEvent::approval_decided(
+                        &parked.execution_id,
+                        principal.as_deref(),
+                        &parked.call.tool,
+                        approved,
+                    );
+                    if let Err(e) = audit.record(&event) {
+                        return input_error(&format!(
+                            "the approval of {} cannot be recorded in the audit log, so the \
+                             program was not resumed: {e}",
+                            parked.call.tool
+                        ))
+                        .into();
+                    }
+                }
+                let mut ledger = parked.ledger;
+                let approved = if approved {
+                    Some(parked.call.index)
+                } else {
+                    // Denied: the call never runs, and the program sees the refusal that an
+                    // approval asked during the call would have given it.
+                    if let Some(call) = ledger.calls.get_mut(parked.call.index as usize) {
+                        call.answer = Some(Answer::Error(ErrorBody {
+                            reason: Some("approval_denied".into()),
+                            ..ErrorBody::new(
+                                ErrorCode::ToolError,
+                                format!("{}: approval denied", parked.call.tool),
+                            )
+                        }));
+                    }
+                    None
+                };
+                (parked.execution_id, Some((ledger, approved)))
+            }
+            None if in_rounds => (super::next_execution_id(), Some((Ledger::new(), None))),
+            None => (super::next_execution_id(), None),
         };
         self.0.upstreams.settled().await;
         let catalog = self.catalog();
-        let id = super::next_execution_id();
+        // A client that cannot be asked at all: with somewhere to keep it, a program that
+        // may reach a call needing approval pauses there durably.
+        let keeps = match &self.0.options.pauses {
+            Some(pauses)
+                if durable.is_none()
+                    && !in_rounds
+                    && !can_elicit(context)
+                    && catalog.tools().any_requires_approval() =>
+            {
+                Some(pauses.clone())
+            }
+            _ => None,
+        };
+        let durable = match (durable, &keeps) {
+            (None, Some(_)) => Some((Ledger::new(), None)),
+            (durable, _) => durable,
+        };
         let _progress = context.meta.get_progress_token().map(|token| {
             self.0
                 .upstreams
@@ -231,25 +329,82 @@ impl CodeModeServer {
             "execbox.mcp.execute_code",
             otel.kind = "server",
             execbox.execution_id = %id,
-            execbox.principal = self.0.options.enforcement.principal().name(),
+            execbox.principal = principal.as_deref(),
         );
         if let Some(parent) = traceparent(context) {
             trace::set_parent(&span, parent);
         }
-        let request = ExecuteRequest::new(code)
-            .id(id)
+        let mut request = ExecuteRequest::new(code.clone())
+            .id(id.clone())
             .tools(catalog.tools())
             .options(self.0.options.runtime)
             .cancel_on(context.ct.clone());
-        let guard = self
-            .0
-            .options
-            .enforcement
-            .clone()
-            .asking(Arc::new(ElicitationApprover::new(context.peer.clone())));
+        if let Some((ledger, approved)) = durable {
+            request = request.durable(ledger, approved);
+        }
+        let guard = if in_rounds {
+            enforcement.clone().asking(Arc::new(NobodyNow))
+        } else {
+            enforcement
+                .clone()
+                .asking(Arc::new(ElicitationApprover::new(context.peer.clone())))
+        };
         let request = request.guard(Arc::new(guard));
         let result = self.0.executor.execute(request).instrument(span).await;
-        answer(&result, self.0.options.max_output_chars)
+        if let (Some(call), Some(ledger), Some(pauses)) =
+            (result.paused.clone(), result.ledger.clone(), keeps)
+        {
+            let paused = PausedExecution {
+                code,
+                principal,
+                ledger,
+                call: call.clone(),
+                logs: result.logs.clone(),
+                timeout_ms: self.0.options.runtime.timeout_ms,
+            };
+            return match pauses.pause(paused).await {
+                Ok(kept) => {
+                    paused_answer(&kept, &call, &result.logs, &pauses.how_to_decide(&kept)).into()
+                }
+                Err(why) => input_error(&format!(
+                    "{} needs approval and nobody can give it now; the program could not be \
+                     kept waiting for one ({why}), so it stopped before that call, which did \
+                     not run",
+                    call.tool
+                ))
+                .into(),
+            };
+        }
+        if let (Some(call), Some(ledger)) = (result.paused.clone(), result.ledger.clone()) {
+            let asked = ApprovalRequest::new(
+                id.clone(),
+                principal.as_deref(),
+                call.tool.clone(),
+                call.input.clone(),
+            );
+            let parked = approval_form(&asked)
+                .and_then(|form| Parked::new(id, principal, code, ledger, call, form));
+            return match parked {
+                Ok(parked) => self.park(parked),
+                Err(message) => input_error(&message).into(),
+            };
+        }
+        answer(&result, self.0.options.max_output_chars).into()
+    }
+
+    /// Parks a paused program and asks the client for the approval it waits on.
+    fn park(&self, parked: Parked) -> CallToolResponse {
+        let form = parked.form.clone();
+        match self.0.rounds.park(parked) {
+            Ok(handle) => {
+                let asks = [(
+                    APPROVAL_INPUT.to_owned(),
+                    InputRequest::Elicitation(ElicitRequest::new(form)),
+                )];
+                InputRequiredResult::new(Some(asks.into_iter().collect()), Some(handle)).into()
+            }
+            Err(message) => input_error(&message).into(),
+        }
     }
 
     async fn search_tools(&self, arguments: Option<JsonObject>) -> CallToolResult {
@@ -272,6 +427,28 @@ impl CodeModeServer {
         result.structured_content = Some(json!({ "tools": found.tools, "more": found.more }));
         result
     }
+}
+
+/// Whether approvals are asked in the answer (the multi round-trip requests of MCP
+/// 2026-07-28, where a server may not send requests of its own): the request names that
+/// protocol or a later one, and the client can answer a form.
+fn asks_in_rounds(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+        && context
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            // A capability naming neither mode means form, as the specification says.
+            .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+/// Whether the client can answer a form elicitation during the call (before 2026-07-28).
+fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .peer
+        .supported_elicitation_modes()
+        .contains(&rmcp::service::ElicitationMode::Form)
 }
 
 /// The caller's W3C `traceparent`: the request's `_meta.traceparent`, else (over streamable
@@ -481,7 +658,16 @@ impl ServerHandler for CodeModeServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let result = match request.name.as_ref() {
-            EXECUTE_CODE => self.execute_code(request.arguments, &context).await,
+            EXECUTE_CODE => {
+                return Ok(self
+                    .execute_code(
+                        request.arguments,
+                        request.request_state,
+                        request.input_responses,
+                        &context,
+                    )
+                    .await)
+            }
             SEARCH_TOOLS => self.search_tools(request.arguments).await,
             other => {
                 return Err(ErrorData::invalid_params(
@@ -504,7 +690,6 @@ impl ServerHandler for CodeModeServer {
 mod tests {
     use super::*;
     use execbox_host::ExecuteResult;
-    use execbox_protocol::ErrorCode;
 
     fn ok(raw: &str, logs: &[&str]) -> ExecuteResult {
         ExecuteResult {
@@ -516,6 +701,8 @@ mod tests {
             logs_truncated: None,
             duration_ms: 1,
             cancelled: false,
+            ledger: None,
+            paused: None,
         }
     }
 

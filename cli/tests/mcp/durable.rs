@@ -1,0 +1,182 @@
+//! `execute_code` for a client that can be asked nothing (no elicitation, not 2026-07-28): a
+//! program reaching a call that needs approval pauses durably in the state database, the
+//! model is told it waits (not a failure), and an operator decides it later with
+//! `execbox executions approve|deny`, after `execbox mcp` was SIGKILLed. The upstream counts
+//! its own calls in the marks file.
+
+use super::*;
+
+/// A clock reading and a random number go into the first call: a resumed run that did not
+/// replay them would make another call and diverge.
+const PROGRAM: &str = "const stamp = Date.now() + ':' + Math.random();\n\
+const echoed = await alpha.echo({ text: stamp });\n\
+console.log('before the sum');\n\
+const sum = (await alpha.add({ a: 2, b: 3 })).sum;\n\
+return { stamp, echoed, sum }";
+
+/// `execbox ARGS` to its end: status, stdout, stderr.
+async fn execbox(h: &Harness, args: &[&str]) -> Result<(Option<i32>, Value, String), String> {
+    let output = Command::new(EXECBOX)
+        .args(args)
+        .current_dir(&h.dir)
+        .env("EXECBOX_HOME", h.dir.join("home"))
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let json = serde_json::from_str(&stdout).unwrap_or(Value::String(stdout));
+    Ok((output.status.code(), json, stderr))
+}
+
+fn calls(h: &Harness, tool: &str) -> usize {
+    h.marks().matches(&format!("called {tool}\n")).count()
+}
+
+/// Pauses `PROGRAM` through a fresh `execbox mcp` with `flags`; its answer, then the server
+/// is SIGKILLed.
+async fn pause_and_kill(h: &Harness, flags: &[&str]) -> Result<Answer, String> {
+    let mut mcp = h.start_approving(flags, None).await?;
+    let paused = mcp.exec(PROGRAM).await?;
+    mcp.child.start_kill().map_err(|e| e.to_string())?;
+    let _ = mcp.child.wait().await;
+    Ok(paused)
+}
+
+pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
+    h: Harness,
+) -> Result<(), String> {
+    let mut alpha = h.upstream("alpha");
+    alpha["requireApproval"] = json!(["add"]);
+    let config = h.config(json!({ "alpha": alpha }));
+    let db = h.dir.join("state.db");
+    let db = db.to_str().unwrap();
+    let flags = ["--config", config.to_str().unwrap(), "--db", db];
+
+    // Paused: not an error, what it waits on, what to tell the user; add did not run.
+    let paused = pause_and_kill(&h, &flags).await?;
+    check!(!paused.is_error, "{}", paused.text);
+    let s = &paused.structured;
+    check!(
+        s["ok"] == json!(false) && s["status"] == json!("awaiting_approval"),
+        "{s}"
+    );
+    check!(
+        s["waitingFor"] == json!({"tool": "alpha.add", "input": {"a": 2, "b": 3}}),
+        "{s}"
+    );
+    let id = s["executionId"]
+        .as_str()
+        .ok_or("no executionId")?
+        .to_owned();
+    let message = s["message"].as_str().unwrap_or_default();
+    check!(
+        message.contains(&format!("execbox executions approve {id} --db {db}"))
+            && message.contains("You cannot approve it"),
+        "{message}"
+    );
+    check!(s["logs"] == json!(["before the sum"]), "{s}");
+    check!(
+        calls(&h, "echo") == 1 && calls(&h, "add") == 0,
+        "{}",
+        h.marks()
+    );
+
+    // The server is gone; the execution waits in the database.
+    let (status, listed, stderr) = execbox(
+        &h,
+        &[
+            "executions",
+            "list",
+            "--status",
+            "awaiting_approval",
+            "--db",
+            db,
+            "--json",
+        ],
+    )
+    .await?;
+    check!(status == Some(0), "{stderr}");
+    check!(
+        listed[0]["executionId"] == json!(id)
+            && listed[0]["capability"] == json!("execute_code")
+            && listed[0]["type"] == json!("program")
+            && listed[0]["pendingApproval"]["tool"] == json!("alpha.add"),
+        "{listed}"
+    );
+
+    // Approved from a shell: it runs to its end here, each upstream call made once, the
+    // clock and Math.random() replayed (the echo's input matched the record).
+    let (status, done, stderr) =
+        execbox(&h, &["executions", "approve", &id, "--db", db, "--json"]).await?;
+    check!(status == Some(0), "{done}\n{stderr}");
+    check!(
+        done["success"] == json!(true) && done["result"]["sum"] == json!(5),
+        "{done}"
+    );
+    check!(
+        done["result"]["echoed"] == done["result"]["stamp"],
+        "{done}"
+    );
+    check!(
+        calls(&h, "echo") == 1 && calls(&h, "add") == 1,
+        "{}",
+        h.marks()
+    );
+
+    // Approving again changes nothing.
+    let (status, _, stderr) = execbox(&h, &["executions", "approve", &id, "--db", db]).await?;
+    check!(
+        status == Some(1) && stderr.contains("NOT_AWAITING_APPROVAL"),
+        "{stderr}"
+    );
+    check!(calls(&h, "add") == 1, "{}", h.marks());
+
+    // Denied: it fails naming the denial, and add never runs.
+    let paused = pause_and_kill(&h, &flags).await?;
+    let id = paused.structured["executionId"]
+        .as_str()
+        .ok_or("no executionId")?
+        .to_owned();
+    let (status, denied, stderr) = execbox(
+        &h,
+        &[
+            "executions",
+            "deny",
+            &id,
+            "--db",
+            db,
+            "--reason",
+            "not today",
+        ],
+    )
+    .await?;
+    check!(status == Some(0), "{stderr}");
+    check!(
+        denied["status"] == json!("failed")
+            && denied["error"]["code"] == json!("APPROVAL_DENIED")
+            && denied["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("alpha.add") && m.contains("not today")),
+        "{denied}"
+    );
+    check!(
+        calls(&h, "echo") == 2 && calls(&h, "add") == 1,
+        "{}",
+        h.marks()
+    );
+
+    // --no-pause keeps the refusal of a call nobody can approve.
+    let mcp = h
+        .start_approving(&["--config", config.to_str().unwrap(), "--no-pause"], None)
+        .await?;
+    let refused = mcp.exec(PROGRAM).await?;
+    check!(
+        refused.is_error && refused.text.contains("alpha.add: approval required"),
+        "{}",
+        refused.text
+    );
+    mcp.stop().await?;
+    Ok(())
+}
