@@ -456,6 +456,14 @@ pub enum ExecutionsCommand {
         /// Print the whole outcome as JSON ({success, executionId, status, result, ...}).
         #[arg(long)]
         json: bool,
+        /// A paused `execute_code` program of `execbox mcp`: the MCP config it was served with
+        /// (`--config`), whose servers approving it starts; it must be that file, unchanged.
+        #[arg(long, value_name = "FILE")]
+        mcp_config: Option<PathBuf>,
+        /// A paused `execute_code` program of `execbox mcp`: the tools file it was served with
+        /// (`--tools`); it must be that file, unchanged.
+        #[arg(long, value_name = "FILE")]
+        mcp_tools: Option<PathBuf>,
         #[command(flatten)]
         common: CapabilityArgs,
     },
@@ -622,7 +630,7 @@ pub struct McpArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_TOOL_CALLS as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_tool_calls: u32,
     /// How long an upstream server may take to start and list its tools, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub startup_timeout: u64,
     /// Where a program waits that reaches a call needing approval when its client can be
     /// asked neither in the answer (MCP 2026-07-28) nor through elicitation: it pauses as an

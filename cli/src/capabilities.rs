@@ -1,6 +1,7 @@
 //! `execbox capabilities` and `execbox executions`: the registry, one run, and the records.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -95,13 +96,6 @@ pub fn manager(
         executor,
         ManagerOptions {
             nested_executor: Some(nested),
-            // Paused `execute_code` programs of `execbox mcp` are resumed with the MCP
-            // servers they were served with.
-            programs: options.programs.clone().or_else(|| {
-                Some(Arc::new(McpPrograms::new(
-                    options.enforcement.policy().cloned(),
-                )))
-            }),
             ..options
         },
     ))
@@ -334,23 +328,32 @@ pub fn executions(command: ExecutionsCommand) -> anyhow::Result<ExitCode> {
             out(&pretty(&value));
             Ok(ExitCode::SUCCESS)
         }
-        ExecutionsCommand::Approve { id, json, common } => decide(id, None, json, common),
+        ExecutionsCommand::Approve {
+            id,
+            json,
+            mcp_config,
+            mcp_tools,
+            common,
+        } => decide(id, None, json, (mcp_config, mcp_tools), common),
         ExecutionsCommand::Deny { id, reason, common } => {
             if reason.as_ref().is_some_and(|r| r.chars().count() > 2000) {
                 anyhow::bail!("--reason is longer than 2000 characters; say it shorter");
             }
-            decide(id, Some(reason), true, common)
+            decide(id, Some(reason), true, (None, None), common)
         }
     }
 }
 
 /// `executions approve` (`deny` is `Some(reason)`): decides as the flags' principal; an
 /// approved execution resumes in this process and is waited for, and its outcome printed as
-/// `capabilities run` prints one; a denied one's record is printed.
+/// `capabilities run` prints one; a denied one's record is printed. A paused `execute_code`
+/// program of `execbox mcp` resumes with the MCP config and tools file the approver named
+/// (`mcp`), which must be the ones it was served with.
 fn decide(
     id: String,
     deny: Option<Option<String>>,
     json: bool,
+    mcp: (Option<PathBuf>, Option<PathBuf>),
     common: CapabilityArgs,
 ) -> anyhow::Result<ExitCode> {
     let enforcement = common.enforcement_options().open()?;
@@ -360,8 +363,11 @@ fn decide(
         .then(|| enforcement.principal().clone());
     let runtime = runtime()?;
     runtime.block_on(async move {
+        let (config, tools) = mcp;
+        let programs = McpPrograms::new(enforcement.policy().cloned(), config, tools);
         let options = ManagerOptions {
             enforcement,
+            programs: Some(Arc::new(programs)),
             ..ManagerOptions::default()
         };
         let manager = manager(&common, options, 0, &ReplicaOptions::default())?;

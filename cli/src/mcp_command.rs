@@ -110,19 +110,31 @@ async fn serve(
         true => None,
         false => {
             let roots = crate::capabilities::roots_of(args.project.as_deref())?;
-            let db = crate::capabilities::db_location_of(args.db.as_deref(), &roots)?;
-            let origin = Origin::of(
-                args.config.as_deref(),
-                args.tools.as_deref(),
-                args.startup_timeout,
-            );
-            Some(Arc::new(StorePauses::new(
-                db,
-                roots,
-                origin,
-                enforcement.clone(),
-                executor.clone(),
-            )))
+            match crate::capabilities::db_location_of(args.db.as_deref(), &roots) {
+                Ok(db) => {
+                    let origin = Origin::of(
+                        args.config.as_deref(),
+                        args.tools.as_deref(),
+                        args.startup_timeout,
+                    )?;
+                    Some(Arc::new(StorePauses::new(
+                        db,
+                        roots,
+                        origin,
+                        enforcement.clone(),
+                        executor.clone(),
+                    )))
+                }
+                // Nowhere to keep a paused program: such calls are refused, as with
+                // --no-pause, and serving goes on.
+                Err(e) => {
+                    tracing::warn!(
+                        "programs cannot pause for an operator's approval ({e:#}); calls \
+                         nobody can approve now are refused"
+                    );
+                    None
+                }
+            }
         }
     };
     let options = CodeModeOptions {

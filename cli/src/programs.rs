@@ -8,14 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execbox_capabilities::{
-    CapabilityManager, ExecutionStore, ManagerOptions, PausedProgram, ProgramToolSet, ProgramTools,
-    Registry, RegistryRoots, ReplicaOptions,
+    CapabilityManager, ExecutionFilter, ExecutionStatus, ExecutionStore, ManagerOptions,
+    PausedProgram, ProgramToolSet, ProgramTools, Registry, RegistryRoots, ReplicaOptions,
 };
 use execbox_host::{BoxFuture, Executor, ToolsFile};
 use execbox_mcp::{DurablePauses, McpConfig, PausedExecution, UpstreamOptions, Upstreams};
 use execbox_policy::{Enforcement, Policy, StoreLocation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// At most this many `execute_code` programs of one principal wait for an operator at once.
+const MAX_WAITING_PER_PRINCIPAL: usize = 100;
 
 /// The front end a paused program records, and the name it runs under.
 const FRONT_END: &str = "mcp";
@@ -29,19 +32,91 @@ pub struct Origin {
     pub config: Option<PathBuf>,
     /// `--tools`, absolute.
     pub tools: Option<PathBuf>,
+    /// The SHA-256 of the config's content when `execbox mcp` read it (hex).
+    #[serde(default)]
+    pub config_sha256: Option<String>,
+    /// The SHA-256 of the tools file's content (hex).
+    #[serde(default)]
+    pub tools_sha256: Option<String>,
     /// `--startup-timeout`, seconds.
     pub startup_timeout_secs: u64,
 }
 
+/// The longest startup timeout a resumed program's servers get, in seconds.
+const MAX_STARTUP_TIMEOUT_SECS: u64 = 3_600;
+
 impl Origin {
     /// The origin of `execbox mcp --config CONFIG --tools TOOLS`, with absolute paths (an
-    /// approver may run elsewhere).
-    pub fn of(config: Option<&Path>, tools: Option<&Path>, startup_timeout_secs: u64) -> Origin {
+    /// approver may run elsewhere) and the digests of their content now.
+    pub fn of(
+        config: Option<&Path>,
+        tools: Option<&Path>,
+        startup_timeout_secs: u64,
+    ) -> anyhow::Result<Origin> {
         let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-        Origin {
+        let digest = |p: Option<&Path>| -> anyhow::Result<Option<String>> {
+            p.map(|p| sha256_of(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display())))
+                .transpose()
+        };
+        Ok(Origin {
             config: config.map(absolute),
             tools: tools.map(absolute),
+            config_sha256: digest(config)?,
+            tools_sha256: digest(tools)?,
             startup_timeout_secs,
+        })
+    }
+}
+
+/// The SHA-256 of a file's content, in hex.
+fn sha256_of(path: &Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Checks one file of a paused program's origin against what the approver named: the same
+/// file (`flag` names it), with the content it had when the program was served.
+fn confirmed(
+    what: &str,
+    flag: &str,
+    recorded: Option<&PathBuf>,
+    digest: Option<&String>,
+    named: Option<&PathBuf>,
+) -> Result<(), String> {
+    let same = |a: &Path, b: &Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    match (recorded, named) {
+        (None, None) => Ok(()),
+        (Some(recorded), None) => Err(format!(
+            "it was served with the {what} {}, and approving it starts what that file names; \
+             confirm with {flag} {}",
+            recorded.display(),
+            recorded.display()
+        )),
+        (None, Some(named)) => Err(format!(
+            "it was served without a {what}, but {flag} {} was given; leave it out",
+            named.display()
+        )),
+        (Some(recorded), Some(named)) if !same(recorded, named) => Err(format!(
+            "it was served with the {what} {}, not {} ({flag})",
+            recorded.display(),
+            named.display()
+        )),
+        (Some(recorded), Some(_)) => {
+            let now = sha256_of(recorded)
+                .map_err(|e| format!("cannot read its {what} {}: {e}", recorded.display()))?;
+            if digest != Some(&now) {
+                return Err(format!(
+                    "its {what} {} changed since it was served (or its record names no \
+                     digest of it), so what it would start is not what it ran with; deny it, \
+                     and run the program again",
+                    recorded.display()
+                ));
+            }
+            Ok(())
         }
     }
 }
@@ -122,6 +197,23 @@ impl DurablePauses for StorePauses {
                 .manager()
                 .await
                 .map_err(|e| format!("the state database {} cannot be opened: {e}", inner.db))?;
+            // Bounded: a model told a program waits cannot fill the queue of approvers.
+            let waiting = manager
+                .list(&ExecutionFilter {
+                    status: Some(ExecutionStatus::AwaitingApproval),
+                    capability: Some(PROGRAM.to_string()),
+                    principal: paused.principal.clone(),
+                    limit: Some(MAX_WAITING_PER_PRINCIPAL as u32),
+                    ..ExecutionFilter::default()
+                })
+                .await
+                .map_err(|e| e.message)?;
+            if waiting.len() >= MAX_WAITING_PER_PRINCIPAL {
+                return Err(format!(
+                    "{MAX_WAITING_PER_PRINCIPAL} programs of this principal already wait for an \
+                     operator's approval; they must be decided (or stopped) before another can wait"
+                ));
+            }
             let origin = serde_json::to_value(&inner.origin).unwrap_or(Value::Null);
             let record = manager
                 .pause_program(PausedProgram {
@@ -146,23 +238,42 @@ impl DurablePauses for StorePauses {
             StoreLocation::Sqlite(path) => format!(" --db {}", path.display()),
             _ => " --db <the same postgres:// URL>".to_string(),
         };
+        let mut files = String::new();
+        if let Some(config) = &self.0.origin.config {
+            files.push_str(&format!(" --mcp-config {}", config.display()));
+        }
+        if let Some(tools) = &self.0.origin.tools {
+            files.push_str(&format!(" --mcp-tools {}", tools.display()));
+        }
         format!(
-            "an operator runs `execbox executions approve {id}{db}`, or `execbox executions \
-             deny {id}{db} --reason TEXT`"
+            "an operator runs `execbox executions approve {id}{db}{files}`, or `execbox \
+             executions deny {id}{db} --reason TEXT`"
         )
     }
 }
 
 /// Starts the tools of paused `execute_code` programs when they are approved: the MCP
-/// servers and the tools file they were served with, read again from their files.
+/// servers and the tools file they were served with, read again from their files, once the
+/// approver has named them (`--mcp-config`, `--mcp-tools`) and they are unchanged.
 pub struct McpPrograms {
     policy: Option<Policy>,
+    config: Option<PathBuf>,
+    tools: Option<PathBuf>,
 }
 
 impl McpPrograms {
-    /// With `policy` (the approving process's): it names the tools a grant may use.
-    pub fn new(policy: Option<Policy>) -> McpPrograms {
-        McpPrograms { policy }
+    /// With `policy` (the approving process's: it names the tools a grant may use), and the
+    /// config and tools file the approver named.
+    pub fn new(
+        policy: Option<Policy>,
+        config: Option<PathBuf>,
+        tools: Option<PathBuf>,
+    ) -> McpPrograms {
+        McpPrograms {
+            policy,
+            config,
+            tools,
+        }
     }
 }
 
@@ -183,6 +294,7 @@ impl ProgramTools for McpPrograms {
         let policy = self.policy.clone();
         let front_end = front_end.to_string();
         let origin = serde_json::from_value::<Origin>(origin.clone());
+        let (named_config, named_tools) = (self.config.clone(), self.tools.clone());
         Box::pin(async move {
             if front_end != FRONT_END {
                 return Err(format!(
@@ -190,6 +302,20 @@ impl ProgramTools for McpPrograms {
                 ));
             }
             let origin = origin.map_err(|e| format!("its recorded origin is unreadable: {e}"))?;
+            confirmed(
+                "MCP config",
+                "--mcp-config",
+                origin.config.as_ref(),
+                origin.config_sha256.as_ref(),
+                named_config.as_ref(),
+            )?;
+            confirmed(
+                "tools file",
+                "--mcp-tools",
+                origin.tools.as_ref(),
+                origin.tools_sha256.as_ref(),
+                named_tools.as_ref(),
+            )?;
             let config = match &origin.config {
                 Some(path) => McpConfig::load(path).map_err(|e| e.to_string())?,
                 None => McpConfig::default(),
@@ -199,7 +325,11 @@ impl ProgramTools for McpPrograms {
                 None => Vec::new(),
             };
             let options = UpstreamOptions {
-                startup_timeout: Duration::from_secs(origin.startup_timeout_secs.max(1)),
+                startup_timeout: Duration::from_secs(
+                    origin
+                        .startup_timeout_secs
+                        .clamp(1, MAX_STARTUP_TIMEOUT_SECS),
+                ),
                 policy,
                 ..UpstreamOptions::default()
             };

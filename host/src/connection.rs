@@ -289,7 +289,9 @@ impl Connection {
                     result.outcome = Err(diverged(message));
                 }
             }
-            if !calls.clock_overflow {
+            // A call the program left running that paused after it returned never ran, and
+            // the program's own result stands: only a run that ended at its pause is paused.
+            if !calls.clock_overflow && !result.is_ok() {
                 result.paused = paused;
             }
             result.ledger = Some(ledger);

@@ -67,7 +67,9 @@ impl Parked {
         call: PausedCall,
         form: ElicitRequestParams,
     ) -> Result<Parked, String> {
-        let bytes = serde_json::to_vec(&ledger).map_or(usize::MAX, |v| v.len()) + code.len();
+        let bytes = serde_json::to_vec(&ledger)
+            .map_or(usize::MAX, |v| v.len())
+            .saturating_add(code.len());
         if bytes > MAX_PARKED_LEDGER_BYTES {
             return Err(format!(
                 "{} needs approval, but the program cannot wait for it: what its {} earlier tool \
@@ -95,13 +97,21 @@ impl Parked {
 #[derive(Default)]
 pub(crate) struct Rounds {
     parked: Mutex<HashMap<String, Parked>>,
+    /// Handles taken, until they would have expired: a second retry is told it was answered.
+    taken: Mutex<HashMap<String, Instant>>,
 }
 
 /// Why a retry's `requestState` was not taken: for the model, never saying whether the
 /// handle exists (a principal learns nothing of another's).
-const UNKNOWN: &str = "this retry answers an approval that is not waiting here: it was \
-    answered already, it waited longer than 15 minutes, or it was asked by another server or \
-    before a restart; run the program again (the call needing approval has not run)";
+const UNKNOWN: &str = "this retry answers an approval that is not waiting here: it waited \
+    longer than 15 minutes, or it was asked by another server or before a restart. The call \
+    that needed approval has not run; to go on, run the program again (the calls it made before \
+    that one would then run again)";
+
+/// Why a retry whose handle was taken already is refused.
+const ANSWERED: &str = "this approval was answered already (a retry with the same \
+    requestState): its program went on then, and nothing more runs now. To run the program \
+    once more, send it without requestState (all its calls would run again)";
 
 impl Rounds {
     /// Parks `parked`; returns the handle the client echoes as `requestState`. `Err` (a
@@ -135,7 +145,11 @@ impl Rounds {
     ) -> Result<Parked, String> {
         let mut map = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         let Some(parked) = map.get(handle) else {
-            return Err(UNKNOWN.to_owned());
+            let taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+            return Err(match taken.get(handle) {
+                Some(until) if *until > Instant::now() => ANSWERED.to_owned(),
+                _ => UNKNOWN.to_owned(),
+            });
         };
         if parked.expires <= Instant::now() || parked.principal.as_deref() != principal {
             return Err(UNKNOWN.to_owned());
@@ -147,7 +161,14 @@ impl Rounds {
                     .to_owned(),
             );
         }
-        Ok(map.remove(handle).expect("checked above"))
+        let parked = map.remove(handle).expect("checked above");
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        taken.retain(|_, until| *until > now);
+        if taken.len() < MAX_PARKED * 4 {
+            taken.insert(handle.to_owned(), parked.expires);
+        }
+        Ok(parked)
     }
 
     /// How many programs wait.

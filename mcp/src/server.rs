@@ -260,8 +260,11 @@ impl CodeModeServer {
                     // The retry does not answer: ask again.
                     return self.park(parked);
                 };
-                let approved = serde_json::from_value::<ElicitResult>(answer.clone())
-                    .is_ok_and(|a| approves(&a.action, a.content.as_ref()));
+                let Ok(answer) = serde_json::from_value::<ElicitResult>(answer.clone()) else {
+                    // Not an answer to the form: ask again rather than guess.
+                    return self.park(parked);
+                };
+                let approved = approves(&answer.action, answer.content.as_ref());
                 if let Some(audit) = enforcement.audit() {
                     let event = AuditEvent::approval_decided(
                         &parked.execution_id,
@@ -272,7 +275,8 @@ impl CodeModeServer {
                     if let Err(e) = audit.record(&event) {
                         return input_error(&format!(
                             "the approval of {} cannot be recorded in the audit log, so the \
-                             program was not resumed: {e}",
+                             program was not resumed: {e}; the call has not run (run the \
+                             program again once the audit log can be written)",
                             parked.call.tool
                         ))
                         .into();

@@ -199,6 +199,27 @@ impl CapabilityManager {
                 return self.get(id).await;
             }
         };
+        // The call an approver saw must be the one the ledger holds, still unanswered: a
+        // record that says otherwise is not resumed.
+        let index = pending.call.saturating_sub(1);
+        let held = ledger.calls.get(index as usize);
+        if !held.is_some_and(|c| {
+            c.tool == pending.tool && c.input == pending.input && c.answer.is_none()
+        }) {
+            let message = format!(
+                "the call execution `{id}` waited on ({} as call {}) is not the one its ledger \
+                 holds there; it cannot be resumed",
+                pending.tool, pending.call
+            );
+            self.end_paused(
+                &record,
+                ExecutionStatus::Failed,
+                CapabilityErrorCode::ExecutionFailed,
+                message,
+            )
+            .await;
+            return self.get(id).await;
+        }
         let record = ExecutionRecord {
             status: ExecutionStatus::Running,
             pending_approval: None,
@@ -248,7 +269,7 @@ impl CapabilityManager {
             cancel,
             durable: Durability::Resumed {
                 ledger,
-                approved: pending.call.saturating_sub(1),
+                approved: index,
             },
             resumed: true,
             program: plan.program,
@@ -313,6 +334,17 @@ impl CapabilityManager {
                     ),
                 )
             })?),
+            (Some(name), None) => {
+                return Err(err(
+                    CapabilityErrorCode::PermissionDenied,
+                    format!(
+                        "execution `{}` ran as principal `{name}` of a policy; resume it under a \
+                         policy that defines `{name}` (--policy FILE), so that it runs with that \
+                         principal's permissions and limits, not unrestricted",
+                        record.execution_id
+                    ),
+                ))
+            }
             _ => self.principal_or_default(None)?,
         };
         if record.capability_type == PROGRAM_TYPE {
@@ -351,8 +383,9 @@ impl CapabilityManager {
                 CapabilityErrorCode::InvalidRequest,
                 format!(
                     "execution `{id}` is a `{}` program of `execbox {}`, whose tools this server \
-                     cannot start; decide it from a shell with `execbox executions approve {id}` \
-                     (or `deny`), which starts them as the program was served",
+                     does not start; approve it from a shell with `execbox executions approve \
+                     {id} --mcp-config FILE` (naming the config it was served with, whose \
+                     servers that starts), or deny it",
                     record.capability, record.executor
                 ),
             ));

@@ -71,9 +71,11 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
         .ok_or("no executionId")?
         .to_owned();
     let message = s["message"].as_str().unwrap_or_default();
+    let config_path = config.to_str().unwrap();
     check!(
-        message.contains(&format!("execbox executions approve {id} --db {db}"))
-            && message.contains("You cannot approve it"),
+        message.contains(&format!(
+            "execbox executions approve {id} --db {db} --mcp-config {config_path}"
+        )) && message.contains("You cannot approve it"),
         "{message}"
     );
     check!(s["logs"] == json!(["before the sum"]), "{s}");
@@ -106,10 +108,43 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
         "{listed}"
     );
 
+    // Approving starts the servers of the recorded config: only when the approver names it,
+    // and only as it was; a refusal leaves the execution waiting.
+    let (status, _, stderr) = execbox(&h, &["executions", "approve", &id, "--db", db]).await?;
+    check!(
+        status == Some(1) && stderr.contains(&format!("confirm with --mcp-config {config_path}")),
+        "{stderr}"
+    );
+    let other = h.write("other.json", "{\"mcpServers\": {}}");
+    let other = other.to_str().unwrap();
+    let (status, _, stderr) = execbox(
+        &h,
+        &[
+            "executions",
+            "approve",
+            &id,
+            "--db",
+            db,
+            "--mcp-config",
+            other,
+        ],
+    )
+    .await?;
+    check!(status == Some(1) && stderr.contains("not "), "{stderr}");
+    check!(calls(&h, "add") == 0, "{}", h.marks());
+
     // Approved from a shell: it runs to its end here, each upstream call made once, the
     // clock and Math.random() replayed (the echo's input matched the record).
-    let (status, done, stderr) =
-        execbox(&h, &["executions", "approve", &id, "--db", db, "--json"]).await?;
+    let approve = [
+        "executions",
+        "approve",
+        &id,
+        "--db",
+        db,
+        "--mcp-config",
+        config_path,
+    ];
+    let (status, done, stderr) = execbox(&h, &[&approve[..], &["--json"]].concat()).await?;
     check!(status == Some(0), "{done}\n{stderr}");
     check!(
         done["success"] == json!(true) && done["result"]["sum"] == json!(5),
@@ -126,11 +161,39 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
     );
 
     // Approving again changes nothing.
-    let (status, _, stderr) = execbox(&h, &["executions", "approve", &id, "--db", db]).await?;
+    let (status, _, stderr) = execbox(&h, &approve).await?;
     check!(
         status == Some(1) && stderr.contains("NOT_AWAITING_APPROVAL"),
         "{stderr}"
     );
+    check!(calls(&h, "add") == 1, "{}", h.marks());
+
+    // A config edited while it waits is not what it ran with: not started, still waiting.
+    let paused = pause_and_kill(&h, &flags).await?;
+    let edited = paused.structured["executionId"]
+        .as_str()
+        .ok_or("no executionId")?
+        .to_owned();
+    let original = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{original}\n")).unwrap();
+    let (status, _, stderr) = execbox(
+        &h,
+        &[
+            "executions",
+            "approve",
+            &edited,
+            "--db",
+            db,
+            "--mcp-config",
+            config_path,
+        ],
+    )
+    .await?;
+    check!(
+        status == Some(1) && stderr.contains("changed since it was served"),
+        "{stderr}"
+    );
+    std::fs::write(&config, original).unwrap();
     check!(calls(&h, "add") == 1, "{}", h.marks());
 
     // Denied: it fails naming the denial, and add never runs.
@@ -162,7 +225,7 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
         "{denied}"
     );
     check!(
-        calls(&h, "echo") == 2 && calls(&h, "add") == 1,
+        calls(&h, "echo") == 3 && calls(&h, "add") == 1,
         "{}",
         h.marks()
     );

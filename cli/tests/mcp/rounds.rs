@@ -187,7 +187,7 @@ pub(crate) async fn approvals_travel_in_the_answer_on_mcp_2026_07_28(
     // A handle is good for one retry: the same answer again is refused, nothing runs.
     let twice = complete(mcp.once(PROGRAM, Some(&state), Some(no)).await?)?;
     check!(
-        twice.is_error && twice.text.contains("not waiting here"),
+        twice.is_error && twice.text.contains("answered already"),
         "{}",
         twice.text
     );
