@@ -259,24 +259,7 @@ pub fn capabilities(command: CapabilitiesCommand) -> anyhow::Result<ExitCode> {
                         return Ok(ExitCode::from(1));
                     }
                 };
-                // Ctrl-C or SIGTERM stops the execution (its executor's process group with
-                // it) before we exit with the signal's status.
-                let interrupted = tokio::select! {
-                    Some(status) = signals.next() => {
-                        eprintln!("execbox: stopping {id}");
-                        Some(status)
-                    }
-                    _ = manager.wait(&id, None) => None,
-                };
-                if interrupted.is_some() {
-                    let _ = manager.stop(&id).await;
-                }
-                let outcome = manager.wait(&id, None).await;
-                manager.store().close().await;
-                let outcome = outcome?.context("the execution did not end")?;
-                // As `execbox run` does: the logs on stderr, the result on stdout.
-                let code = report(&id, &outcome, json);
-                Ok(interrupted.map_or(code, ExitCode::from))
+                wait_and_report(&manager, &id, &mut signals, json).await
             })
         }
     }
@@ -391,22 +374,34 @@ fn decide(
             return Ok(ExitCode::SUCCESS);
         }
         let mut signals = StopSignals::new();
-        let interrupted = tokio::select! {
-            Some(status) = signals.next() => {
-                eprintln!("execbox: stopping {id}");
-                Some(status)
-            }
-            _ = manager.wait(&id, None) => None,
-        };
-        if interrupted.is_some() {
-            let _ = manager.stop(&id).await;
-        }
-        let outcome = manager.wait(&id, None).await;
-        manager.store().close().await;
-        let outcome = outcome?.context("the execution did not end")?;
-        let code = report(&id, &outcome, json);
-        Ok(interrupted.map_or(code, ExitCode::from))
+        wait_and_report(&manager, &id, &mut signals, json).await
     })
+}
+
+/// Waits for execution `id` to end and reports it as `execbox run` does (the logs on stderr,
+/// the result on stdout); Ctrl-C or SIGTERM stops the execution (its executor's process group
+/// with it) before we exit with the signal's status.
+async fn wait_and_report(
+    manager: &CapabilityManager,
+    id: &str,
+    signals: &mut StopSignals,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let interrupted = tokio::select! {
+        Some(status) = signals.next() => {
+            eprintln!("execbox: stopping {id}");
+            Some(status)
+        }
+        _ = manager.wait(id, None) => None,
+    };
+    if interrupted.is_some() {
+        let _ = manager.stop(id).await;
+    }
+    let outcome = manager.wait(id, None).await;
+    manager.store().close().await;
+    let outcome = outcome?.context("the execution did not end")?;
+    let code = report(id, &outcome, json);
+    Ok(interrupted.map_or(code, ExitCode::from))
 }
 
 /// Prints an outcome as `capabilities run` does: the logs on stderr, the result (or the
