@@ -16,7 +16,9 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{err, new_id, not_found, time_limit, CapabilityManager, Live, ProgramRun, Run};
+use super::{
+    err, new_id, not_found, starting_record, time_limit, CapabilityManager, Live, ProgramRun, Run,
+};
 use crate::config::{
     CapabilityConfig, CapabilityDef, ExecutorConfig, ExecutorDef, ExecutorKind,
     DEFAULT_CAPABILITY_TIMEOUT_MS,
@@ -183,12 +185,9 @@ impl CapabilityManager {
             .await;
             return self.get(id).await;
         };
-        let ledger: Ledger = match serde_json::from_str(&ledger_text) {
-            Ok(ledger) => ledger,
-            Err(e) => {
-                let message = format!(
-                    "the ledger of execution `{id}` cannot be read ({e}); it cannot be resumed"
-                );
+        let (ledger, index) = match resumable(id, &ledger_text, &pending) {
+            Ok(resumable) => resumable,
+            Err(message) => {
                 self.end_paused(
                     &record,
                     ExecutionStatus::Failed,
@@ -199,27 +198,6 @@ impl CapabilityManager {
                 return self.get(id).await;
             }
         };
-        // The call an approver saw must be the one the ledger holds, still unanswered: a
-        // record that says otherwise is not resumed.
-        let index = pending.call.saturating_sub(1);
-        let held = ledger.calls.get(index as usize);
-        if !held.is_some_and(|c| {
-            c.tool == pending.tool && c.input == pending.input && c.answer.is_none()
-        }) {
-            let message = format!(
-                "the call execution `{id}` waited on ({} as call {}) is not the one its ledger \
-                 holds there; it cannot be resumed",
-                pending.tool, pending.call
-            );
-            self.end_paused(
-                &record,
-                ExecutionStatus::Failed,
-                CapabilityErrorCode::ExecutionFailed,
-                message,
-            )
-            .await;
-            return self.get(id).await;
-        }
         let record = ExecutionRecord {
             status: ExecutionStatus::Running,
             pending_approval: None,
@@ -415,7 +393,8 @@ impl CapabilityManager {
             .and_then(Value::as_u64)
             .unwrap_or(DEFAULT_CAPABILITY_TIMEOUT_MS)
             .clamp(1, self.0.options.max_timeout_ms);
-        let (capability, executor) = program_entries(record, timeout_ms);
+        let (capability, executor) =
+            program_entries(&record.capability, &record.executor, timeout_ms);
         Ok(ResumePlan {
             capability,
             executor,
@@ -437,30 +416,25 @@ impl CapabilityManager {
         program: PausedProgram,
     ) -> Result<ExecutionRecord, CapabilityError> {
         let id = new_id();
-        let now = now_ms();
+        let (capability, executor) =
+            program_entries(&program.name, &program.front_end, program.timeout_ms);
+        let params = serde_json::json!({
+            "code": program.code,
+            "origin": program.origin,
+            "timeoutMs": program.timeout_ms,
+        });
         let record = ExecutionRecord {
-            execution_id: id.clone(),
-            capability: program.name.clone(),
-            capability_type: PROGRAM_TYPE.to_string(),
-            executor: program.front_end.clone(),
-            capability_path: String::new(),
-            parent_id: None,
-            principal: program.principal.clone(),
             status: ExecutionStatus::Running,
-            params: serde_json::json!({
-                "code": program.code,
-                "origin": program.origin,
-                "timeoutMs": program.timeout_ms,
-            }),
-            result: None,
-            additional_context: None,
-            error: None,
-            logs: Vec::new(),
-            created_ms: now,
-            updated_ms: now,
-            ended_ms: None,
+            principal: program.principal.clone(),
             replica: self.0.store.replica().map(str::to_string),
-            pending_approval: None,
+            ..starting_record(
+                &id,
+                &capability.config,
+                &executor.config,
+                None,
+                None,
+                params,
+            )
         };
         self.audit(AuditEvent::capability_started(
             &id,
@@ -572,6 +546,27 @@ impl CapabilityManager {
     }
 }
 
+/// The ledger of execution `id` as stored (`text`), and the number of the call it waits on,
+/// if it can be resumed: it reads, and the call an approver saw (`pending`) is the one it
+/// holds at that number, still unanswered. `Err`: why not.
+fn resumable(id: &str, text: &str, pending: &PendingApproval) -> Result<(Ledger, u32), String> {
+    let ledger: Ledger = serde_json::from_str(text).map_err(|e| {
+        format!("the ledger of execution `{id}` cannot be read ({e}); it cannot be resumed")
+    })?;
+    let index = pending.call.saturating_sub(1);
+    let held = ledger.calls.get(index as usize);
+    if !held
+        .is_some_and(|c| c.tool == pending.tool && c.input == pending.input && c.answer.is_none())
+    {
+        return Err(format!(
+            "the call execution `{id}` waited on ({} as call {}) is not the one its ledger holds \
+             there; it cannot be resumed",
+            pending.tool, pending.call
+        ));
+    }
+    Ok((ledger, index))
+}
+
 /// What a resume runs.
 struct ResumePlan {
     capability: Capability,
@@ -583,10 +578,10 @@ struct ResumePlan {
 
 /// The capability and executor a program runs as: its name, no schemas, no files, the
 /// built-in script executor.
-fn program_entries(record: &ExecutionRecord, timeout_ms: u64) -> (Capability, ExecutorEntry) {
+fn program_entries(name: &str, front_end: &str, timeout_ms: u64) -> (Capability, ExecutorEntry) {
     let capability = CapabilityConfig {
         def: CapabilityDef {
-            name: record.capability.clone(),
+            name: name.to_string(),
             capability_type: PROGRAM_TYPE.to_string(),
             version: None,
             description: None,
@@ -606,7 +601,7 @@ fn program_entries(record: &ExecutionRecord, timeout_ms: u64) -> (Capability, Ex
     };
     let executor = ExecutorConfig {
         def: ExecutorDef {
-            name: record.executor.clone(),
+            name: front_end.to_string(),
             version: None,
             description: None,
             supported_types: vec![PROGRAM_TYPE.to_string()],
