@@ -16,9 +16,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    err, new_id, not_found, starting_record, time_limit, CapabilityManager, Live, ProgramRun, Run,
-};
+use super::admission::{starting_record, time_limit};
+use super::{err, new_id, not_found, CapabilityManager, Live, ProgramRun, Run};
 use crate::config::{
     CapabilityConfig, CapabilityDef, ExecutorConfig, ExecutorDef, ExecutorKind,
     DEFAULT_CAPABILITY_TIMEOUT_MS,
