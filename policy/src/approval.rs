@@ -56,6 +56,9 @@ pub enum Approval {
     Denied,
     /// Nobody could be asked (no terminal, no approver): `tool_error` "approval required".
     Unavailable,
+    /// The approver exists but could not be asked, for the reason given (a sentence, shown to
+    /// the guest after "approval denied: "): the call is refused as denied, never paused.
+    NotAsked(String),
 }
 
 /// Decides calls of tools that require approval.

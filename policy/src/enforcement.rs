@@ -294,7 +294,10 @@ impl Enforcement {
             );
             let refused = match self.approver.approve(request).await {
                 Approval::Approved => None,
-                Approval::Denied => Some(("approval denied", REASON_APPROVAL_DENIED)),
+                Approval::Denied => Some(("approval denied".to_owned(), REASON_APPROVAL_DENIED)),
+                Approval::NotAsked(why) => {
+                    Some((format!("approval denied: {why}"), REASON_APPROVAL_DENIED))
+                }
                 Approval::Unavailable if call.can_pause => {
                     // Nobody can answer now, and the execution can wait durably for someone
                     // who can: it pauses at this call, which does not run.
@@ -311,7 +314,9 @@ impl Enforcement {
                     self.record(&event).map_err(fatal)?;
                     return Err(GuardError::Pause);
                 }
-                Approval::Unavailable => Some(("approval required", REASON_APPROVAL_REQUIRED)),
+                Approval::Unavailable => {
+                    Some(("approval required".to_owned(), REASON_APPROVAL_REQUIRED))
+                }
             };
             if let Some((why, reason)) = refused {
                 return Err(self.refuse(
@@ -800,6 +805,26 @@ mod tests {
         .finish(Ok(()))
         .unwrap();
         assert_eq!(recorder.0.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_approver_that_could_not_be_asked_denies_saying_why() {
+        let limits = Arc::new(RateLimits::in_memory());
+        let principal = Policy::new().principal(None).unwrap();
+        let needs = tool(&[], None, true);
+        let input = json!({});
+        let busy = Approval::NotAsked("every approver is busy".into());
+        let guard = Enforcement::new(principal, limits)
+            .with_approver(Arc::new(Recorder(Default::default(), busy)));
+        let mut call = GuardedCall::new("e1", "email.send", &needs, &input);
+        // Even an execution that could wait for someone is refused, not paused.
+        call.can_pause = true;
+        let e = refused(guard.admit_call(call).await);
+        assert_eq!(
+            e.message,
+            "email.send: approval denied: every approver is busy"
+        );
+        assert_eq!(e.reason.as_deref(), Some("approval_denied"));
     }
 
     #[tokio::test]

@@ -62,6 +62,11 @@ impl NativePolicy {
     }
 }
 
+/// At most this many Python approvers are asked at once in a process, each on a thread.
+pub const MAX_APPROVALS: usize = 256;
+
+static APPROVALS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_APPROVALS);
+
 /// Asks a Python callable, on a thread of its own; an exception or anything but `True` is a no.
 struct PythonApprover {
     callback: Arc<Py<PyAny>>,
@@ -71,8 +76,20 @@ impl Approver for PythonApprover {
     fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval> {
         let callback = self.callback.clone();
         Box::pin(async move {
+            // A thread running Python cannot be stopped: an approver asked for an execution
+            // that ended keeps its thread until it returns. So approvers get a bounded pool of
+            // their own, apart from sync tools', and a call past it is denied at once.
+            let Ok(permit) = APPROVALS.try_acquire() else {
+                return Approval::NotAsked(format!(
+                    "the approver was not asked: {MAX_APPROVALS} approvals are already waiting \
+                     for Python approvers in this process (those of executions that ended wait \
+                     until the approver returns); give the approver a time limit of its own, \
+                     or try again once they are answered"
+                ));
+            };
             let input = request.input.to_string();
             tokio::task::spawn_blocking(move || {
+                let _permit = permit;
                 attach(|py| {
                     let answer = callback.call1(
                         py,

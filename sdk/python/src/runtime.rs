@@ -23,9 +23,10 @@ pub fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("execbox")
-            // Sync Python tools (at most `MAX_SYNC_CALLS`) and approvers run on blocking
-            // threads; the rest is headroom.
-            .max_blocking_threads(crate::tools::MAX_SYNC_CALLS + 64)
+            // Sync Python tools (at most `MAX_SYNC_CALLS`) and approvers (at most
+            // `MAX_APPROVALS`) run on blocking threads; the rest is headroom, so neither
+            // bound can be reached with a permit held and no thread to run on.
+            .max_blocking_threads(crate::tools::MAX_SYNC_CALLS + crate::policy::MAX_APPROVALS + 64)
             .enable_all()
             .build()
             .map_err(|e| {

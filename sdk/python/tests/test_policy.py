@@ -100,3 +100,46 @@ def test_a_bad_rate_limit_names_the_tool():
         execbox.run("1", {"api": {"hit": execbox.Tool(lambda i: 1, rate_limit="lots")}})
     with pytest.raises(TypeError, match="policy must be an execbox.Policy"):
         execbox.run("1", policy="policy.yaml")
+
+
+def test_slow_approvers_left_waiting_are_bounded_and_an_honest_sync_call_still_runs():
+    import threading
+
+    release = threading.Event()
+    asked = []
+
+    def approve(request):
+        asked.append(request)
+        # A person who does not answer; bounded so a failing test still ends.
+        return release.wait(30)
+
+    send = execbox.Tool(lambda input: "sent", requires_approval=True)
+    tools = {"mail": {"send": send}, "t": {"honest": lambda input: 1}}
+    policy = execbox.Policy(approve=approve)
+    # Each execution that times out leaves up to 16 approvers waiting (the host's concurrency
+    # per execution): a thread running Python cannot be stopped.
+    hostile = "for (let i = 0; i < 64; i++) mail.send({}); await mail.send({})"
+    runs = 0
+    while len(asked) < 256 and runs < 64:
+        execbox.run(hostile, tools, policy=policy, timeout_ms=100)
+        runs += 1
+    assert len(asked) >= 256, f"only {len(asked)} approvers were asked in {runs} executions"
+    try:
+        # 352 approvals asked for in all: more than the blocking threads left for tools.
+        for _ in range(6):
+            execbox.run(hostile, tools, policy=policy, timeout_ms=100)
+        honest = execbox.run("return await t.honest({})", tools, policy=policy, timeout_ms=10_000)
+        assert honest.error is None and honest.value == 1, honest.error
+        code, reason, message, _ = execbox.run(
+            CATCH % "mail.send({})", tools, policy=policy, timeout_ms=10_000
+        ).value
+        assert (code, reason) == ("tool_error", "approval_denied")
+        assert "256 approvals are already waiting for Python approvers" in message
+    finally:
+        release.set()
+    # Once the approvers return, approvals are asked again.
+    for _ in range(200):
+        if execbox.run("return await mail.send({})", tools, policy=policy).value == "sent":
+            break
+        threading.Event().wait(0.02)
+    assert execbox.run("return await mail.send({})", tools, policy=policy).value == "sent"
