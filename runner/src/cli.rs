@@ -9,7 +9,7 @@ use execbox_protocol::DEFAULT_MAX_MESSAGE_BYTES;
 
 use crate::ceilings::Ceilings;
 use crate::listen::{ChildCommand, ListenOptions};
-use crate::lockdown::Sandbox;
+use crate::lockdown::Lockdown;
 use crate::session::SessionLimits;
 
 /// Flags of the runner. With none, it serves one NDJSON session on stdin/stdout.
@@ -179,17 +179,17 @@ pub fn run(
         max_pending_tool_calls: args.max_pending_tool_calls as usize,
         ceilings,
     };
-    let sandbox = if args.insecure_no_sandbox {
+    let lockdown = if args.insecure_no_sandbox {
         tracing::warn!(
             "--insecure-no-sandbox: running WITHOUT the OS lockdown; an engine bug would give \
              guest code this process's full access to files, network and processes"
         );
-        Sandbox::Off
+        Lockdown::Off
     } else {
-        Sandbox::Enforce
+        Lockdown::Enforce
     };
     match &args.listen {
-        None => Ok(crate::stdio::serve(limits, sandbox)?),
+        None => Ok(crate::stdio::serve(limits, lockdown)?),
         Some(addr) => {
             let child =
                 child().map_err(|e| anyhow::anyhow!("cannot locate the runner program: {e}"))?;
@@ -209,7 +209,7 @@ pub fn run(
                 insecure_no_sandbox: args.insecure_no_sandbox,
                 drain_timeout: args.drain_timeout,
             };
-            crate::listen::serve(addr, options, child, sandbox, |bound| {
+            crate::listen::serve(addr, options, child, lockdown, |bound| {
                 let mut stdout = std::io::stdout().lock();
                 let _ = writeln!(stdout, "ws://{bound}");
                 let _ = stdout.flush();

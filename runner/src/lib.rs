@@ -12,7 +12,7 @@
 //!   one of the session's engine threads ([`DEFAULT_ENGINES`]), which take turns so that
 //!   building the next sandbox overlaps the next execution.
 //! - [`serve_stdio`] is the runner process: one [`Session`] on stdin/stdout, the whole
-//!   process locked down first ([`Sandbox`]: Landlock, seccomp, rlimits on Linux), with a
+//!   process locked down first ([`Lockdown`]: Landlock, seccomp, rlimits on Linux), with a
 //!   watchdog that ends the process ([`WATCHDOG_EXIT_CODE`]) when an execution is stuck in a
 //!   long native call.
 //! - With the `cli` feature (on by default), [`run`] is the `execbox-runner` command line
@@ -76,7 +76,7 @@ pub use ceilings::{
 pub use cli::{init_tracing, parse_duration, run, DurationError, LogFormat, RunnerArgs};
 #[cfg(feature = "cli")]
 pub use listen::child::ChildCommand;
-pub use lockdown::{LockdownError, Sandbox};
+pub use lockdown::{Lockdown, LockdownError};
 pub use session::{
     Inbound, Outbound, Sent, Session, SessionBuilder, SessionInput, SessionLimits, DEFAULT_ENGINES,
     DEFAULT_MAX_PENDING_TOOL_CALLS,

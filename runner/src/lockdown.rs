@@ -101,7 +101,7 @@ impl Mode {
 }
 
 /// Why the OS lockdown could not be applied. The runner refuses to start without it, unless
-/// told to with `--insecure-no-sandbox` ([`Sandbox::Off`]); each message says so.
+/// told to with `--insecure-no-sandbox` ([`Lockdown::Off`]); each message says so.
 #[derive(Debug, thiserror::Error)]
 pub enum LockdownError {
     /// There is no lockdown on this system: it exists only on Linux, on x86_64 and aarch64.
@@ -154,19 +154,19 @@ impl<T, E: std::error::Error> Step<T> for Result<T, E> {
 
 /// Whether a transport locks the process down before reading guest input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sandbox {
+pub enum Lockdown {
     /// Apply the lockdown; refuse to serve if it cannot be applied. The default.
     Enforce,
     /// Run without it (`--insecure-no-sandbox`).
     Off,
 }
 
-impl Sandbox {
+impl Lockdown {
     /// Runs [`begin`] for `mode` when enforcing; `None` when off.
     pub(crate) fn begin(self, mode: Mode) -> Result<Option<Pending>, LockdownError> {
         match self {
-            Sandbox::Enforce => begin(mode).map(Some),
-            Sandbox::Off => Ok(None),
+            Lockdown::Enforce => begin(mode).map(Some),
+            Lockdown::Off => Ok(None),
         }
     }
 
@@ -177,8 +177,8 @@ impl Sandbox {
         child_program: &std::path::Path,
     ) -> Result<Option<Pending>, LockdownError> {
         match self {
-            Sandbox::Enforce => begin_supervisor(max_sessions, child_program).map(Some),
-            Sandbox::Off => Ok(None),
+            Lockdown::Enforce => begin_supervisor(max_sessions, child_program).map(Some),
+            Lockdown::Off => Ok(None),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use execbox_protocol::{LineFramer, Message};
 
-use crate::lockdown::{LockdownError, Mode, Sandbox};
+use crate::lockdown::{Lockdown, LockdownError, Mode};
 use crate::session::{Inbound, Outbound, Sent, Session, SessionInput, SessionLimits};
 
 /// Writes each message as one line to stdout, flushed at once. Nothing else ever writes there.
@@ -35,16 +35,16 @@ pub const WATCHDOG_EXIT_CODE: i32 = 3;
 
 /// Serves one session on stdin/stdout until stdin closes.
 ///
-/// With [`Sandbox::Enforce`], the Landlock step of the lockdown comes first (on this thread,
+/// With [`Lockdown::Enforce`], the Landlock step of the lockdown comes first (on this thread,
 /// so every thread spawned after it inherits it), then the session's threads and the reader
 /// are spawned, then the rlimits and seccomp reach all of them; only then is the reader let go
 /// to read stdin. So no thread need be created under the lockdown, and stdio's allowlist has
 /// no `clone`.
-pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> Result<(), StdioError> {
-    if sandbox == Sandbox::Enforce {
+pub fn serve(limits: SessionLimits, lockdown: Lockdown) -> Result<(), StdioError> {
+    if lockdown == Lockdown::Enforce {
         crate::lockdown::close_inherited_fds();
     }
-    let lockdown = sandbox.begin(Mode::Stdio)?;
+    let pending = lockdown.begin(Mode::Stdio)?;
     let out = Arc::new(StdoutSink {
         stdout: Mutex::new(io::stdout()),
     });
@@ -65,8 +65,8 @@ pub fn serve(limits: SessionLimits, sandbox: Sandbox) -> Result<(), StdioError> 
             }
         })
         .map_err(StdioError::Spawn)?;
-    if let Some(lockdown) = lockdown {
-        lockdown.finish()?;
+    if let Some(pending) = pending {
+        pending.finish()?;
     }
     // The reader is alive (it waits on the gate) until it has been let go.
     let _ = go.send(());

@@ -51,7 +51,7 @@ pub use auth::{load_token, TokenError};
 pub(crate) use child::ChildCommand;
 
 use crate::ceilings::Ceilings;
-use crate::lockdown::Sandbox;
+use crate::lockdown::Lockdown;
 use backoff::{suppressed_note, Backoff, RateLimited};
 use child::{Spawner, Warm};
 use metrics::{Metrics, Rejection};
@@ -147,7 +147,7 @@ impl Signals {
 
 /// Accepts connections on `addr` until the process ends, serving each session with a runner
 /// process started from `child`. Calls `on_bound` with the bound address (port 0 picks a free
-/// port) once listening and, with [`Sandbox::Enforce`], locked down
+/// port) once listening and, with [`Lockdown::Enforce`], locked down
 /// ([`crate::lockdown::Mode::Supervisor`]).
 ///
 /// The order is what the lockdown needs: resolve and bind (Landlock forbids binding later),
@@ -158,10 +158,10 @@ pub(crate) fn serve(
     addr: &str,
     options: ListenOptions,
     child: ChildCommand,
-    sandbox: Sandbox,
+    lockdown: Lockdown,
     on_bound: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
-    if sandbox == Sandbox::Enforce {
+    if lockdown == Lockdown::Enforce {
         crate::lockdown::close_inherited_fds();
     }
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
@@ -169,7 +169,7 @@ pub(crate) fn serve(
         .auth
         .check_exposure(&addrs, options.insecure_no_auth)?;
     let listener = bind(&addrs)?;
-    let lockdown = sandbox.begin_supervisor(options.max_sessions, child.program())?;
+    let pending = lockdown.begin_supervisor(options.max_sessions, child.program())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -179,8 +179,8 @@ pub(crate) fn serve(
         (TcpListener::from_std(listener)?, Signals::new()?)
     };
     let bound = listener.local_addr()?;
-    if let Some(lockdown) = lockdown {
-        lockdown.finish()?;
+    if let Some(pending) = pending {
+        pending.finish()?;
     }
     let outcome = runtime.block_on(async move {
         let metrics = Arc::new(Metrics::new(Default::default()));

@@ -35,7 +35,7 @@ fn serve_runner(py: Python<'_>) {
     py.detach(|| {
         let status = match execbox_runner::serve_stdio(
             execbox_runner::SessionLimits::default(),
-            execbox_runner::Sandbox::Enforce,
+            execbox_runner::Lockdown::Enforce,
         ) {
             Ok(()) => 0,
             Err(e) => {
