@@ -25,7 +25,8 @@
 //! `"e": "resumed"` when the change is a resume), and
 //! `execbox_stop` `{"owner": replica, "id": execution}` to ask an owner to stop one. Each
 //! replica listens on a connection of its own; when it was lost, what was missed is recovered
-//! by reading again (waiters re-read, stop requests are also in `stop_requested_ms`).
+//! by reading again (waiters re-read, stop requests are also in `stop_requested_ms`, which
+//! each replica reads every second: notifications are hints, the tables are the truth).
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -356,6 +357,8 @@ impl PgStore {
                         &r.principal,
                         &r.status.as_str(),
                         &r.params.to_string(),
+            pg.spawn(pick_up_stops(pg.clone(), replica.clone(), signals.clone()))
+                .abort_handle(),
                         &(r.created_ms as i64),
                         &me,
                         &payload,
@@ -739,7 +742,7 @@ async fn pending_stops(pg: &Pg, me: &str) -> Result<Vec<String>, PgError> {
     .await
 }
 
-/// Renews the lease, reaps dead replicas, and picks up stop requests, every `beat`.
+/// Renews the lease and reaps dead replicas, every `beat`.
 async fn heartbeat(
     pg: Pg,
     replica: Arc<Replica>,
@@ -803,6 +806,21 @@ async fn heartbeat(
             Ok(_) => {}
             Err(e) => tracing::warn!("cannot check the other replicas' leases: {e}"),
         }
+    }
+}
+
+/// How often a replica reads the stops asked of its executions, whatever it heard: the
+/// table is the truth, and a stop whose notification was lost (or came before the
+/// execution was live here, as while it is being resumed) is applied within about this long.
+const STOP_PICKUP: Duration = Duration::from_secs(1);
+
+/// Asks this replica to stop, every [`STOP_PICKUP`], each of its executions whose stop was
+/// asked (`stop_requested_ms`) and that has not ended yet.
+async fn pick_up_stops(pg: Pg, replica: Arc<Replica>, signals: broadcast::Sender<StoreSignal>) {
+    let mut ticks = tokio::time::interval(STOP_PICKUP);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
         if let Ok(ids) = pending_stops(&pg, &replica.id).await {
             for id in ids {
                 let _ = signals.send(StoreSignal::Stop(id));
