@@ -47,6 +47,25 @@ impl PgError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, PgError::Unavailable { .. })
     }
+
+    /// What went wrong in plain words, naming no database: for answers to HTTP callers and
+    /// to models, which never see a database URL (the whole error, URL masked, is for the
+    /// operator's log).
+    pub fn plain(&self) -> String {
+        match self {
+            PgError::Url { .. } => "its database URL cannot be used".into(),
+            PgError::Unavailable { .. } => "the database is unavailable".into(),
+            PgError::Query { .. } => "the database refused a statement".into(),
+            PgError::NewerSchema {
+                component,
+                found,
+                known,
+                ..
+            } => format!(
+                "the {component} schema in the database is at version {found}, newer than this execbox's {known}"
+            ),
+        }
+    }
 }
 
 /// The text of a driver error: the server's message and detail when it sent one.

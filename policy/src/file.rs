@@ -323,7 +323,7 @@ audit: { file: ./audit.jsonl, include_input: false }
         };
         assert_eq!(
             url.to_string(),
-            "postgresql://execbox@db.internal/audit?sslmode=require"
+            "postgresql://execbox@db.internal:5432/audit?sslmode=require"
         );
         let e = error("version: 1\nstate: postgres://u:s3cret@db:port/x\n");
         assert!(e.starts_with("policy.yaml: state: database URL"), "{e}");

@@ -129,11 +129,14 @@ pub enum PolicyError {
         message: String,
     },
     /// The policy's PostgreSQL database (rate limits, observed results) cannot be used;
-    /// rate-limited calls are refused meanwhile.
-    #[error("rate-limit state: {0}")]
+    /// rate-limited calls are refused meanwhile. Shown in plain words, naming no database (a
+    /// model may read it); the whole error, URL masked, is logged where it happened.
+    #[error("rate-limit state: {}", .0.plain())]
     SharedState(execbox_pg::PgError),
     /// The audit log's PostgreSQL database cannot be written: the execution must fail closed.
-    #[error("cannot write the audit log: {0}; refusing to run unaudited")]
+    /// Shown in plain words, naming no database (the model reads it as the execution's
+    /// error); the whole error, URL masked, is logged where it happened.
+    #[error("cannot write the audit log: {}; refusing to run unaudited", .0.plain())]
     AuditDatabase(execbox_pg::PgError),
     /// The audit log cannot be opened or written: the execution must fail closed.
     #[error("cannot write the audit log {}: {source}; refusing to run unaudited", path.display())]

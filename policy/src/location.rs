@@ -75,6 +75,13 @@ mod tests {
         let url = StoreLocation::parse("postgres://u:pw@db:5432/execbox").unwrap();
         assert!(matches!(url, StoreLocation::Postgres(_)));
         assert_eq!(url.to_string(), "postgres://u:***@db:5432/execbox");
+        // Rebuilt from what was parsed, whatever the password holds.
+        let url = StoreLocation::parse("postgres://u:Zq9/Xk?Wv@db/execbox").unwrap();
+        assert_eq!(url.to_string(), "postgres://u:***@db:5432/execbox");
+        assert_eq!(
+            format!("{url:?}"),
+            "Postgres(postgres://u:***@db:5432/execbox)"
+        );
         let file = StoreLocation::parse("state.db").unwrap();
         assert_eq!(file.file(), Some(Path::new("state.db")));
         assert_eq!(
