@@ -8,11 +8,16 @@
 //!   runtime, on a blocking thread or on a plain thread can use it ([`Pg::run`] from async
 //!   code, [`Pg::block`] from sync code), and dropping a caller's runtime never strands a
 //!   connection;
-//! - the pool is bounded (`max_size` connections) and every wait is bounded (a connection in
-//!   5 s, a statement in `statement_timeout`), so a database that is down gives an error in
-//!   seconds, never a hang; a connection that broke is replaced on its next use, so the
-//!   process recovers by itself when the database comes back;
-//! - errors name the database by its URL with the password hidden, and say what to check.
+//! - the pool is bounded (`max_size` connections) and every wait is bounded on this side of
+//!   the wire (a connection in 5 s, then the call's statements in [`DEFAULT_CALL_TIMEOUT`],
+//!   5 s; TCP keepalives and `TCP_USER_TIMEOUT` on every socket), so a database that is down,
+//!   stalled (`SIGSTOP`) or cut off gives an error in seconds, never a hang: the server's own
+//!   `statement_timeout` is no bound when the server is what stalled. A connection that ran
+//!   out of time is closed, and one that broke is replaced on its next use, so the process
+//!   recovers by itself when the database comes back;
+//! - errors name the database by its URL rebuilt from its parsed parts, the password as
+//!   `***`, and say what to check; [`PgError::plain`] says what went wrong without naming the
+//!   database, for answers to HTTP callers and models.
 
 mod error;
 mod listen;
@@ -23,12 +28,12 @@ mod url;
 pub use error::PgError;
 pub use listen::{Listener, Notice};
 pub use migrate::Migrations;
-pub use pool::{Pg, PoolOptions};
+pub use pool::{
+    Client, Pg, PoolOptions, DEFAULT_CALL_TIMEOUT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL,
+    KEEPALIVE_RETRIES, TCP_USER_TIMEOUT,
+};
 pub use tokio_postgres::{types, Error as DriverError, GenericClient, Row, Transaction};
 pub use url::PgUrl;
 
 #[cfg(feature = "testing")]
 pub mod testing;
-
-/// The connection type [`Pg::run`] lends (a pooled `tokio_postgres::Client`).
-pub type Client = deadpool_postgres::Object;

@@ -84,7 +84,7 @@ impl Pg {
         tx: &mpsc::UnboundedSender<Notice>,
     ) -> Result<(), String> {
         let timeout = self.options().connect_timeout;
-        let connect = self.url().config().connect(self.tls());
+        let connect = self.config().connect(self.tls());
         let (client, mut connection) = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| format!("no connection within {timeout:?}"))?
@@ -108,10 +108,15 @@ impl Pg {
                 }
             }
         });
+        let deadline = self.options().call_timeout;
         let listening = tokio::select! {
             r = client.batch_execute(statement) => r.map_err(|e| describe(&e)),
             ended = &mut pump => Err(ended.unwrap_or_else(|e| Err(e.to_string())).err().unwrap_or_default()),
+            _ = tokio::time::sleep(deadline) => Err(format!("LISTEN got no answer within {deadline:?}")),
         };
+        if listening.is_err() {
+            pump.abort();
+        }
         listening?;
         if tx.send(Notice::Resync).is_err() {
             return Ok(());

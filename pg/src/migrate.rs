@@ -1,6 +1,7 @@
 //! [`Migrations`]: each component's schema, versioned in `execbox_schema` and migrated at
 //! start under an advisory lock, so that replicas starting together migrate once.
 
+use super::pool::MIGRATION_TIMEOUT;
 use super::{Pg, PgError};
 
 /// A component's schema as the ordered statements that bring it from version 0 to
@@ -24,7 +25,7 @@ impl Pg {
         let migrations = *migrations;
         let known = migrations.steps.len() as i32;
         let url = self.url().to_string();
-        let found = self.block(move |mut client| async move {
+        let found = self.block_within(MIGRATION_TIMEOUT, move |mut client| async move {
             let tx = client.transaction().await?;
             tx.batch_execute(LOCK).await?;
             tx.batch_execute(

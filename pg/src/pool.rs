@@ -1,6 +1,8 @@
 //! [`Pg`]: the bounded pool, on a runtime of its own, that every PostgreSQL store shares.
 
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,26 +13,94 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::error::describe;
-use super::{Client, PgError, PgUrl};
+use super::{PgError, PgUrl};
+
+/// The default of [`PoolOptions::call_timeout`]: once it has a connection, a call (all its
+/// statements) gets an answer from the database within 5 s or gives up.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection may sit idle before TCP keepalive probes start (then one every
+/// [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_RETRIES`] times): a peer that vanished (a partition, a
+/// host lost) is noticed on an idle connection within about 25 s.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// The pause between two TCP keepalive probes.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// How many unanswered keepalive probes close a connection.
+pub const KEEPALIVE_RETRIES: u32 = 3;
+/// `TCP_USER_TIMEOUT`: data sent and not acknowledged for this long closes the connection
+/// (a partition that drops packets while a statement is on its way).
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long a migration may take (its statements are still bounded by `statement_timeout`).
+pub(crate) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The bounds of a [`Pg`]'s pool.
+///
+/// Every wait is bounded on this side of the wire, whatever the server does (a stalled server,
+/// `SIGSTOP`ped or cut off by a partition that drops packets, enforces nothing, not even its
+/// own `statement_timeout`): the checkout by `connect_timeout`, then the call by
+/// `call_timeout`. A connection whose call ran out of time is closed, never pooled again.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolOptions {
     /// The most connections open at once (a call waits for a free one).
     pub max_size: usize,
     /// How long a call waits for a connection (to open one, or for a busy one to be free).
     pub connect_timeout: Duration,
-    /// The server cancels a statement that runs longer (`statement_timeout`).
+    /// The server cancels a statement that runs longer (`statement_timeout`, and
+    /// `lock_timeout`): enforced by the server, so not when it is the thing that stalled.
     pub statement_timeout: Duration,
+    /// Once a call has its connection, how long its statements may take together before it
+    /// fails as [`PgError::Unavailable`], enforced by this process (default
+    /// [`DEFAULT_CALL_TIMEOUT`]). Migrations get 60 s.
+    pub call_timeout: Duration,
 }
 
 impl Default for PoolOptions {
-    /// 16 connections, 5 s to get one, 10 s per statement.
+    /// 16 connections, 5 s to get one, 10 s per statement (server side), 5 s per call
+    /// (client side).
     fn default() -> PoolOptions {
         PoolOptions {
             max_size: 16,
             connect_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(10),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+}
+
+/// The connection [`Pg::run`] lends: a pooled `tokio_postgres::Client` (with
+/// `prepare_cached`, `transaction`, ...). It goes back to the pool when dropped, unless its
+/// call ran out of time: then it is closed, so no later call inherits a connection still
+/// waiting for a stalled server.
+pub struct Client {
+    object: Option<deadpool_postgres::Object>,
+    broken: Arc<AtomicBool>,
+}
+
+impl Deref for Client {
+    type Target = deadpool_postgres::Object;
+    fn deref(&self) -> &deadpool_postgres::Object {
+        self.object
+            .as_ref()
+            .expect("a client's connection is there until it drops")
+    }
+}
+
+impl DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut deadpool_postgres::Object {
+        self.object
+            .as_mut()
+            .expect("a client's connection is there until it drops")
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(object) = self.object.take() {
+            if self.broken.load(Ordering::Acquire) {
+                // Out of the pool, and dropping the wrapper ends its connection's task.
+                drop(deadpool_postgres::Object::take(object));
+            }
         }
     }
 }
@@ -44,6 +114,8 @@ pub struct Pg {
 
 struct Inner {
     url: PgUrl,
+    /// The URL's configuration with the pool's keepalives and timeouts.
+    config: tokio_postgres::Config,
     pool: Pool,
     tls: MakeRustlsConnect,
     options: PoolOptions,
@@ -83,7 +155,20 @@ impl Pg {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(options.connect_timeout);
         }
-        config.keepalives_idle(Duration::from_secs(30));
+        config.keepalives(true);
+        if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            // tokio-postgres's default: the URL did not set `keepalives_idle`.
+            config.keepalives_idle(KEEPALIVE_IDLE);
+        }
+        if config.get_keepalives_interval().is_none() {
+            config.keepalives_interval(KEEPALIVE_INTERVAL);
+        }
+        if config.get_keepalives_retries().is_none() {
+            config.keepalives_retries(KEEPALIVE_RETRIES);
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
         let statement_ms = options.statement_timeout.as_millis();
         let extra = format!("-c statement_timeout={statement_ms} -c lock_timeout={statement_ms}");
         let merged = match config.get_options() {
@@ -92,7 +177,7 @@ impl Pg {
         };
         config.options(&merged);
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             tls.clone(),
             ManagerConfig {
                 // A connection whose socket closed is dropped and replaced on its next use.
@@ -116,6 +201,7 @@ impl Pg {
         Ok(Pg {
             inner: Arc::new(Inner {
                 url: url.clone(),
+                config,
                 pool,
                 tls,
                 options,
@@ -133,6 +219,11 @@ impl Pg {
     /// The pool's bounds.
     pub fn options(&self) -> PoolOptions {
         self.inner.options
+    }
+
+    /// How many connections the pool holds now (in use or idle).
+    pub fn connections(&self) -> usize {
+        self.inner.pool.status().size
     }
 
     /// Runs `task` on the pool's runtime (a store's background work: heartbeats, listeners),
@@ -153,13 +244,20 @@ impl Pg {
         self.inner.tls.clone()
     }
 
+    /// The configuration connections are made with (the URL's, with keepalives and timeouts).
+    pub(crate) fn config(&self) -> &tokio_postgres::Config {
+        &self.inner.config
+    }
+
     /// Connects once and runs `SELECT 1`: an error here names the database and what to check.
     pub fn check(&self) -> Result<(), PgError> {
         self.block(|client| async move { client.simple_query("SELECT 1").await.map(|_| ()) })
     }
 
     /// Runs `f` with a pooled connection on the pool's runtime, from async code on any runtime.
-    /// The driver's errors become [`PgError`]s naming the database.
+    /// The driver's errors become [`PgError`]s naming the database; a call that gets no
+    /// connection within `connect_timeout`, or no answer within `call_timeout` after, is
+    /// [`PgError::Unavailable`], and its connection is closed.
     pub async fn run<T, F, Fut>(&self, f: F) -> Result<T, PgError>
     where
         F: FnOnce(Client) -> Fut + Send + 'static,
@@ -167,7 +265,11 @@ impl Pg {
         T: Send + 'static,
     {
         let inner = self.inner.clone();
-        let task = self.inner.handle.spawn(async move { inner.call(f).await });
+        let deadline = self.inner.options.call_timeout;
+        let task = self
+            .inner
+            .handle
+            .spawn(async move { inner.call(deadline, f).await });
         match task.await {
             Ok(result) => result,
             Err(e) => Err(self.unavailable(format!("its connection task ended: {e}"))),
@@ -183,10 +285,20 @@ impl Pg {
         Fut: Future<Output = Result<T, tokio_postgres::Error>> + Send + 'static,
         T: Send + 'static,
     {
+        self.block_within(self.inner.options.call_timeout, f)
+    }
+
+    /// [`Pg::block`] with a call deadline of its own (migrations).
+    pub(crate) fn block_within<T, F, Fut>(&self, deadline: Duration, f: F) -> Result<T, PgError>
+    where
+        F: FnOnce(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let inner = self.inner.clone();
         self.inner.handle.spawn(async move {
-            let _ = tx.send(inner.call(f).await);
+            let _ = tx.send(inner.call(deadline, f).await);
         });
         rx.recv()
             .unwrap_or_else(|_| Err(self.unavailable("its connection task ended".into())))
@@ -206,16 +318,37 @@ impl Pg {
 }
 
 impl Inner {
-    async fn call<T, F, Fut>(&self, f: F) -> Result<T, PgError>
+    /// A connection from the pool (within `connect_timeout`), then `f` with it within
+    /// `deadline`; past it, `f` is dropped and its connection closed.
+    async fn call<T, F, Fut>(&self, deadline: Duration, f: F) -> Result<T, PgError>
     where
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let client = self.pool.get().await.map_err(|e| PgError::Unavailable {
+        let object = self.pool.get().await.map_err(|e| PgError::Unavailable {
             url: self.url.to_string(),
             reason: pool_error(&e),
         })?;
-        f(client).await.map_err(|e| self.error(&e))
+        let broken = Arc::new(AtomicBool::new(false));
+        let work = Box::pin(f(Client {
+            object: Some(object),
+            broken: broken.clone(),
+        }));
+        let mut work = work;
+        match tokio::time::timeout(deadline, &mut work).await {
+            Ok(result) => result.map_err(|e| self.error(&e)),
+            Err(_) => {
+                // Marked before the work (and the client it holds) is dropped.
+                broken.store(true, Ordering::Release);
+                drop(work);
+                Err(PgError::Unavailable {
+                    url: self.url.to_string(),
+                    reason: format!(
+                        "no answer within {deadline:?} (the database is stalled, overloaded or cut off); its connection was closed"
+                    ),
+                })
+            }
+        }
     }
 
     fn error(&self, e: &tokio_postgres::Error) -> PgError {

@@ -193,7 +193,7 @@ impl TestServer {
         if let Some(mut child) = self.child.take() {
             let group = child.id();
             let _ = Command::new("sh")
-                .args(["-c", "kill -KILL -- -\"$1\"", "sh", &group.to_string()])
+                .args(["-c", "kill -KILL -\"$1\"", "sh", &group.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -211,6 +211,22 @@ impl TestServer {
         {
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Stalls the server: SIGSTOP to the postmaster and every process it started (each
+    /// backend is a process group of its own), so connections stay open and the kernel still
+    /// acknowledges what is sent, but nothing answers, as with a server frozen or swapped
+    /// out. It goes on (SIGCONT) when the guard drops, whether the test passed or panicked.
+    pub fn stall(&self) -> Stalled {
+        let mut pids = Vec::new();
+        if let Some(postmaster) = self.child.as_ref().map(Child::id) {
+            // The postmaster first, so it starts no new backend meanwhile.
+            signal("STOP", &[postmaster]);
+            pids.push(postmaster);
+            pids.extend(children_of(postmaster));
+            signal("STOP", &pids[1..]);
+        }
+        Stalled { pids }
     }
 
     /// Starts the server again on the same data and port (after [`TestServer::kill`]).
@@ -270,6 +286,49 @@ impl Drop for TestServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A server stalled by [`TestServer::stall`]; it goes on when this drops.
+#[must_use = "the server goes on when the guard drops"]
+pub struct Stalled {
+    pids: Vec<u32>,
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        signal("CONT", &self.pids);
+    }
+}
+
+/// Sends `SIG{name}` to `pids`.
+fn signal(name: &str, pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .args(pids.iter().map(u32::to_string))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The processes whose parent is `parent` (read from `/proc`).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command's closing parenthesis: state, ppid.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            (ppid == parent.to_string()).then_some(pid)
+        })
+        .collect()
 }
 
 fn command(program: &Path, user: Option<(u32, u32)>) -> Command {

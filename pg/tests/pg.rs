@@ -155,3 +155,68 @@ async fn next(listener: &mut execbox_pg::Listener) -> Notice {
         .expect("a notice within 20 s")
         .expect("the listener lives")
 }
+
+/// A stalled server (SIGSTOP: connections stay open, nothing answers, and its own
+/// `statement_timeout` cannot fire) fails a call within the pool's call deadline; the
+/// connection that ran out of time is closed, not pooled again; the pool recovers when the
+/// server goes on.
+#[test]
+fn a_stalled_database_fails_a_call_within_its_deadline_and_the_connection_is_not_reused() {
+    let Some(server) = TestServer::start_or_skip() else {
+        return;
+    };
+    let pg = Pg::new(
+        &PgUrl::parse(&server.url()).unwrap(),
+        PoolOptions {
+            max_size: 1,
+            connect_timeout: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(1),
+            ..PoolOptions::default()
+        },
+    )
+    .unwrap();
+    pg.check().unwrap();
+    assert_eq!(pg.connections(), 1);
+    {
+        let _stalled = server.stall();
+        for _ in 0..2 {
+            let asked = std::time::Instant::now();
+            let e = pg
+                .block(|c| async move { c.simple_query("SELECT 1").await.map(|_| ()) })
+                .unwrap_err();
+            // 1 s to connect or 1 s for the answer, with room for a loaded machine.
+            assert!(
+                asked.elapsed() < Duration::from_secs(4),
+                "{:?}",
+                asked.elapsed()
+            );
+            assert!(e.is_unavailable(), "{e}");
+            assert!(e.to_string().contains("is unavailable"), "{e}");
+            assert_eq!(
+                pg.connections(),
+                0,
+                "a timed-out connection left in the pool"
+            );
+        }
+        // From async code, as the stores call it.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let asked = std::time::Instant::now();
+        let e = runtime
+            .block_on(pg.run(|c| async move { c.simple_query("SELECT 1").await.map(|_| ()) }))
+            .unwrap_err();
+        assert!(e.is_unavailable(), "{e}");
+        assert!(asked.elapsed() < Duration::from_secs(4));
+    }
+    let mut back = false;
+    for _ in 0..50 {
+        if pg.check().is_ok() {
+            back = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(back, "the pool did not recover once the server went on");
+}

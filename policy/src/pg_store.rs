@@ -134,7 +134,7 @@ impl PolicyDb {
         match db.ensure_schema() {
             Ok(()) => Ok(db),
             Err(e) if e.is_unavailable() => {
-                tracing::warn!("{e}; the policy's tables are created when it is back");
+                tracing::warn!("the policy's tables are created when the database is back");
                 Ok(db)
             }
             Err(e) => Err(e),
@@ -150,7 +150,7 @@ impl PolicyDb {
         if self.migrated.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.pg.migrate(&MIGRATIONS)?;
+        self.noted(self.pg.migrate(&MIGRATIONS))?;
         self.migrated.store(true, Ordering::Release);
         Ok(())
     }
@@ -158,8 +158,12 @@ impl PolicyDb {
     /// `result`, after noting that a failed statement makes the next use check the schema
     /// again: a database that went away may come back without the policy's tables (restored
     /// from an older backup, or recreated), and they are then created again.
+    ///
+    /// The whole error (the database named, password masked) is logged here: what the
+    /// caller shows (a refusal, an execution's error) names no database.
     fn noted<T>(&self, result: Result<T, PgError>) -> Result<T, PgError> {
-        if result.is_err() {
+        if let Err(e) = &result {
+            tracing::warn!("policy database: {e}");
             self.migrated.store(false, Ordering::Release);
         }
         result
@@ -570,7 +574,11 @@ mod tests {
             }
         };
         assert!(matches!(e, PolicyError::SharedState(_)), "{e}");
-        assert!(e.to_string().contains("is unavailable"), "{e}");
+        // In plain words: a model may read it, and it never sees a database URL.
+        assert_eq!(
+            e.to_string(),
+            "rate-limit state: the database is unavailable"
+        );
         // The model reads which tool, that the store is down, and to try later: no types.
         let message = refused_message(guard.admit_call(call()).await);
         assert_eq!(
@@ -584,11 +592,10 @@ mod tests {
         });
         match started {
             Err(GuardError::Fatal(m)) => {
-                assert!(
-                    m.starts_with("cannot write the audit log: database "),
-                    "{m}"
+                assert_eq!(
+                    m,
+                    "cannot write the audit log: the database is unavailable; refusing to run unaudited"
                 );
-                assert!(m.ends_with("refusing to run unaudited"), "{m}");
             }
             other => panic!("{other:?}"),
         }
@@ -618,5 +625,40 @@ mod tests {
             assert!(Instant::now() < deadline, "the audit log did not recover");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// A stalled database (SIGSTOP: connections open, nothing answers) refuses a rate-limited
+    /// call within the pool's call deadline, instead of holding it until the program's own
+    /// time limit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_database_refuses_a_rate_limited_call_within_the_deadline() {
+        let Some(server) = TestServer::start_or_skip() else {
+            return;
+        };
+        let url = server.database("stalled");
+        let limits = Arc::new(RateLimits::open_at(&location(&url)).unwrap());
+        let guard = Enforcement::new(Policy::new().principal(None).unwrap(), limits);
+        let mut requirements = ToolRequirements::default();
+        requirements.rate_limit = Some(limit(1000, 60));
+        let input = json!({});
+        let call = || GuardedCall::new("e1", "weather.get", &requirements, &input);
+        guard
+            .admit_call(call())
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        let stalled = server.stall();
+        let asked = Instant::now();
+        let message = refused_message(guard.admit_call(call()).await);
+        let took = asked.elapsed();
+        drop(stalled);
+        assert_eq!(
+            message,
+            "weather.get: the call was refused because the rate-limit store is unavailable \
+             (the host cannot count calls of this tool now); try again later"
+        );
+        // The 5 s call deadline, with room for a loaded machine.
+        assert!(took < Duration::from_secs(9), "{took:?}");
     }
 }
