@@ -18,12 +18,22 @@
 //!   kept-alive connection), a body within [`ServeOptions::body_timeout`] per frame, bodies are
 //!   at most [`FrontDoor::max_body_bytes`] (`413`), and at most
 //!   [`ServeOptions::max_connections`] connections are open at once ([`ConnectionSlots`]: when
-//!   all are taken, the oldest connection without a request in progress makes room, so
-//!   half-sent heads cannot lock anyone out).
+//!   all are taken, the oldest connection without a request in progress makes room, a
+//!   half-sent head before an idle kept-alive one, so half-sent heads cannot lock anyone out).
+//! - **Descriptors** ([`raise_open_files_limit`], [`connection_cap`]): every server raises its
+//!   soft `RLIMIT_NOFILE` to the hard limit at start, and takes no more connections than it
+//!   can open while keeping room for its files, database connections and child processes.
+//! - **Long requests** (feature `server`, [`long_requests`]): event streams and long polls,
+//!   at most [`ServeOptions::max_long_requests_per_caller`] per caller, and never the last
+//!   quarter of the connection slots, kept for short requests (`429`).
+//! - **Exposure** ([`check_exposure`]): no server listens beyond loopback without a bearer
+//!   token; one rule, one message.
 //! - **One error shape** ([`Refusal`]): `{"error": {"code", "message"}}` with
-//!   `UNAUTHORIZED`, `FORBIDDEN`, `PAYLOAD_TOO_LARGE`, `BAD_REQUEST`.
+//!   `UNAUTHORIZED`, `FORBIDDEN`, `PAYLOAD_TOO_LARGE`, `BAD_REQUEST`, `TOO_MANY_REQUESTS`.
 
 mod allowlist;
+mod descriptors;
+mod exposure;
 mod refusal;
 mod slots;
 mod token;
@@ -31,14 +41,22 @@ mod token;
 #[cfg(feature = "server")]
 mod layer;
 #[cfg(feature = "server")]
+mod long;
+#[cfg(feature = "server")]
 mod serve;
 
 pub use allowlist::{AllowlistError, Hosts, Origins};
+#[cfg(unix)]
+pub use descriptors::raise_open_files_limit;
+pub use descriptors::{connection_cap, open_files_limit, OpenFiles};
+pub use exposure::{check_exposure, Exposed};
 pub use refusal::Refusal;
 pub use slots::{Busy, ConnectionSlots, Evict, Full, Slot};
 pub use token::{bearer, same_secret};
 
 #[cfg(feature = "server")]
 pub use layer::{refusal_response, Caller, FrontDoor, TokenCheck};
+#[cfg(feature = "server")]
+pub use long::{long_requests, CallerKey, DEFAULT_MAX_LONG_REQUESTS_PER_CALLER};
 #[cfg(feature = "server")]
 pub use serve::{serve, ServeOptions, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS};

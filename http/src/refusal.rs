@@ -3,9 +3,10 @@
 /// A request refused before it reached the service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
-    /// The HTTP status: 400, 401, 403 or 413.
+    /// The HTTP status: 400, 401, 403, 413 or 429.
     pub status: u16,
-    /// `BAD_REQUEST`, `UNAUTHORIZED`, `FORBIDDEN` or `PAYLOAD_TOO_LARGE`.
+    /// `BAD_REQUEST`, `UNAUTHORIZED`, `FORBIDDEN`, `PAYLOAD_TOO_LARGE` or
+    /// `TOO_MANY_REQUESTS`.
     pub code: &'static str,
     /// What is wrong and what to do, for a person.
     pub message: String,
@@ -45,6 +46,15 @@ impl Refusal {
             status: 413,
             code: "PAYLOAD_TOO_LARGE",
             message: format!("the request body is over {max_bytes} bytes"),
+        }
+    }
+
+    /// `429 TOO_MANY_REQUESTS`: the caller holds as many long requests as it may.
+    pub fn too_many(message: impl Into<String>) -> Refusal {
+        Refusal {
+            status: 429,
+            code: "TOO_MANY_REQUESTS",
+            message: message.into(),
         }
     }
 

@@ -1,6 +1,10 @@
-//! The connection loop of the door: at most so many connections (the oldest idle one making
-//! room for a newcomer, see [`ConnectionSlots`]), a request head within its time (which is also
-//! the idle time of a kept-alive connection), upgrades allowed, and a prompt, bounded shutdown.
+//! The connection loop of the door: at most so many connections, never more than the process
+//! can open ([`connection_cap`]), the oldest idle one making room for a newcomer (see
+//! [`ConnectionSlots`]), long requests kept off the slots short ones need ([`long_requests`]),
+//! a request head within its time (which is also the idle time of a kept-alive connection),
+//! upgrades allowed, and a prompt, bounded shutdown.
+//!
+//! [`long_requests`]: crate::long_requests
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -19,13 +23,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
+use crate::descriptors::{connection_cap, open_files_limit};
+use crate::long::{LongRequests, DEFAULT_MAX_LONG_REQUESTS_PER_CALLER};
 use crate::slots::{Busy, ConnectionSlots, Slot};
 
 /// The default [`ServeOptions::header_timeout`]: 10 s.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The default [`ServeOptions::max_connections`]: 512, well under the usual 1,024 file
-/// descriptors of a process.
+/// descriptors of a process (and never more than [`connection_cap`] allows).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// The largest request head read (a longer one gets `431`); also the connection's read
@@ -40,11 +46,19 @@ pub struct ServeOptions {
     /// kept-alive connection, holds nothing longer). Default [`DEFAULT_HEADER_TIMEOUT`].
     pub header_timeout: Duration,
     /// At most this many connections are open at once, so the process keeps descriptors to
-    /// answer with. One more evicts the connection that has waited longest without a request
-    /// in progress (a half-sent head, an idle keep-alive); when every connection carries a
-    /// request, the newcomer is closed as soon as it is accepted (and logged). Default
-    /// [`DEFAULT_MAX_CONNECTIONS`].
+    /// answer with; fewer when the open-files limit is lower ([`connection_cap`] of the soft
+    /// `RLIMIT_NOFILE` when [`serve`] starts: raise it first with
+    /// [`raise_open_files_limit`](crate::raise_open_files_limit)). One more evicts the
+    /// connection that has waited longest without a request in progress (a half-sent head
+    /// first, else an idle keep-alive); when every connection carries a request, the newcomer
+    /// is closed as soon as it is accepted (and logged). Default [`DEFAULT_MAX_CONNECTIONS`].
     pub max_connections: usize,
+    /// At most this many long requests (routes marked with
+    /// [`long_requests`](crate::long_requests): event streams, long polls) of one caller at
+    /// once; and whatever the callers, long requests never hold the last quarter of the
+    /// connections, kept for short requests. Past either, `429 TOO_MANY_REQUESTS`. Default
+    /// [`DEFAULT_MAX_LONG_REQUESTS_PER_CALLER`].
+    pub max_long_requests_per_caller: usize,
     /// On shutdown, connections get this long to finish their requests before they are
     /// dropped (long polls and event streams end then). Default 1 s.
     pub shutdown_grace: Duration,
@@ -55,6 +69,7 @@ impl Default for ServeOptions {
         ServeOptions {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_long_requests_per_caller: DEFAULT_MAX_LONG_REQUESTS_PER_CALLER,
             shutdown_grace: Duration::from_secs(1),
         }
     }
@@ -68,7 +83,24 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let slots = ConnectionSlots::new(options.max_connections);
+    let open_files = open_files_limit();
+    let max_connections = connection_cap(options.max_connections, open_files);
+    if max_connections < options.max_connections {
+        tracing::warn!(
+            asked = options.max_connections,
+            open_files = open_files.unwrap_or_default(),
+            "taking at most {max_connections} connections at once: the process may open only \
+             {} files, and keeps the rest for its own (raise `ulimit -n` to take more)",
+            open_files.unwrap_or_default()
+        );
+    }
+    let slots = ConnectionSlots::new(max_connections);
+    let long = LongRequests::new(options.max_long_requests_per_caller, max_connections);
+    tracing::debug!(
+        max_connections,
+        long_requests = long.total(),
+        "serving connections"
+    );
     let connections = TaskTracker::new();
     let mut refused_logged = false;
     loop {
@@ -106,6 +138,7 @@ pub async fn serve(
         let service = TowerToHyperService::new(Requests {
             router: router.clone(),
             slot: slot.clone(),
+            long: long.clone(),
         });
         let shutdown = shutdown.clone();
         let header_timeout = options.header_timeout;
@@ -148,11 +181,12 @@ pub async fn serve(
 }
 
 /// The router, for one connection: every request marks the connection busy (never evicted)
-/// until its response body has been sent or dropped.
+/// until its response body has been sent or dropped, and carries the server's long requests.
 #[derive(Clone)]
 struct Requests {
     router: Router,
     slot: Arc<Slot>,
+    long: LongRequests,
 }
 
 impl Service<hyper::Request<Incoming>> for Requests {
@@ -165,23 +199,34 @@ impl Service<hyper::Request<Incoming>> for Requests {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: hyper::Request<Incoming>) -> Self::Future {
-        let busy = self.slot.busy();
+    fn call(&mut self, mut request: hyper::Request<Incoming>) -> Self::Future {
+        let busy: Busy = self.slot.busy();
+        request.extensions_mut().insert(self.long.clone());
         let mut router = self.router.clone();
         Box::pin(async move {
             let response = router.call(request).await?;
-            Ok(response.map(|body| Body::new(WhileBusy { body, _busy: busy })))
+            Ok(response.map(|body| Body::new(Guarded::new(body, busy))))
         })
     }
 }
 
-/// A response body that keeps its connection busy until it is done.
-struct WhileBusy {
+/// A response body that holds `G` (a busy connection, a long request counted) until it is
+/// sent or dropped.
+pub(crate) struct Guarded<G> {
     body: Body,
-    _busy: Busy,
+    _guard: G,
 }
 
-impl http_body::Body for WhileBusy {
+impl<G> Guarded<G> {
+    pub(crate) fn new(body: Body, guard: G) -> Self {
+        Guarded {
+            body,
+            _guard: guard,
+        }
+    }
+}
+
+impl<G: Send + Unpin + 'static> http_body::Body for Guarded<G> {
     type Data = axum::body::Bytes;
     type Error = axum::Error;
 

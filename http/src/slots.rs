@@ -1,16 +1,20 @@
 //! Connection slots: at most so many connections at once, and when they are all taken, the one
-//! that has waited longest without a request in progress makes room for the newcomer.
+//! that has waited longest without a request in progress makes room for the newcomer: a
+//! connection that never sent a whole request head first, an idle kept-alive one only when
+//! there is none.
 //!
 //! Closing newcomers when the cap is reached would let anyone who holds the cap's worth of
 //! half-sent request heads (no token needed) lock everybody out, one head timeout after the
 //! other. Evicting the oldest idle connection instead means a real request, whose head arrives
 //! at once, is served unless connections are opened faster than it can send its head; only
-//! connections that carry a request in progress ([`Slot::busy`]) are never evicted.
+//! connections that carry a request in progress ([`Slot::busy`]) are never evicted. Half-sent
+//! heads go before kept-alive connections that have been served, so a flood of them takes
+//! nothing from the clients already served.
 //!
 //! Plain `std`: the runner's listener uses it without the `server` feature.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How a connection is told to close to make room: called once, at most, from the thread that
@@ -38,6 +42,8 @@ struct State {
 
 struct Entry {
     busy: Arc<AtomicUsize>,
+    /// Whether a whole request head has arrived on it ([`Slot::busy`] was called once).
+    served: Arc<AtomicBool>,
     evict: Evict,
 }
 
@@ -76,15 +82,19 @@ impl ConnectionSlots {
 
     /// Admits a new connection, which `evict` closes if it must make room later. When every
     /// slot is taken, the oldest connection without a request in progress is evicted (its
-    /// `evict` called, its slot given to this one); when all of them are busy, [`Full`].
+    /// `evict` called, its slot given to this one), one that was never served before one that
+    /// was; when all of them are busy, [`Full`].
     pub fn admit(&self, evict: Evict) -> Result<Slot, Full> {
         let mut state = self.lock();
         let mut made_room = false;
         if state.open.len() >= self.inner.max {
-            let idle = state
+            let idle = |e: &Entry| e.busy.load(Ordering::SeqCst) == 0;
+            let never_served = state
                 .open
                 .iter()
-                .find(|(_, e)| e.busy.load(Ordering::SeqCst) == 0)
+                .find(|(_, e)| idle(e) && !e.served.load(Ordering::SeqCst));
+            let idle = never_served
+                .or_else(|| state.open.iter().find(|(_, e)| idle(e)))
                 .map(|(id, _)| *id);
             let Some(id) = idle else {
                 return Err(Full {
@@ -100,10 +110,12 @@ impl ConnectionSlots {
         let id = state.next;
         state.next += 1;
         let busy = Arc::new(AtomicUsize::new(0));
+        let served = Arc::new(AtomicBool::new(false));
         state.open.insert(
             id,
             Entry {
                 busy: busy.clone(),
+                served: served.clone(),
                 evict,
             },
         );
@@ -111,6 +123,7 @@ impl ConnectionSlots {
             slots: self.clone(),
             id,
             busy,
+            served,
             made_room,
         })
     }
@@ -129,6 +142,7 @@ pub struct Slot {
     slots: ConnectionSlots,
     id: u64,
     busy: Arc<AtomicUsize>,
+    served: Arc<AtomicBool>,
     made_room: bool,
 }
 
@@ -139,8 +153,10 @@ impl Slot {
     }
 
     /// Marks a request in progress on this connection until the guard is dropped: a busy
-    /// connection is never evicted.
+    /// connection is never evicted, and once idle again it goes after every connection that
+    /// was never busy.
     pub fn busy(&self) -> Busy {
+        self.served.store(true, Ordering::SeqCst);
         self.busy.fetch_add(1, Ordering::SeqCst);
         Busy {
             busy: self.busy.clone(),
@@ -168,7 +184,6 @@ impl Drop for Busy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
 
     fn flag() -> (Arc<AtomicBool>, Evict) {
         let flag = Arc::new(AtomicBool::new(false));
@@ -204,6 +219,35 @@ mod tests {
         assert!(slots.admit(evict_fifth).is_ok());
         assert!(first.load(Ordering::SeqCst));
         drop(also);
+    }
+
+    #[test]
+    fn half_sent_heads_go_before_served_connections() {
+        let slots = ConnectionSlots::new(3);
+        let (served, evict_served) = flag();
+        let (half, evict_half) = flag();
+        let (later_half, evict_later_half) = flag();
+        let a = slots.admit(evict_served).unwrap();
+        drop(a.busy());
+        let _b = slots.admit(evict_half).unwrap();
+        let _c = slots.admit(evict_later_half).unwrap();
+        // The oldest connection was served and is idle now: the oldest half-sent head goes.
+        let (_, evict) = flag();
+        let _d = slots.admit(evict).unwrap();
+        assert!(half.load(Ordering::SeqCst));
+        assert!(!served.load(Ordering::SeqCst));
+        let (_, evict) = flag();
+        let _e = slots.admit(evict).unwrap();
+        assert!(later_half.load(Ordering::SeqCst));
+        // Every other connection is a half-sent head, newer than the served one: those first.
+        assert!(!served.load(Ordering::SeqCst));
+        let (_, evict) = flag();
+        let _f = slots.admit(evict).unwrap();
+        assert!(!served.load(Ordering::SeqCst));
+        let (_, evict) = flag();
+        let _g = slots.admit(evict).unwrap();
+        assert!(!served.load(Ordering::SeqCst));
+        drop(a);
     }
 
     #[test]
