@@ -164,13 +164,14 @@ struct Inner {
     /// Bumped whenever notifications may have been missed (the listening connection was
     /// lost): waiters on executions of other replicas read the store again.
     changed: watch::Sender<u64>,
-    /// Stops the task that hears the other replicas (shared stores only).
-    signals_task: Option<tokio::task::AbortHandle>,
+    /// Stops the task that hears the other replicas (shared stores only): set once the
+    /// manager exists, since the task reaches it through a weak reference.
+    signals_task: std::sync::OnceLock<tokio::task::AbortHandle>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(task) = &self.signals_task {
+        if let Some(task) = self.signals_task.get() {
             task.abort();
         }
     }
@@ -224,26 +225,29 @@ impl CapabilityManager {
     ) -> CapabilityManager {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         let signals = store.signals();
-        let manager = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
-            let signals_task = signals.map(|signals| {
-                let task = replicas::hear_replicas(weak.clone(), signals);
-                match tokio::runtime::Handle::try_current() {
-                    Ok(runtime) => runtime.spawn(task).abort_handle(),
-                    Err(_) => store.spawn(task).abort_handle(),
-                }
-            });
-            Inner {
-                registry: RwLock::new(Arc::new(registry)),
-                store: Arc::new(store),
-                executor,
-                options,
-                live: Mutex::new(HashMap::new()),
-                events,
-                changed: watch::channel(0).0,
-                signals_task,
-            }
-        });
-        CapabilityManager(manager)
+        let manager = CapabilityManager(Arc::new(Inner {
+            registry: RwLock::new(Arc::new(registry)),
+            store: Arc::new(store),
+            executor,
+            options,
+            live: Mutex::new(HashMap::new()),
+            events,
+            changed: watch::channel(0).0,
+            signals_task: std::sync::OnceLock::new(),
+        }));
+        // Started only now that the manager exists: a task started while it was being built
+        // (inside `Arc::new_cyclic`) could hear a notification first, find no manager behind
+        // its weak reference, take it for gone, and end, leaving this replica deaf for good
+        // (no stop asked by another replica ever reached it).
+        if let Some(signals) = signals {
+            let task = replicas::hear_replicas(Arc::downgrade(&manager.0), signals);
+            let task = match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => runtime.spawn(task),
+                Err(_) => manager.0.store.spawn(task),
+            };
+            let _ = manager.0.signals_task.set(task.abort_handle());
+        }
+        manager
     }
 
     pub(super) fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {

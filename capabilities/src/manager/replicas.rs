@@ -53,8 +53,12 @@ pub(super) async fn hear_replicas(
                     manager.emit(ExecutionEventKind::Resumed, &record, status, error);
                 }
             }
+            // Heard again every second while the stop is pending (the store reads the table,
+            // so that a lost notification is made up for): once is enough. One not (yet)
+            // live here, such as one this replica is resuming, is stopped at the next one.
             StoreSignal::Stop(id) => {
-                if manager.live().contains_key(&id) {
+                let stopping = manager.live().get(&id).map(|l| l.stop_requested);
+                if stopping == Some(false) {
                     tokio::spawn(async move {
                         tracing::info!(execution = %id, "stopping it: another replica asked");
                         if let Err(e) = manager.stop(&id).await {

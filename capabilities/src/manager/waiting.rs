@@ -22,7 +22,7 @@ impl CapabilityManager {
         // process's on a SQLite file, which sends none: every 50 ms.
         let mut events = self.0.events.subscribe();
         let mut resyncs = self.0.changed.subscribe();
-        let pause = if self.0.signals_task.is_some() {
+        let pause = if self.0.signals_task.get().is_some() {
             Duration::from_secs(2)
         } else {
             Duration::from_millis(50)
