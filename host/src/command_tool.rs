@@ -9,6 +9,9 @@
 //! # One call
 //!
 //! Each call spawns `command args...` as a new process (in its own process group on Unix).
+//! A bare `command` is the program [`program::search_path`](crate::program::search_path)
+//! finds on the tool's own `PATH` (its `env`), else on the host's: empty and relative
+//! entries of `PATH` are ignored, never read as the current folder.
 //!
 //! **Environment**: the host's environment, plus `EXECBOX_TOOL` (`provider.tool`, the
 //! original tool name) and `EXECBOX_EXECUTION_ID`, then the tool's `env` (which wins).
@@ -80,6 +83,7 @@ use crate::json::{
     drop_value, parse_json, truncate, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
 };
 use crate::process_output::{escape_controls, read_capped, signal_name, signal_of, Keep};
+use crate::program;
 use crate::supervisor;
 use crate::tool::{BoxFuture, ToolContext, ToolError, ToolHandler};
 
@@ -226,6 +230,30 @@ enum Stop {
     TimedOut,
 }
 
+/// The program to start for `spec`: its command when that names a folder, else the one found
+/// on the tool's own `PATH` (the last `PATH` of its `env`), else on the host's.
+fn program_of(spec: &Spec) -> Result<PathBuf, String> {
+    if spec.command.components().count() > 1 || spec.command.is_absolute() {
+        return Ok(spec.command.clone());
+    }
+    let path = spec
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_default();
+    program::search_path(spec.command.as_os_str(), &path).map_err(|e| match e.skipped {
+        Some(why) => format!("found on PATH, but {why}"),
+        None => format!(
+            "not found on PATH ({}{})",
+            path.to_string_lossy(),
+            e.ignored_note()
+        ),
+    })
+}
+
 async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolError> {
     if ctx.cancel.is_cancelled() {
         return Err(ToolError::cancelled());
@@ -236,7 +264,11 @@ async fn run(spec: &Spec, input: Value, ctx: ToolContext) -> Result<Value, ToolE
     drop_value(input);
     request.push(b'\n');
 
-    let mut command = tokio::process::Command::new(&spec.command);
+    let program = program_of(spec)
+        .map_err(|why| ToolError::tool(format!("cannot run {}: {why}", spec.command.display())))?;
+    let mut command = tokio::process::Command::new(&program);
+    #[cfg(unix)]
+    command.arg0(&spec.command);
     command
         .args(&spec.args)
         .env("EXECBOX_TOOL", &label)
@@ -487,6 +519,42 @@ fn stderr_tail(stderr: &str, already_cut: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_bare_command_never_runs_from_the_current_folder() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("execbox-planted-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let planted = dir.join("planted");
+        std::fs::write(&planted, "#!/bin/sh\necho '\"planted\"'\n").unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // POSIX reads an empty entry, and `.`, as the folder the command runs in.
+        for path in ["", ".", "/nonexistent:", "::"] {
+            let tool = CommandTool::new("t", "x", "planted")
+                .current_dir(&dir)
+                .env("PATH", path);
+            let e = tool
+                .call(Value::Null, ToolContext::new("e1"))
+                .await
+                .expect_err("a program of the current folder ran");
+            assert_eq!(
+                e.message,
+                format!(
+                    "cannot run planted: not found on PATH ({path}; empty and relative entries \
+                     of PATH are not searched)"
+                ),
+                "PATH={path:?}"
+            );
+        }
+        // Named by its path, it runs.
+        let tool = CommandTool::new("t", "x", &planted);
+        let out = tool.call(Value::Null, ToolContext::new("e1")).await;
+        assert_eq!(out, Ok(Value::from("planted")));
+        // A bare name found on an absolute entry runs, its PATH the tool's own.
+        let tool = CommandTool::new("t", "x", "planted").env("PATH", dir.as_os_str());
+        let out = tool.call(Value::Null, ToolContext::new("e1")).await;
+        assert_eq!(out, Ok(Value::from("planted")));
+    }
 
     #[test]
     fn failure_messages_give_the_status_and_the_last_lines_of_stderr() {

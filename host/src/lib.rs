@@ -58,6 +58,7 @@ mod names;
 mod notes;
 mod pool;
 pub mod process_output;
+pub mod program;
 mod prompt;
 mod requirements;
 mod runner_process;

@@ -1,7 +1,7 @@
 //! Runner child processes over stdio, and the executor that spawns one per execution.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 
 use execbox_protocol::{ErrorCode, LineFramer, Message, DEFAULT_MAX_MESSAGE_BYTES};
@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::connection::{Connection, RunnerEvent, SessionTimings, Terminate};
 use crate::executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor};
+use crate::program;
 
 /// How to start a runner process.
 #[derive(Debug, Clone)]
@@ -68,13 +69,13 @@ impl RunnerCommand {
             .map(|dir| dir.join(&name))
             .collect();
         for candidate in &beside {
-            if is_executable(candidate) {
+            if program::is_executable(candidate) {
                 return Ok(RunnerCommand::new(candidate));
             }
         }
-        match search_path(Path::new(&name)) {
-            Some(found) => Ok(RunnerCommand::new(found)),
-            None => Err(RunnerNotFound::Missing {
+        match program::search_own_path(std::ffi::OsStr::new(&name)) {
+            Ok(found) => Ok(RunnerCommand::new(found)),
+            Err(_) => Err(RunnerNotFound::Missing {
                 looked_beside: beside.first().cloned(),
             }),
         }
@@ -87,11 +88,14 @@ impl RunnerCommand {
             return match std::fs::metadata(&self.program) {
                 Err(e) => Err(e.to_string()),
                 Ok(meta) if !meta.is_file() => Err("not a file".into()),
-                Ok(_) if !is_executable(&self.program) => Err("not executable".into()),
+                Ok(_) if !program::is_executable(&self.program) => Err("not executable".into()),
                 Ok(_) => Ok(self.program.clone()),
             };
         }
-        search_path(&self.program).ok_or_else(|| "not found on PATH".into())
+        program::search_own_path(self.program.as_os_str()).map_err(|e| match e.skipped {
+            Some(why) => format!("found on PATH, but {why}"),
+            None => format!("not found on PATH{}", e.ignored_note()),
+        })
     }
 
     /// Spawns the runner and connects to its stdio. The child is killed when the connection
@@ -360,27 +364,6 @@ impl RunnerCommand {
                 why,
             }),
         }
-    }
-}
-
-/// `name` in the first `PATH` folder holding an executable file of that name.
-fn search_path(name: &Path) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-/// A regular file the current user may execute.
-fn is_executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        std::fs::metadata(path).is_ok_and(|m| m.is_file())
     }
 }
 

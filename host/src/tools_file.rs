@@ -59,6 +59,7 @@ use serde_saphyr::Spanned;
 
 use crate::command_tool::{CommandTool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use crate::names::check_provider_name;
+use crate::program;
 use crate::requirements::{check_permission, parse_window, RateLimit};
 use crate::tool::{Provider, Tool};
 use crate::yaml::{self, Position, YamlError};
@@ -365,79 +366,29 @@ pub fn resolve_command(command: &str, base_dir: &Path) -> PathBuf {
 }
 
 /// Whether `command` (resolved by [`resolve_command`]) can be run: a path must be an
-/// executable file; a bare name must be one in a directory of `PATH` (`path_env`, else this
-/// process's), as `execvp` finds it.
+/// executable file; a bare name must be one in a folder of `PATH` (`path_env`, else this
+/// process's), found by [`program::search_path`] as when it runs (empty and relative entries
+/// of `PATH` are ignored).
 pub fn check_command(command: &Path, path_env: Option<&str>) -> Result<(), String> {
     if command.components().count() > 1 || command.is_absolute() {
-        return check_executable(command).map_err(|why| format!("command {}", why));
+        return program::check_executable(command).map_err(|why| format!("command {}", why));
     }
     let search = match path_env {
         Some(p) => OsString::from(p),
         None => std::env::var_os("PATH").unwrap_or_default(),
     };
-    let mut found_not_executable = None;
-    for dir in std::env::split_paths(&search) {
-        let dir = if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        };
-        let candidate = dir.join(command);
-        match check_executable(&candidate) {
-            Ok(()) => return Ok(()),
-            Err(why) if candidate.exists() => {
-                found_not_executable.get_or_insert(why);
-            }
-            Err(_) => {}
-        }
+    match program::search_path(command.as_os_str(), &search) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(match &e.skipped {
+            Some(why) => format!("command `{}` found on PATH, but {why}", command.display()),
+            None => format!(
+                "command `{}` is not found on PATH ({}{})",
+                command.display(),
+                search.to_string_lossy(),
+                e.ignored_note()
+            ),
+        }),
     }
-    Err(match found_not_executable {
-        Some(why) => format!("command `{}` found on PATH, but {why}", command.display()),
-        None => format!(
-            "command `{}` is not found on PATH ({})",
-            command.display(),
-            search.to_string_lossy()
-        ),
-    })
-}
-
-/// `Ok` when `path` is a file this process may execute; else why not, naming it.
-fn check_executable(path: &Path) -> Result<(), String> {
-    let shown = path.display();
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(format!("{shown} does not exist"));
-        }
-        Err(e) => return Err(format!("{shown} cannot be inspected: {e}")),
-    };
-    if meta.is_dir() {
-        return Err(format!("{shown} is a directory, not a program"));
-    }
-    if !may_execute(path) {
-        return Err(format!(
-            "{shown} is not executable (make it so with `chmod +x`, or run it through its \
-             interpreter: `command: python3` with `args: [{shown}]`)"
-        ));
-    }
-    Ok(())
-}
-
-#[cfg(unix)]
-#[allow(unsafe_code)]
-fn may_execute(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c_path` is a NUL-terminated string that outlives the call; access(2) only reads
-    // it, and answers for this process's real ids, as exec would check them.
-    unsafe { libc::access(c_path.as_ptr(), libc::X_OK) == 0 }
-}
-
-#[cfg(not(unix))]
-fn may_execute(path: &Path) -> bool {
-    path.is_file()
 }
 
 #[derive(Deserialize)]
@@ -727,5 +678,21 @@ providers:
         assert_eq!(e, "command /no/such/tool does not exist");
         let e = check_command(Path::new("/"), None).unwrap_err();
         assert_eq!(e, "command / is a directory, not a program");
+    }
+
+    #[test]
+    fn a_bare_command_is_not_looked_for_in_empty_or_relative_path_entries() {
+        // The test runs in the crate's folder, whose `src` is a folder: an empty entry read as
+        // the current folder would find it (and say it is not a program).
+        for path in ["", ":", "/nonexistent:", "."] {
+            let e = check_command(Path::new("src"), Some(path)).unwrap_err();
+            assert_eq!(
+                e,
+                format!(
+                    "command `src` is not found on PATH ({path}; empty and relative entries of \
+                     PATH are not searched)"
+                )
+            );
+        }
     }
 }

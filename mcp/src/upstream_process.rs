@@ -1,8 +1,9 @@
 //! Stdio upstream servers as child processes: found on `PATH` as a shell would, in their own
 //! supervised process group (killed when we stop), stderr relayed to ours, stdout filtered to JSON-RPC.
 //!
-//! A bare command name is looked up on the `PATH` the server's `env` gives, else ours; when
-//! it is not there, on the `PATH` of the user's login shell (`$SHELL -l`), which is what a
+//! A bare command name is looked up ([`execbox_host::program::search_path`]: empty and
+//! relative entries of `PATH` are ignored) on the `PATH` the server's `env` gives, else ours;
+//! when it is not there, on the `PATH` of the user's login shell (`$SHELL -l`), which is what a
 //! terminal would have found, and which the server then runs with (an MCP client started
 //! from a desktop often has a much shorter `PATH` than the user's terminal: `npx` and the
 //! `node` it needs are typically missing from it).
@@ -11,10 +12,12 @@
 //! reported (an MCP server must log to stderr), so a chatty or broken server gets a clear
 //! message naming it instead of a silent hang.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use execbox_host::program;
 use execbox_host::supervisor::{self, ProcessGroup};
 use std::time::Duration;
 
@@ -256,7 +259,7 @@ async fn resolve(
             Some(cwd) if Path::new(command).is_relative() => cwd.join(command),
             _ => PathBuf::from(command),
         };
-        return if is_executable(&path) {
+        return if program::is_executable(&path) {
             Ok((path, None))
         } else if path.exists() {
             Err(format!("{} is not an executable file", path.display()))
@@ -273,12 +276,12 @@ async fn resolve(
         .clone()
         .or_else(|| std::env::var("PATH").ok())
         .unwrap_or_default();
-    if let Some(found) = search(command, &ours) {
+    if let Ok(found) = program::search_path(OsStr::new(command), OsStr::new(&ours)) {
         return Ok((found, None));
     }
     if given_path.is_none() {
         if let Some(login) = login_shell_path().await {
-            if let Some(found) = search(command, &login) {
+            if let Ok(found) = program::search_path(OsStr::new(command), OsStr::new(&login)) {
                 return Ok((found, Some(login)));
             }
         }
@@ -291,27 +294,6 @@ async fn resolve(
             " nor on your login shell's PATH"
         }
     ))
-}
-
-fn search(command: &str, path: &str) -> Option<PathBuf> {
-    std::env::split_paths(path)
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .map(|dir| dir.join(command))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(path)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    }
-    #[cfg(not(unix))]
-    {
-        path.is_file()
-    }
 }
 
 /// The `PATH` of the user's login shell (`$SHELL -l`), asked once; `None` when there is no
