@@ -33,14 +33,15 @@ mod store;
 pub use config::{DEFAULT_CAPABILITY_TIMEOUT_MS, MAX_CAPABILITY_TIMEOUT_MS};
 pub use external_executor::{MAX_EXECUTOR_STDERR_BYTES, MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE};
 pub use manager::{
-    CapabilityManager, Decision, ManagerOptions, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LIVE,
-    DEFAULT_MAX_LIVE_PER_PRINCIPAL, DEFAULT_MAX_LIVE_PER_TREE, EVENT_CAPACITY,
+    CallRef, CapabilityManager, Decision, ManagerOptions, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LIVE,
+    DEFAULT_MAX_LIVE_PER_PRINCIPAL, DEFAULT_MAX_LIVE_PER_TREE, DEFAULT_PAUSE_EXPIRY,
+    EVENT_CAPACITY, MAX_PAUSED_BYTES_PER_PRINCIPAL, MAX_PAUSED_PER_PRINCIPAL,
 };
 pub use programs::{PausedProgram, ProgramToolSet, ProgramTools, PROGRAM_TYPE};
 pub use records::{
-    CapabilityError, CapabilityErrorCode, ExecutionEvent, ExecutionEventKind, ExecutionFilter,
-    ExecutionOutcome, ExecutionRecord, ExecutionStatus, PendingApproval, StartRequest,
-    StatusChange,
+    CapabilityError, CapabilityErrorCode, DecisionRecord, ExecutionEvent, ExecutionEventKind,
+    ExecutionFilter, ExecutionOutcome, ExecutionRecord, ExecutionStatus, PendingApproval,
+    StartRequest, StatusChange,
 };
 pub use registry::{CapabilityInfo, ConfigIssue, ExecutorInfo, Registry, RegistryRoots, Source};
 #[cfg(feature = "serve")]

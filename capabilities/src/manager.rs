@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use execbox_host::Executor;
 use execbox_policy::{AuditEvent, Enforcement, Policy, Principal};
@@ -29,7 +30,10 @@ mod running;
 mod stopping;
 mod waiting;
 
-pub use approvals::Decision;
+pub use approvals::{
+    DEFAULT_PAUSE_EXPIRY, MAX_PAUSED_BYTES_PER_PRINCIPAL, MAX_PAUSED_PER_PRINCIPAL,
+};
+pub use execbox_host::{CallRef, Decision};
 pub(crate) use running::{ProgramRun, Run};
 
 /// The default bound on nested capabilities (a top-level execution is depth 1).
@@ -93,6 +97,10 @@ pub struct ManagerOptions {
     /// `execbox mcp`, see [`CapabilityManager::pause_program`]) when they are approved; a
     /// manager without it refuses to approve them, and they stay paused.
     pub programs: Option<Arc<dyn ProgramTools>>,
+    /// How long an execution may wait for a decision: past it, its call is denied with
+    /// reason `expired` ([`CapabilityManager::expire_paused`]). Default
+    /// [`DEFAULT_PAUSE_EXPIRY`] (7 days).
+    pub pause_expiry: Duration,
 }
 
 impl std::fmt::Debug for ManagerOptions {
@@ -106,6 +114,7 @@ impl std::fmt::Debug for ManagerOptions {
             .field("enforcement", &self.enforcement)
             .field("nested_executor", &self.nested_executor.is_some())
             .field("programs", &self.programs.is_some())
+            .field("pause_expiry", &self.pause_expiry)
             .finish()
     }
 }
@@ -121,6 +130,7 @@ impl Default for ManagerOptions {
             enforcement: Enforcement::unrestricted(),
             nested_executor: None,
             programs: None,
+            pause_expiry: DEFAULT_PAUSE_EXPIRY,
         }
     }
 }

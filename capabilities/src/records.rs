@@ -148,6 +148,11 @@ pub enum CapabilityErrorCode {
     /// running, was already approved, denied or stopped, or ended). Get the execution to see
     /// its status; there is nothing to approve.
     NotAwaitingApproval,
+    /// A decision named another call than the one the execution waits on now (an approver
+    /// was shown an earlier call, since decided, and the program went on to pause at a later
+    /// one), or gave an input digest that is not the waiting call's. Nothing was decided:
+    /// get the execution again and decide the call it shows.
+    DecisionMismatch,
 }
 
 impl CapabilityErrorCode {
@@ -169,6 +174,7 @@ impl CapabilityErrorCode {
             CapabilityErrorCode::ApprovalDenied => "APPROVAL_DENIED",
             CapabilityErrorCode::ReplayDiverged => "REPLAY_DIVERGED",
             CapabilityErrorCode::NotAwaitingApproval => "NOT_AWAITING_APPROVAL",
+            CapabilityErrorCode::DecisionMismatch => "DECISION_MISMATCH",
         }
     }
 
@@ -191,6 +197,7 @@ impl CapabilityErrorCode {
             ApprovalDenied,
             ReplayDiverged,
             NotAwaitingApproval,
+            DecisionMismatch,
         ]
         .into_iter()
         .find(|c| c.as_str() == s)
@@ -319,6 +326,33 @@ pub struct ExecutionRecord {
     /// The tool call it waits on: present exactly while the status is `awaiting_approval`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_approval: Option<PendingApproval>,
+    /// The decisions taken on its calls, oldest first: what a retried decision is answered
+    /// from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<DecisionRecord>,
+}
+
+/// A decision taken on a call of a paused execution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord {
+    /// The call's number, from 1.
+    pub call: u32,
+    /// `provider.tool`.
+    pub tool: String,
+    /// The SHA-256 of its input over canonical JSON.
+    pub input_sha256: String,
+    /// Approved (`true`) or denied.
+    pub approved: bool,
+    /// The approver's principal, if any; `expiry` for a call denied because it waited past
+    /// the pause expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// A denial's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When, Unix milliseconds.
+    pub at_ms: u64,
 }
 
 /// The call a paused execution waits on, as the approver sees it.
@@ -329,14 +363,28 @@ pub struct PendingApproval {
     pub tool: String,
     /// The call's input (validated against the tool's schema).
     pub input: Value,
-    /// The call's position in the execution's ledger, from 1.
+    /// The call's position in the execution's ledger, from 1: what a decision names.
     pub call: u32,
+    /// The SHA-256 of its input over canonical JSON, in lowercase hex: a decision may name
+    /// it too (`inputSha256`), to be sure it decides the input it was shown.
+    #[serde(default)]
+    pub input_sha256: String,
     /// The permission an approver must hold.
     pub permission: String,
     /// Whether the principal that started the execution may approve it.
     pub self_approval: bool,
     /// When it paused, Unix milliseconds.
     pub since_ms: u64,
+}
+
+impl PendingApproval {
+    /// As stored: one paused before the input digest was recorded gets it now.
+    pub(crate) fn with_digest(mut self) -> PendingApproval {
+        if self.input_sha256.is_empty() {
+            self.input_sha256 = execbox_host::input_sha256(&self.input);
+        }
+        self
+    }
 }
 
 impl ExecutionRecord {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use execbox_capabilities::{
-    CapabilityManager, Decision, ExecutionFilter, ExecutionOutcome, ExecutionStore, ManagerOptions,
-    Registry, RegistryRoots, ReplicaOptions, StartRequest,
+    CallRef, CapabilityManager, Decision, ExecutionFilter, ExecutionOutcome, ExecutionStore,
+    ManagerOptions, Registry, RegistryRoots, ReplicaOptions, StartRequest,
 };
 use execbox_host::{Executor, PoolOptions, PooledExecutor, ProcessExecutor};
 use execbox_policy::StoreLocation;
@@ -313,16 +313,22 @@ pub fn executions(command: ExecutionsCommand) -> anyhow::Result<ExitCode> {
         }
         ExecutionsCommand::Approve {
             id,
+            call,
             json,
             mcp_config,
             mcp_tools,
             common,
-        } => decide(id, None, json, (mcp_config, mcp_tools), common),
-        ExecutionsCommand::Deny { id, reason, common } => {
+        } => decide(id, call, None, json, (mcp_config, mcp_tools), common),
+        ExecutionsCommand::Deny {
+            id,
+            call,
+            reason,
+            common,
+        } => {
             if reason.as_ref().is_some_and(|r| r.chars().count() > 2000) {
                 anyhow::bail!("--reason is longer than 2000 characters; say it shorter");
             }
-            decide(id, Some(reason), true, (None, None), common)
+            decide(id, call, Some(reason), true, (None, None), common)
         }
     }
 }
@@ -334,6 +340,7 @@ pub fn executions(command: ExecutionsCommand) -> anyhow::Result<ExitCode> {
 /// (`mcp`), which must be the ones it was served with.
 fn decide(
     id: String,
+    call: Option<u32>,
     deny: Option<Option<String>>,
     json: bool,
     mcp: (Option<PathBuf>, Option<PathBuf>),
@@ -360,7 +367,19 @@ fn decide(
                 reason: reason.clone(),
             },
         };
-        let record = match manager.decide(&id, decision, principal).await {
+        let named = match named_call(&manager, &id, call, &decision).await {
+            Ok(Some(named)) => named,
+            Ok(None) => {
+                manager.store().close().await;
+                eprintln!("execbox: nothing decided");
+                return Ok(ExitCode::from(1));
+            }
+            Err(e) => {
+                manager.store().close().await;
+                return Err(e);
+            }
+        };
+        let record = match manager.decide(&id, &named, decision, principal).await {
             Ok(record) => record,
             Err(e) => {
                 manager.store().close().await;
@@ -377,6 +396,70 @@ fn decide(
         wait_and_report(&manager, &id, &mut signals, json).await
     })
 }
+
+/// The call an approver decides: the one execution `id` waits on is shown on stderr (its
+/// number, tool and input, escaped, a long one by both ends, and its input's SHA-256); then
+/// `--call N` names it, or, on a terminal, the approver confirms that call (`Ok(None)`: they
+/// did not). Without a terminal and without `--call`, nothing is decided.
+async fn named_call(
+    manager: &CapabilityManager,
+    id: &str,
+    call: Option<u32>,
+    decision: &Decision,
+) -> anyhow::Result<Option<CallRef>> {
+    use std::io::IsTerminal as _;
+    let verb = if decision.approves() {
+        "approve"
+    } else {
+        "deny"
+    };
+    let record = match manager.get(id).await {
+        Ok(record) => record,
+        Err(e) => anyhow::bail!("{}: {}", e.code, e.message),
+    };
+    let Some(pending) = record.pending_approval.as_ref() else {
+        // Nothing waits: the decision is still sent, so that a retry of one taken is answered
+        // as the execution is, and anything else is refused with the status.
+        return Ok(call.map(CallRef::number).or(Some(CallRef::number(0))));
+    };
+    eprintln!(
+        "execbox: {id} waits on call {} of {}, with input (SHA-256 {}):\n{}",
+        pending.call,
+        pending.tool,
+        pending.input_sha256,
+        execbox_policy::shown_input(&pending.input, SHOWN_INPUT_CHARS)
+    );
+    if let Some(n) = call {
+        // Named by number only: the input shown above is the one the store holds for that
+        // number, and the store takes the execution only while that call waits.
+        return Ok(Some(CallRef::number(n)));
+    }
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        anyhow::bail!(
+            "name the call you {verb} with --call {n} (the call shown above): without a terminal \
+             to confirm it on, `execbox executions {verb}` decides only a call it is told; a \
+             call other than the one waiting when the decision arrives is refused",
+            n = pending.call
+        );
+    }
+    eprint!(
+        "execbox: {verb} call {} of {}? [y/N] ",
+        pending.call, pending.tool
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if !matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES") {
+        return Ok(None);
+    }
+    Ok(Some(CallRef {
+        call: pending.call,
+        input_sha256: Some(pending.input_sha256.clone()),
+    }))
+}
+
+/// How much of a call's input an approver is shown, in characters.
+const SHOWN_INPUT_CHARS: usize = 2000;
 
 /// Waits for execution `id` to end and reports it as `execbox run` does (the logs on stderr,
 /// the result on stdout); Ctrl-C or SIGTERM stops the execution (its executor's process group

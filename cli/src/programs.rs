@@ -8,17 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execbox_capabilities::{
-    CapabilityManager, ExecutionFilter, ExecutionStatus, ExecutionStore, ManagerOptions,
-    PausedProgram, ProgramToolSet, ProgramTools, Registry, RegistryRoots, ReplicaOptions,
+    CapabilityManager, ExecutionStore, ManagerOptions, PausedProgram, ProgramToolSet, ProgramTools,
+    Registry, RegistryRoots, ReplicaOptions,
 };
 use execbox_host::{BoxFuture, Executor, ToolsFile};
 use execbox_mcp::{DurablePauses, McpConfig, PausedExecution, UpstreamOptions, Upstreams};
 use execbox_policy::{Enforcement, Policy, StoreLocation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// At most this many `execute_code` programs of one principal wait for an operator at once.
-const MAX_WAITING_PER_PRINCIPAL: usize = 100;
 
 /// The front end a paused program records, and the name it runs under.
 const FRONT_END: &str = "mcp";
@@ -197,23 +194,8 @@ impl DurablePauses for StorePauses {
                 .manager()
                 .await
                 .map_err(|e| format!("the state database {} cannot be opened: {e}", inner.db))?;
-            // Bounded: a model told a program waits cannot fill the queue of approvers.
-            let waiting = manager
-                .list(&ExecutionFilter {
-                    status: Some(ExecutionStatus::AwaitingApproval),
-                    capability: Some(PROGRAM.to_string()),
-                    principal: paused.principal.clone(),
-                    limit: Some(MAX_WAITING_PER_PRINCIPAL as u32),
-                    ..ExecutionFilter::default()
-                })
-                .await
-                .map_err(|e| e.message)?;
-            if waiting.len() >= MAX_WAITING_PER_PRINCIPAL {
-                return Err(format!(
-                    "{MAX_WAITING_PER_PRINCIPAL} programs of this principal already wait for an \
-                     operator's approval; they must be decided (or stopped) before another can wait"
-                ));
-            }
+            // Bounded in the manager (count and ledger bytes per principal): a model told a
+            // program waits cannot fill the queue of approvers.
             let origin = serde_json::to_value(&inner.origin).unwrap_or(Value::Null);
             let record = manager
                 .pause_program(PausedProgram {

@@ -29,6 +29,8 @@ use serde_json::Value;
 
 use execbox_protocol::{ClockRun, ErrorBody, RawValue, Replay};
 
+use crate::paused::PausedCall;
+
 /// The record a durable execution is resumed from (stored as JSON).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -66,29 +68,6 @@ pub enum Answer {
     Result(Box<RawValue>),
     /// The error the program saw.
     Error(ErrorBody),
-}
-
-/// The call a durable execution paused at, waiting for approval.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct PausedCall {
-    /// Its number in the ledger, 0-based.
-    pub index: u32,
-    /// `provider.tool`, as the program called it.
-    pub tool: String,
-    /// Its input, validated against the tool's input schema.
-    pub input: Value,
-}
-
-impl PausedCall {
-    /// Call `index` (0-based) of `tool` (`provider.tool`) with `input`.
-    pub fn new(index: u32, tool: impl Into<String>, input: Value) -> PausedCall {
-        PausedCall {
-            index,
-            tool: tool.into(),
-            input,
-        }
-    }
 }
 
 /// The largest seed a JSON number carries exactly (2^53 - 1).
@@ -235,11 +214,7 @@ impl Recorder {
         if state.paused.is_some() {
             return false;
         }
-        state.paused = Some(PausedCall {
-            index,
-            tool: tool.to_owned(),
-            input: input.clone(),
-        });
+        state.paused = Some(PausedCall::new(index, tool, input.clone()));
         true
     }
 

@@ -56,6 +56,7 @@ pub mod json;
 mod ledger;
 mod names;
 mod notes;
+mod paused;
 mod pool;
 pub mod process_output;
 pub mod program;
@@ -84,8 +85,12 @@ pub use guard::{
 };
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
-pub use ledger::{Answer, Ledger, LedgerCall, PausedCall};
+pub use ledger::{Answer, Ledger, LedgerCall};
 pub use names::{assign_safe_names, check_provider_name, sanitize_tool_name};
+pub use paused::{
+    approval_denied, canonical_json, check_named, input_sha256, CallRef, Decided, Decision,
+    Mismatch, PausedCall, PausedProgram, APPROVAL_DENIED,
+};
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use prompt::model_prompt;
 pub use requirements::{

@@ -25,8 +25,8 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
 use tracing::Instrument as _;
 
-use execbox_host::{trace, Answer, ExecuteRequest, Executor, Ledger};
-use execbox_protocol::{ErrorBody, ErrorCode, RuntimeOptions};
+use execbox_host::{trace, Decision, ExecuteRequest, Executor, Ledger, PausedProgram};
+use execbox_protocol::RuntimeOptions;
 
 use execbox_policy::{ApprovalRequest, AuditEvent, Enforcement};
 
@@ -282,23 +282,20 @@ impl CodeModeServer {
                         .into();
                     }
                 }
-                let mut ledger = parked.ledger;
-                let approved = if approved {
-                    Some(parked.call.index)
-                } else {
-                    // Denied: the call never runs, and the program sees the refusal that an
-                    // approval asked during the call would have given it.
-                    if let Some(call) = ledger.calls.get_mut(parked.call.index as usize) {
-                        call.answer = Some(Answer::Error(ErrorBody {
-                            reason: Some("approval_denied".into()),
-                            ..ErrorBody::new(
-                                ErrorCode::ToolError,
-                                format!("{}: approval denied", parked.call.tool),
-                            )
-                        }));
-                    }
-                    None
+                // The one decision path: the form answered was asked for this very call.
+                let decision = match approved {
+                    true => Decision::Approve,
+                    false => Decision::Deny { reason: None },
                 };
+                let decided = PausedProgram::new(
+                    parked.execution_id.clone(),
+                    parked.principal.clone(),
+                    parked.call,
+                    parked.ledger,
+                    Vec::new(),
+                )
+                .decided(&decision);
+                let (ledger, approved) = (decided.ledger, decided.approved);
                 (parked.execution_id, Some((ledger, approved)))
             }
             None if in_rounds => (super::next_execution_id(), Some((Ledger::new(), None))),
@@ -694,6 +691,7 @@ impl ServerHandler for CodeModeServer {
 mod tests {
     use super::*;
     use execbox_host::ExecuteResult;
+    use execbox_protocol::ErrorCode;
 
     fn ok(raw: &str, logs: &[&str]) -> ExecuteResult {
         ExecuteResult {

@@ -292,12 +292,12 @@ impl Enforcement {
                 tool,
                 input.clone(),
             );
+            // A denial is the core's one refusal (`execbox_host::approval_denied`), as for a
+            // durable execution's call denied later.
             let refused = match self.approver.approve(request).await {
                 Approval::Approved => None,
-                Approval::Denied => Some(("approval denied".to_owned(), REASON_APPROVAL_DENIED)),
-                Approval::NotAsked(why) => {
-                    Some((format!("approval denied: {why}"), REASON_APPROVAL_DENIED))
-                }
+                Approval::Denied => Some(execbox_host::approval_denied(tool, None)),
+                Approval::NotAsked(why) => Some(execbox_host::approval_denied(tool, Some(&why))),
                 Approval::Unavailable if call.can_pause => {
                     // Nobody can answer now, and the execution can wait durably for someone
                     // who can: it pauses at this call, which does not run.
@@ -314,16 +314,13 @@ impl Enforcement {
                     self.record(&event).map_err(fatal)?;
                     return Err(GuardError::Pause);
                 }
-                Approval::Unavailable => {
-                    Some(("approval required".to_owned(), REASON_APPROVAL_REQUIRED))
-                }
+                Approval::Unavailable => Some(
+                    ToolError::tool(format!("{tool}: approval required"))
+                        .with_reason(REASON_APPROVAL_REQUIRED),
+                ),
             };
-            if let Some((why, reason)) = refused {
-                return Err(self.refuse(
-                    &call,
-                    AuditOutcome::ApprovalDenied,
-                    ToolError::tool(format!("{tool}: {why}")).with_reason(reason),
-                ));
+            if let Some(refusal) = refused {
+                return Err(self.refuse(&call, AuditOutcome::ApprovalDenied, refusal));
             }
         }
         let digest = match &self.audit {
@@ -418,8 +415,6 @@ const REASON_PERMISSION_DENIED: &str = "permission_denied";
 /// `error.reason` of a call refused by the tool's rate limit; `error.retryAfterMs` says when
 /// the same call may be admitted.
 const REASON_RATE_LIMITED: &str = "rate_limited";
-/// `error.reason` of a call someone refused to approve.
-const REASON_APPROVAL_DENIED: &str = "approval_denied";
 /// `error.reason` of a call that needs approval when nobody could be asked.
 const REASON_APPROVAL_REQUIRED: &str = "approval_required";
 

@@ -414,5 +414,6 @@ pub(super) fn starting_record(
         ended_ms: None,
         replica: None,
         pending_approval: None,
+        decisions: Vec::new(),
     }
 }

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use execbox_host::{Ledger, PausedCall};
+use execbox_host::{check_named, CallRef, Decision, Ledger, PausedCall};
 use execbox_policy::{
     shown_input, AuditEvent, AuditOutcome, Principal, DEFAULT_APPROVE_PERMISSION,
 };
@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::{starting_record, time_limit};
+use super::admission::{room_for, starting_record, time_limit};
 use super::{err, new_id, not_found, CapabilityManager, Live, ProgramRun, Run};
 use crate::config::{
     CapabilityConfig, CapabilityDef, ExecutorConfig, ExecutorDef, ExecutorKind,
@@ -24,28 +24,29 @@ use crate::config::{
 };
 use crate::programs::{PausedProgram, PROGRAM_TYPE};
 use crate::records::{
-    now_ms, CapabilityError, CapabilityErrorCode, ExecutionEventKind, ExecutionOutcome,
-    ExecutionRecord, ExecutionStatus, PendingApproval,
+    now_ms, CapabilityError, CapabilityErrorCode, DecisionRecord, ExecutionEventKind,
+    ExecutionOutcome, ExecutionRecord, ExecutionStatus, PendingApproval,
 };
 use crate::registry::{Capability, ExecutorEntry, Source};
 use crate::script_executor::Durability;
-use crate::store::MAX_LEDGER_BYTES;
+use crate::store::{Take, MAX_LEDGER_BYTES};
 
 /// How much of a call's input a denial's message shows.
 const SHOWN_INPUT_CHARS: usize = 300;
 
-/// An approver's answer to the call a paused execution waits on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// The call may run: the execution resumes.
-    Approve,
-    /// The call must not run: the execution fails with `APPROVAL_DENIED`, and this reason
-    /// (if given) in its message.
-    Deny {
-        /// Why, in the approver's words.
-        reason: Option<String>,
-    },
-}
+/// The most executions one principal may have waiting for approval at once.
+pub const MAX_PAUSED_PER_PRINCIPAL: u64 = 100;
+
+/// The most bytes of replay ledgers one principal's paused executions may keep: 64 MiB.
+pub const MAX_PAUSED_BYTES_PER_PRINCIPAL: u64 = 64 * 1024 * 1024;
+
+/// How long an execution may wait for a decision before it is denied with reason
+/// `expired` (by default; [`ManagerOptions::pause_expiry`](crate::ManagerOptions::pause_expiry)).
+pub const DEFAULT_PAUSE_EXPIRY: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// The `by` of a decision the pause expiry took, and its reason.
+const EXPIRY: &str = "expiry";
+const EXPIRED: &str = "expired";
 
 impl CapabilityManager {
     /// Records that the execution paused at `call`: its ledger and the call an approver must
@@ -75,11 +76,13 @@ impl CapabilityManager {
                 MAX_LEDGER_BYTES
             ));
         }
+        self.room_to_pause(record, call, text.len()).await?;
         let policy = self.policy();
         let pending = PendingApproval {
             tool: call.tool.clone(),
             input: call.input.clone(),
-            call: call.index.saturating_add(1),
+            call: call.number(),
+            input_sha256: call.input_sha256.clone(),
             permission: policy
                 .map_or(DEFAULT_APPROVE_PERMISSION, |p| p.approve_permission())
                 .to_string(),
@@ -115,28 +118,61 @@ impl CapabilityManager {
     }
 
     /// Decides the call the paused execution `id` waits on, as `approver` (the caller; the
-    /// policy's default principal when `None`). Approved, the execution is resumed in this
-    /// process (from the start, its earlier calls answered from its ledger) and returned as
-    /// it now is (`running`); denied, it fails with `APPROVAL_DENIED` and the call never runs.
+    /// policy's default principal when `None`), if it is the call `named` names (the one the
+    /// approver was shown: its number, and its input's digest when given). Approved, the
+    /// execution is resumed in this process (from the start, its earlier calls answered
+    /// from its ledger) and returned as it now is (`running`); denied, it fails with
+    /// `APPROVAL_DENIED` and the call never runs.
     ///
-    /// Refused with `PERMISSION_DENIED` when the approver lacks the policy's approve
-    /// permission (`executions:approve` by default) or started the execution itself (unless
-    /// the policy allows that), `NOT_AWAITING_APPROVAL` when it does not wait for a decision
-    /// (never paused, decided already, ended), `EXECUTION_NOT_FOUND`, and
-    /// `TOO_MANY_EXECUTIONS` when this process runs as many as it may. Every decision and
-    /// every refusal is audited (`approval_decided`).
+    /// A decision is taken once per call: the same decision sent again for a call decided
+    /// already (a retried request, a second approver shown the same call) is answered with
+    /// the execution as it is now, and decides nothing more, even when the program has
+    /// paused again at a later call meanwhile.
+    ///
+    /// Refused with `DECISION_MISMATCH` when `named` is not the call waiting now (nor one
+    /// decided the same way before), `PERMISSION_DENIED` when the approver lacks the
+    /// policy's approve permission (`executions:approve` by default) or started the
+    /// execution itself (unless the policy allows that), `NOT_AWAITING_APPROVAL` when it
+    /// does not wait for a decision, `EXECUTION_NOT_FOUND`, and `TOO_MANY_EXECUTIONS` when
+    /// resuming it would pass a bound on executions running at once (it stays paused: decide
+    /// again once there is room). Every decision and every refusal is audited
+    /// (`approval_decided`).
     pub async fn decide(
         &self,
         id: &str,
+        named: &CallRef,
         decision: Decision,
         approver: Option<Principal>,
     ) -> Result<ExecutionRecord, CapabilityError> {
-        let approve = decision == Decision::Approve;
+        let approve = decision.approves();
         let record = self.get(id).await?;
+        if let Some(taken) = record.decisions.iter().find(|d| d.call == named.call) {
+            return retried(record.clone(), taken, named, approve);
+        }
         let pending = match (&record.pending_approval, record.status) {
             (Some(pending), ExecutionStatus::AwaitingApproval) => pending.clone(),
             _ => return Err(not_awaiting(id, Some(record.status))),
         };
+        let expired_before =
+            now_ms().saturating_sub(self.0.options.pause_expiry.as_millis() as u64);
+        if pending.since_ms < expired_before {
+            self.expire_paused().await?;
+            return Err(err(
+                CapabilityErrorCode::NotAwaitingApproval,
+                format!(
+                    "execution `{id}` waited for a decision longer than the pause expiry allows, \
+                     and its call was denied (reason `{EXPIRED}`); there is nothing to decide"
+                ),
+            ));
+        }
+        if let Err(mismatch) =
+            check_named(pending.call, &pending.tool, &pending.input_sha256, named)
+        {
+            return Err(err(
+                CapabilityErrorCode::DecisionMismatch,
+                format!("execution `{id}`: {mismatch}"),
+            ));
+        }
         let approver = self.principal_or_default(approver)?;
         let approver_name = approver.as_ref().and_then(Principal::name);
         if let Err(message) = self.may_decide(id, &record, approver.as_ref()) {
@@ -147,28 +183,95 @@ impl CapabilityManager {
             )?;
             return Err(err(CapabilityErrorCode::PermissionDenied, message));
         }
-        // What a resume needs, checked before the execution is taken, so that a refusal
-        // leaves it paused.
+        let taken = DecisionRecord {
+            call: pending.call,
+            tool: pending.tool.clone(),
+            input_sha256: pending.input_sha256.clone(),
+            approved: approve,
+            by: approver_name.map(str::to_string),
+            reason: decision.reason().map(str::to_string),
+            at_ms: now_ms(),
+        };
+        self.take_decided(record, pending, taken, decision).await
+    }
+
+    /// Takes the paused execution `record` for the decision `taken` on its call `pending`,
+    /// and resumes it (approved) or ends it (denied).
+    async fn take_decided(
+        &self,
+        record: ExecutionRecord,
+        pending: PendingApproval,
+        taken: DecisionRecord,
+        decision: Decision,
+    ) -> Result<ExecutionRecord, CapabilityError> {
+        let id = record.execution_id.clone();
+        let id = id.as_str();
+        let approve = taken.approved;
+        // What a resume needs, checked (and its room taken) before the execution is taken,
+        // so that a refusal leaves it paused.
         let resume = match approve {
-            true => Some(self.resume_plan(&record).await?),
+            true => {
+                let plan = self.resume_plan(&record).await?;
+                let cancel = CancellationToken::new();
+                let (done_tx, done_rx) = watch::channel(None);
+                let mut entry = Live {
+                    capability: record.capability.clone(),
+                    parent: None,
+                    tree: id.to_string(),
+                    depth: 1,
+                    principal: plan.principal.clone(),
+                    cancel: cancel.clone(),
+                    done: done_rx,
+                    stop_requested: false,
+                };
+                self.reserve_resume(&record, &mut entry)?;
+                Some((plan, cancel, done_tx))
+            }
             false => None,
         };
-        let Some((_, ledger_text)) = self.0.store.resume(id).await? else {
-            return Err(not_awaiting(id, None));
+        let taken_row = match self.0.store.resume(id, &Take::Decision(&taken)).await {
+            Ok(Some((_, ledger_text))) => ledger_text,
+            other => {
+                if resume.is_some() {
+                    self.live().remove(id);
+                }
+                other?;
+                // Someone else decided meanwhile: answered as a retry of theirs would be.
+                let now = self.get(id).await?;
+                let named = CallRef::number(taken.call);
+                if let Some(theirs) = now.decisions.iter().find(|d| d.call == taken.call) {
+                    return retried(now.clone(), theirs, &named, approve);
+                }
+                return Err(not_awaiting(id, None));
+            }
         };
-        let decided = AuditEvent::approval_decided(id, approver_name, &pending.tool, approve);
-        let reason = match &decision {
-            Decision::Deny { reason } => reason.as_deref().map(str::trim).filter(|r| !r.is_empty()),
-            Decision::Approve => None,
-        };
-        match reason {
-            Some(reason) => self.audit(decided.error(reason))?,
-            None => self.audit(decided)?,
+        let ledger_text = taken_row;
+        let decided = AuditEvent::approval_decided(id, taken.by.as_deref(), &pending.tool, approve);
+        let reason = decision.reason();
+        if let Err(e) = match reason {
+            Some(reason) => self.audit(decided.error(reason)),
+            None => self.audit(decided),
+        } {
+            // Taken but not audited: it must not run unaudited.
+            self.live().remove(id);
+            self.end_paused(
+                &record,
+                ExecutionStatus::Failed,
+                CapabilityErrorCode::ExecutionFailed,
+                format!(
+                    "the decision on call {} could not be audited, so it did not run: {}",
+                    taken.call, e.message
+                ),
+            )
+            .await;
+            return Err(e);
         }
-        let Some(plan) = resume else {
-            let by = approver_name
-                .map(|n| format!(" by {n}"))
-                .unwrap_or_default();
+        let Some((plan, cancel, done_tx)) = resume else {
+            let by = match taken.by.as_deref() {
+                Some(EXPIRY) => " (it waited past the pause expiry)".to_string(),
+                Some(n) => format!(" by {n}"),
+                None => String::new(),
+            };
             let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
             let message = format!(
                 "the call of {} with {} was denied{by}{why}; it never ran",
@@ -187,6 +290,7 @@ impl CapabilityManager {
         let (ledger, index) = match resumable(id, &ledger_text, &pending) {
             Ok(resumable) => resumable,
             Err(message) => {
+                self.live().remove(id);
                 self.end_paused(
                     &record,
                     ExecutionStatus::Failed,
@@ -197,28 +301,16 @@ impl CapabilityManager {
                 return self.get(id).await;
             }
         };
+        let mut decisions = record.decisions.clone();
+        decisions.push(taken);
         let record = ExecutionRecord {
             status: ExecutionStatus::Running,
             pending_approval: None,
             updated_ms: now_ms(),
             replica: self.0.store.replica().map(str::to_string),
+            decisions,
             ..record
         };
-        let cancel = CancellationToken::new();
-        let (done_tx, done_rx) = watch::channel(None);
-        self.live().insert(
-            id.to_string(),
-            Live {
-                capability: record.capability.clone(),
-                parent: record.parent_id.clone(),
-                tree: id.to_string(),
-                depth: 1,
-                principal: plan.principal.clone(),
-                cancel: cancel.clone(),
-                done: done_rx,
-                stop_requested: false,
-            },
-        );
         self.emit(
             ExecutionEventKind::Resumed,
             &record,
@@ -258,6 +350,134 @@ impl CapabilityManager {
             span,
         ));
         Ok(record)
+    }
+
+    /// Takes the room a resumed execution needs, under the same bounds as a start
+    /// (executions running at once in this process, per principal, per tree): `entry` is
+    /// live from here. `TOO_MANY_EXECUTIONS` when there is none: it stays paused.
+    fn reserve_resume(
+        &self,
+        record: &ExecutionRecord,
+        entry: &mut Live,
+    ) -> Result<(), CapabilityError> {
+        let mut live = self.live();
+        let id = &record.execution_id;
+        entry.tree = room_for(
+            &live,
+            &self.0.options,
+            id,
+            entry.principal.as_ref(),
+            None,
+            &record.capability,
+        )
+        .map_err(|e| {
+            err(
+                CapabilityErrorCode::TooManyExecutions,
+                format!(
+                    "execution `{id}` stays paused, not approved: resuming it now would pass a \
+                     bound on executions running at once ({}); decide it again once some have \
+                     ended",
+                    e.message
+                ),
+            )
+        })?;
+        live.insert(
+            id.clone(),
+            Live {
+                capability: entry.capability.clone(),
+                parent: entry.parent.clone(),
+                tree: entry.tree.clone(),
+                depth: entry.depth,
+                principal: entry.principal.clone(),
+                cancel: entry.cancel.clone(),
+                done: entry.done.clone(),
+                stop_requested: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Whether `record`'s principal may keep one more paused execution, whose ledger is
+    /// `bytes` long: at most [`MAX_PAUSED_PER_PRINCIPAL`] waiting, holding at most
+    /// [`MAX_PAUSED_BYTES_PER_PRINCIPAL`] of ledgers. `Err`: why not, for the execution's
+    /// failure.
+    async fn room_to_pause(
+        &self,
+        record: &ExecutionRecord,
+        call: &PausedCall,
+        bytes: usize,
+    ) -> Result<(), String> {
+        let principal = record.principal.as_deref();
+        let (count, held) = self
+            .0
+            .store
+            .paused_usage(principal)
+            .await
+            .map_err(|e| e.message)?;
+        let who = match principal {
+            Some(name) => format!("principal `{name}`"),
+            None => "anonymous callers".to_string(),
+        };
+        if count >= MAX_PAUSED_PER_PRINCIPAL {
+            return Err(format!(
+                "{} reached a call of {} that needs approval, but cannot wait for one: {who} \
+                 already has {count} executions waiting for approval, the most one principal \
+                 may have; they must be decided or stopped first (`execbox executions list \
+                 --status awaiting_approval`)",
+                record.capability, call.tool
+            ));
+        }
+        if held.saturating_add(bytes as u64) > MAX_PAUSED_BYTES_PER_PRINCIPAL {
+            return Err(format!(
+                "{} reached a call of {} that needs approval, but cannot wait for one: the \
+                 executions of {who} waiting for approval keep {held} bytes of replay ledgers, \
+                 and this one's {bytes} would pass the {MAX_PAUSED_BYTES_PER_PRINCIPAL} bytes \
+                 one principal may keep; decide or stop some first",
+                record.capability, call.tool
+            ));
+        }
+        Ok(())
+    }
+
+    /// Denies, with reason `expired`, every call that has waited for a decision longer than
+    /// [`ManagerOptions::pause_expiry`](crate::ManagerOptions::pause_expiry) (audited as a
+    /// decision of `expiry`); returns the executions it ended. `execbox serve` runs it at
+    /// start and every minute; a decision on an expired call runs it first.
+    pub async fn expire_paused(&self) -> Result<Vec<String>, CapabilityError> {
+        let expiry = self.0.options.pause_expiry;
+        let before = now_ms().saturating_sub(expiry.as_millis() as u64);
+        let mut ended = Vec::new();
+        for id in self.0.store.paused_before(before).await? {
+            let Some(record) = self.0.store.get(&id).await? else {
+                continue;
+            };
+            let Some(pending) = record.pending_approval.clone() else {
+                continue;
+            };
+            if record.status != ExecutionStatus::AwaitingApproval || pending.since_ms >= before {
+                continue;
+            }
+            let taken = DecisionRecord {
+                call: pending.call,
+                tool: pending.tool.clone(),
+                input_sha256: pending.input_sha256.clone(),
+                approved: false,
+                by: Some(EXPIRY.to_string()),
+                reason: Some(EXPIRED.to_string()),
+                at_ms: now_ms(),
+            };
+            let decision = Decision::Deny {
+                reason: Some(EXPIRED.to_string()),
+            };
+            match self.take_decided(record, pending, taken, decision).await {
+                Ok(r) if r.status.is_terminal() => ended.push(id),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(execution = %id, "cannot expire the paused execution: {}", e.message)
+                }
+            }
+        }
+        Ok(ended)
     }
 
     /// Whether `approver` may decide the call of `record`: it holds the approve permission,
@@ -482,7 +702,7 @@ impl CapabilityManager {
         if record.status != ExecutionStatus::AwaitingApproval {
             return Ok(None);
         }
-        if self.0.store.resume(id).await?.is_some() {
+        if self.0.store.resume(id, &Take::Stop).await?.is_some() {
             let tool = record
                 .pending_approval
                 .as_ref()
@@ -623,6 +843,45 @@ fn program_entries(name: &str, front_end: &str, timeout_ms: u64) -> (Capability,
             source: Source::Builtin,
         },
     )
+}
+
+/// The answer to a decision on call `named.call`, which was decided already (`taken`): the
+/// execution as it is when it is the same decision (a retry, or a second approver shown the
+/// same call), else `DECISION_MISMATCH` saying what was decided.
+fn retried(
+    record: ExecutionRecord,
+    taken: &DecisionRecord,
+    named: &CallRef,
+    approve: bool,
+) -> Result<ExecutionRecord, CapabilityError> {
+    let id = &record.execution_id;
+    let digest_differs = named
+        .input_sha256
+        .as_ref()
+        .is_some_and(|given| !given.eq_ignore_ascii_case(&taken.input_sha256));
+    if taken.approved == approve && !digest_differs {
+        return Ok(record);
+    }
+    let what = if taken.approved { "approved" } else { "denied" };
+    let by = taken
+        .by
+        .as_deref()
+        .map(|b| format!(" by {b}"))
+        .unwrap_or_default();
+    let message = if digest_differs {
+        format!(
+            "execution `{id}`: call {} ({}) was {what}{by} already, and its input's SHA-256 is {}, \
+             not the one the decision names; nothing was decided",
+            taken.call, taken.tool, taken.input_sha256
+        )
+    } else {
+        format!(
+            "execution `{id}`: call {} ({}) was {what}{by} already; a decision is taken once per \
+             call, so nothing was decided (get the execution to see where it is now)",
+            taken.call, taken.tool
+        )
+    };
+    Err(err(CapabilityErrorCode::DecisionMismatch, message))
 }
 
 /// `NOT_AWAITING_APPROVAL`, naming the status when known.

@@ -27,8 +27,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::records::{
-    CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord, ExecutionStatus,
-    PendingApproval, StatusChange,
+    CapabilityError, CapabilityErrorCode, DecisionRecord, ExecutionFilter, ExecutionRecord,
+    ExecutionStatus, PendingApproval, StatusChange,
 };
 use postgres::PgStore;
 use sqlite::SqliteStore;
@@ -38,6 +38,16 @@ pub(crate) const EXECUTION_ID_ENV: &str = "EXECBOX_EXECUTION_ID";
 
 /// The error message of an execution found interrupted at open (SQLite: its process is gone).
 pub const INTERRUPTED_MESSAGE: &str = "interrupted: the server stopped";
+
+/// Who takes an execution awaiting approval ([`ExecutionStore::resume`]), and on what grounds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Take<'a> {
+    /// A decision on the call it names: it takes the execution only while that call is the
+    /// one waiting, and is kept in the record's `decisions`.
+    Decision(&'a DecisionRecord),
+    /// A stop: whatever call it waits on.
+    Stop,
+}
 
 /// The largest replay ledger a paused execution may keep, in bytes: 8 MiB.
 pub const MAX_LEDGER_BYTES: usize = 8 * 1024 * 1024;
@@ -289,14 +299,39 @@ impl ExecutionStore {
     /// Returns the record **as it was before this write** (status `awaiting_approval`, with
     /// its `pending_approval`: the call that was approved, and its logs so far) and the
     /// ledger text as [`ExecutionStore::pause`] stored it. `Ok(None)` when it is not
-    /// awaiting approval (already resumed, denied, stopped, ended, or unknown).
+    /// awaiting approval (already resumed, denied, stopped, ended, or unknown), or, for a
+    /// [`Take::Decision`], when the call it waits on is not the one the decision names.
     pub(crate) async fn resume(
         &self,
         id: &str,
+        take: &Take<'_>,
     ) -> Result<Option<(ExecutionRecord, String)>, CapabilityError> {
         match &self.backend {
-            Backend::Sqlite(s) => s.resume(id),
-            Backend::Postgres(p) => p.resume(id).await,
+            Backend::Sqlite(s) => s.resume(id, take),
+            Backend::Postgres(p) => p.resume(id, take).await,
+        }
+    }
+
+    /// How many executions of `principal` (anonymous callers: `None`) await approval, and
+    /// the bytes of their ledgers.
+    pub(crate) async fn paused_usage(
+        &self,
+        principal: Option<&str>,
+    ) -> Result<(u64, u64), CapabilityError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.paused_usage(principal),
+            Backend::Postgres(p) => p.paused_usage(principal).await,
+        }
+    }
+
+    /// The executions awaiting approval since before `before_ms` (Unix ms), oldest first.
+    pub(crate) async fn paused_before(
+        &self,
+        before_ms: u64,
+    ) -> Result<Vec<String>, CapabilityError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.paused_before(before_ms),
+            Backend::Postgres(p) => p.paused_before(before_ms).await,
         }
     }
 

@@ -1,11 +1,12 @@
 //! The execution store in SQLite (WAL): every execution and its status history, written
 //! before any status is reported, and the recovery of executions a dead process left behind.
 //!
-//! Schema (`PRAGMA user_version` 3, migrated at open; a newer file is refused):
+//! Schema (`PRAGMA user_version` 4, migrated at open; a newer file is refused):
 //! - `executions`: one row per execution (id, capability, type, executor, path, parent,
 //!   principal, status, params, result, additional context, error code and message, times,
 //!   since version 2 `logs`, a JSON array of strings or NULL, and since version 3
-//!   `pending_approval`, the JSON of the call it waits on while `awaiting_approval`),
+//!   `pending_approval`, the JSON of the call it waits on while `awaiting_approval`, and since
+//!   version 4 `decisions`, a JSON array of the decisions taken on its calls),
 //!   plus `owner_pid` and `owner_start`, the process running it (0 and NULL while no process
 //!   does: awaiting approval), and `pgid`, the process group of its external executor while
 //!   one runs;
@@ -43,11 +44,12 @@ use crate::records::{
 };
 
 /// The schema version this execbox writes.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// How long to wait for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+use super::Take;
 use super::{EXECUTION_ID_ENV, INTERRUPTED_MESSAGE, MAX_LIST};
 
 /// Executions and their history in one SQLite file. Cheap to share behind an `Arc`; each
@@ -73,10 +75,10 @@ fn store_error(path: &Path, e: impl std::fmt::Display) -> CapabilityError {
     )
 }
 
-const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms, logs, pending_approval";
+const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms, logs, pending_approval, decisions";
 
 /// [`COLUMNS`] without the params, result, additional context and logs, for lists.
-const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms, NULL, pending_approval";
+const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms, NULL, pending_approval, decisions";
 
 /// The history detail of a resume.
 pub(super) const RESUMED_DETAIL: &str = "resumed after approval";
@@ -174,6 +176,13 @@ impl SqliteStore {
                         updated_ms INTEGER NOT NULL
                     );
                     PRAGMA user_version = 3;",
+                )
+                .map_err(fail)?;
+            }
+            if version < 4 {
+                tx.execute_batch(
+                    "ALTER TABLE executions ADD COLUMN decisions TEXT;
+                    PRAGMA user_version = 4;",
                 )
                 .map_err(fail)?;
             }
@@ -424,18 +433,26 @@ impl SqliteStore {
     pub(crate) fn resume(
         &self,
         id: &str,
+        take: &Take<'_>,
     ) -> Result<Option<(ExecutionRecord, String)>, CapabilityError> {
         let now = now_ms() as i64;
         let me = std::process::id() as i64;
+        let (call, decision) = match take {
+            Take::Decision(d) => (
+                Some(i64::from(d.call)),
+                Some(serde_json::to_string(d).map_err(|e| self.fail(e))?),
+            ),
+            Take::Stop => (None, None),
+        };
         let mut conn = self.lock();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.fail(e))?;
         let found = tx
             .query_row(
-                &format!("SELECT {COLUMNS}, (SELECT ledger FROM ledgers WHERE execution_id = executions.id) FROM executions WHERE id = ?1 AND status = 'awaiting_approval'"),
-                [id],
-                |row| Ok((record(row)?, row.get::<_, Option<String>>(18)?)),
+                &format!("SELECT {COLUMNS}, (SELECT ledger FROM ledgers WHERE execution_id = executions.id) FROM executions WHERE id = ?1 AND status = 'awaiting_approval' AND (?2 IS NULL OR json_extract(pending_approval, '$.call') = ?2)"),
+                params![id, call],
+                |row| Ok((record(row)?, row.get::<_, Option<String>>(19)?)),
             )
             .optional()
             .map_err(|e| self.fail(e))?;
@@ -443,8 +460,8 @@ impl SqliteStore {
             return Ok(None);
         };
         tx.execute(
-            "UPDATE executions SET status = 'running', pending_approval = NULL, updated_ms = ?2, owner_pid = ?3, owner_start = ?4, pgid = NULL WHERE id = ?1 AND status = 'awaiting_approval'",
-            params![id, now, me, start_time(me)],
+            "UPDATE executions SET status = 'running', pending_approval = NULL, updated_ms = ?2, owner_pid = ?3, owner_start = ?4, pgid = NULL, decisions = CASE WHEN ?5 IS NULL THEN decisions ELSE json_insert(COALESCE(decisions, '[]'), '$[#]', json(?5)) END WHERE id = ?1 AND status = 'awaiting_approval'",
+            params![id, now, me, start_time(me), decision],
         )
         .map_err(|e| self.fail(e))?;
         tx.execute("DELETE FROM ledgers WHERE execution_id = ?1", [id])
@@ -456,6 +473,34 @@ impl SqliteStore {
         .map_err(|e| self.fail(e))?;
         tx.commit().map_err(|e| self.fail(e))?;
         Ok(Some((paused, ledger.unwrap_or_default())))
+    }
+
+    /// See [`ExecutionStore::paused_usage`](super::ExecutionStore::paused_usage).
+    pub(crate) fn paused_usage(
+        &self,
+        principal: Option<&str>,
+    ) -> Result<(u64, u64), CapabilityError> {
+        self.lock()
+            .query_row(
+                "SELECT COUNT(*), COALESCE(SUM(l.bytes), 0) FROM executions e LEFT JOIN ledgers l ON l.execution_id = e.id WHERE e.status = 'awaiting_approval' AND e.principal IS ?1",
+                [principal],
+                |row| Ok((row.get::<_, i64>(0)?.max(0) as u64, row.get::<_, i64>(1)?.max(0) as u64)),
+            )
+            .map_err(|e| self.fail(e))
+    }
+
+    /// See [`ExecutionStore::paused_before`](super::ExecutionStore::paused_before).
+    pub(crate) fn paused_before(&self, before_ms: u64) -> Result<Vec<String>, CapabilityError> {
+        let conn = self.lock();
+        let mut statement = conn
+            .prepare("SELECT id FROM executions WHERE status = 'awaiting_approval' AND updated_ms < ?1 ORDER BY updated_ms")
+            .map_err(|e| self.fail(e))?;
+        let ids = statement
+            .query_map([before_ms as i64], |row| row.get::<_, String>(0))
+            .map_err(|e| self.fail(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.fail(e))?;
+        Ok(ids)
     }
 
     /// The ledger of an execution awaiting approval.
@@ -568,7 +613,12 @@ fn record(row: &Row<'_>) -> rusqlite::Result<ExecutionRecord> {
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default(),
         replica: None,
-        pending_approval: json_column(row, 17)?.and_then(|v| serde_json::from_value(v).ok()),
+        pending_approval: json_column(row, 17)?
+            .and_then(|v| serde_json::from_value::<PendingApproval>(v).ok())
+            .map(PendingApproval::with_digest),
+        decisions: json_column(row, 18)?
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default(),
     })
 }
 
@@ -629,6 +679,7 @@ fn process_alive(_pid: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::DecisionRecord;
     use serde_json::json;
 
     fn record(id: &str, status: ExecutionStatus) -> ExecutionRecord {
@@ -651,6 +702,7 @@ mod tests {
             ended_ms: None,
             replica: None,
             pending_approval: None,
+            decisions: Vec::new(),
         }
     }
 
@@ -796,6 +848,7 @@ mod tests {
             tool: "bank.transfer".into(),
             input: json!({"to": "bob", "amount": 5}),
             call: 3,
+            input_sha256: execbox_host::input_sha256(&json!({"to": "bob", "amount": 5})),
             permission: "bank:approve".into(),
             self_approval: false,
             since_ms: 1_700_000_000_000,
@@ -803,6 +856,68 @@ mod tests {
     }
 
     const LEDGER: &str = r#"{"calls":[{"tool":"bank.balance","result":7}],"clock":[1,2]}"#;
+
+    fn decision(call: u32, approved: bool) -> DecisionRecord {
+        DecisionRecord {
+            call,
+            tool: "bank.transfer".into(),
+            input_sha256: pending().input_sha256,
+            approved,
+            by: Some("ops".into()),
+            reason: None,
+            at_ms: 1_700_000_000_001,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_decision_takes_a_paused_execution_only_at_the_call_it_names_and_is_kept() {
+        let (store, _path) = running("decide", "p").await;
+        assert!(store.pause("p", &pending(), LEDGER, &[]).await.unwrap());
+        assert_eq!(
+            store.paused_usage(None).await.unwrap(),
+            (1, LEDGER.len() as u64)
+        );
+        // An approval of an earlier call (one an approver was shown before) takes nothing.
+        let stale = decision(2, true);
+        assert!(store
+            .resume("p", &Take::Decision(&stale))
+            .await
+            .unwrap()
+            .is_none());
+        let paused = store.get("p").await.unwrap().unwrap();
+        assert_eq!(paused.status, ExecutionStatus::AwaitingApproval);
+        assert!(paused.decisions.is_empty());
+        // The call waiting now is taken, and the decision kept with the execution.
+        let right = decision(3, true);
+        assert!(store
+            .resume("p", &Take::Decision(&right))
+            .await
+            .unwrap()
+            .is_some());
+        let now = store.get("p").await.unwrap().unwrap();
+        assert_eq!(now.status, ExecutionStatus::Running);
+        assert_eq!(now.decisions, vec![right.clone()]);
+        // Paused again at call 5, a second decision is appended after the first.
+        let later = PendingApproval {
+            call: 5,
+            ..pending()
+        };
+        assert!(store.pause("p", &later, LEDGER, &[]).await.unwrap());
+        assert!(store
+            .resume("p", &Take::Decision(&right))
+            .await
+            .unwrap()
+            .is_none());
+        let fifth = decision(5, false);
+        assert!(store
+            .resume("p", &Take::Decision(&fifth))
+            .await
+            .unwrap()
+            .is_some());
+        let listed = store.get("p").await.unwrap().unwrap();
+        assert_eq!(listed.decisions, vec![right, fifth]);
+        assert_eq!(store.paused_usage(None).await.unwrap(), (0, 0));
+    }
 
     fn statuses(store: &SqliteStore, id: &str) -> Vec<ExecutionStatus> {
         store
@@ -884,7 +999,11 @@ mod tests {
         assert_eq!(listed[0].pending_approval, Some(pending()));
 
         // The resume hands over the record as it was paused, and the ledger byte for byte.
-        let (was, ledger) = store.resume("p").await.unwrap().expect("resumed");
+        let (was, ledger) = store
+            .resume("p", &Take::Stop)
+            .await
+            .unwrap()
+            .expect("resumed");
         assert_eq!(ledger, LEDGER);
         assert_eq!(was.status, ExecutionStatus::AwaitingApproval);
         assert_eq!(was.pending_approval, Some(pending()));
@@ -908,8 +1027,12 @@ mod tests {
         );
         // Its ledger went with it; a second resume finds nothing to resume.
         assert_eq!(store.ledger("p").await.unwrap(), None);
-        assert!(store.resume("p").await.unwrap().is_none());
-        assert!(store.resume("unknown").await.unwrap().is_none());
+        assert!(store.resume("p", &Take::Stop).await.unwrap().is_none());
+        assert!(store
+            .resume("unknown", &Take::Stop)
+            .await
+            .unwrap()
+            .is_none());
         // It can pause again, at a later call.
         assert!(store.pause("p", &pending(), "[]", &[]).await.unwrap());
         assert_eq!(store.ledger("p").await.unwrap().as_deref(), Some("[]"));
@@ -963,7 +1086,7 @@ mod tests {
                 } else {
                     other.clone()
                 };
-                tokio::spawn(async move { store.resume("r").await.unwrap() })
+                tokio::spawn(async move { store.resume("r", &Take::Stop).await.unwrap() })
             })
             .collect();
         let mut won = 0;
@@ -1019,7 +1142,7 @@ mod tests {
             "an end without logs keeps those of the pause"
         );
         assert_eq!(store.ledger("denied").await.unwrap(), None);
-        assert!(store.resume("denied").await.unwrap().is_none());
+        assert!(store.resume("denied", &Take::Stop).await.unwrap().is_none());
 
         store
             .insert(&record("stopped", ExecutionStatus::Starting))
@@ -1119,12 +1242,12 @@ mod tests {
             Some(LEDGER)
         );
         // And the next process resumes it.
-        assert!(store.resume("paused").await.unwrap().is_some());
+        assert!(store.resume("paused", &Take::Stop).await.unwrap().is_some());
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
     }
 
     #[test]
-    fn a_version_2_file_is_migrated_to_3_keeping_its_rows() {
+    fn a_version_2_file_is_migrated_to_4_keeping_its_rows() {
         let path = temp_db("v2");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         // A file as execbox wrote it at schema version 2.
@@ -1159,7 +1282,7 @@ mod tests {
             .lock()
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 3);
+        assert_eq!(version, 4);
         let old = store.get("old").unwrap().unwrap();
         assert_eq!(old.status, ExecutionStatus::Completed);
         assert_eq!(old.result, Some(json!(2)));

@@ -189,16 +189,9 @@ async fn a_paused_execution_survives_sigkill_and_completes_once_approved_each_ca
     assert_eq!(listed["executions"], json!([]));
 
     // Bob lacks the permission (and may not see it); alice holds it, but started it.
-    let (status, body) = decide(&client, &server, &id, "bob-token", json!({"approve": true})).await;
+    let (status, body) = decide(&client, &server, &id, "bob-token", json!({"call": 2})).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
-    let (status, body) = decide(
-        &client,
-        &server,
-        &id,
-        "alice-token",
-        json!({"approve": true}),
-    )
-    .await;
+    let (status, body) = decide(&client, &server, &id, "alice-token", json!({"call": 2})).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(body["error"]["code"], "PERMISSION_DENIED");
     let message = body["error"]["message"].as_str().unwrap();
@@ -208,24 +201,13 @@ async fn a_paused_execution_survives_sigkill_and_completes_once_approved_each_ca
     );
     assert_eq!(runs(&roots, "send.count"), 0);
 
-    // Approved twice at once: resumed once.
+    // Approved twice at once (a retried request): resumed once, and both answered with the
+    // execution as it is.
     let (a, b) = tokio::join!(
-        decide(&client, &server, &id, "ops-token", json!({"approve": true})),
-        decide(&client, &server, &id, "ops-token", json!({"approve": true})),
+        decide(&client, &server, &id, "ops-token", json!({"call": 2})),
+        decide(&client, &server, &id, "ops-token", json!({"call": 2})),
     );
-    let mut statuses = [a.0, b.0];
-    statuses.sort();
-    assert_eq!(
-        statuses,
-        [StatusCode::OK, StatusCode::CONFLICT],
-        "{a:?} {b:?}"
-    );
-    let loser = if a.0 == StatusCode::CONFLICT {
-        &a.1
-    } else {
-        &b.1
-    };
-    assert_eq!(loser["error"]["code"], "NOT_AWAITING_APPROVAL", "{loser}");
+    assert_eq!((a.0, b.0), (StatusCode::OK, StatusCode::OK), "{a:?} {b:?}");
 
     let done = settled(&client, &server, &id, "alice-token").await;
     assert_eq!(done["status"], "completed", "{done}");
@@ -256,16 +238,31 @@ async fn a_paused_execution_survives_sigkill_and_completes_once_approved_each_ca
             "completed"
         ]
     );
-    // Decided once and for all.
-    let (status, body) = decide(&client, &server, &id, "ops-token", json!({"approve": true})).await;
+    // Decided once and for all: the same decision again is answered with the execution as
+    // it is; another decision on that call is refused.
+    let (status, body) = decide(&client, &server, &id, "ops-token", json!({"call": 2})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "completed", "{body}");
+    assert_eq!(body["decisions"][0]["call"], 2, "{body}");
+    assert_eq!(body["decisions"][0]["by"], "ops", "{body}");
+    let (status, body) = decide(
+        &client,
+        &server,
+        &id,
+        "ops-token",
+        json!({"call": 2, "approve": false}),
+    )
+    .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "DECISION_MISMATCH", "{body}");
     assert!(
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("is completed, not awaiting approval"),
+            .contains("call 2 (mail.send) was approved by ops already"),
         "{body}"
     );
+    assert_eq!(runs(&roots, "send.count"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,9 +277,12 @@ async fn a_denied_call_never_runs_and_the_execution_fails_naming_the_denial() {
         "awaiting_approval"
     );
     for bad in [
-        json!({"approve": "yes"}),
-        json!({"approve": true, "reason": "x"}),
-        json!({"approve": false, "extra": 1}),
+        json!({"approve": "yes", "call": 2}),
+        json!({"call": 2, "reason": "x"}),
+        json!({"call": 2, "approve": false, "extra": 1}),
+        json!({"approve": true}),
+        json!({"call": 0}),
+        json!({"call": 2, "inputSha256": "abc"}),
     ] {
         let (status, body) = decide(&client, &server, &id, "ops-token", bad.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
@@ -292,7 +292,7 @@ async fn a_denied_call_never_runs_and_the_execution_fails_naming_the_denial() {
         &server,
         &id,
         "ops-token",
-        json!({"approve": false, "reason": "not this customer"}),
+        json!({"call": 2, "approve": false, "reason": "not this customer"}),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -342,7 +342,7 @@ async fn a_program_that_makes_other_calls_when_resumed_fails_with_the_divergence
     let (status, body) = json_of(
         client
             .post(server.at(&format!("/v1/executions/{id}/approve")))
-            .json(&json!({"approve": true}))
+            .json(&json!({"call": 2}))
             .send()
             .await
             .unwrap(),
@@ -407,7 +407,38 @@ async fn the_cli_approves_with_no_server_running_and_denies() {
     };
     // bob may not approve; alice may (the policy allows self-approval) only with the
     // permission, which she lacks; ops may.
-    let out = cli(&["executions", "approve", &first, "--principal", "bob"]);
+    // Without a terminal, the call must be named.
+    let out = cli(&["executions", "approve", &first, "--principal", "ops"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = crate::support::cli::text(&out.stderr);
+    assert!(
+        stderr.contains("waits on call 2 of mail.send")
+            && stderr.contains("bob@example.com")
+            && stderr.contains("--call 2"),
+        "{stderr}"
+    );
+    let out = cli(&[
+        "executions",
+        "approve",
+        &first,
+        "--call",
+        "1",
+        "--principal",
+        "ops",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = crate::support::cli::text(&out.stderr);
+    assert!(stderr.contains("DECISION_MISMATCH"), "{stderr}");
+    assert_eq!(runs(&roots, "send.count"), 0);
+    let out = cli(&[
+        "executions",
+        "approve",
+        &first,
+        "--call",
+        "2",
+        "--principal",
+        "bob",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = crate::support::cli::text(&out.stderr);
     assert!(
@@ -418,6 +449,8 @@ async fn the_cli_approves_with_no_server_running_and_denies() {
         "executions",
         "approve",
         &first,
+        "--call",
+        "2",
         "--principal",
         "ops",
         "--json",
@@ -437,6 +470,8 @@ async fn the_cli_approves_with_no_server_running_and_denies() {
         "executions",
         "deny",
         &second,
+        "--call",
+        "2",
         "--principal",
         "ops",
         "--reason",
@@ -455,4 +490,222 @@ async fn the_cli_approves_with_no_server_running_and_denies() {
         (runs(&roots, "note.count"), runs(&roots, "send.count")),
         (2, 1)
     );
+}
+
+/// Two payments, each needing approval: one to bob, then one to mallory.
+const PAY: &str = "const a = await pay.send({ to: 'bob', amount: 1 });\n\
+const b = await pay.send({ to: 'mallory', amount: 1000000 });\n\
+({ a, b })";
+
+/// A project with `pay`: `pay.send` requires approval and appends the envelope it is given
+/// (its input under `input`) to `sent` in `roots.temp`.
+fn pay_project(name: &str) -> Roots {
+    let roots = Roots::new(name);
+    let dir = roots.project.capability(
+        "pay",
+        &script_yaml("pay", "tools: tools.yaml\ntimeout_ms: 20000\n"),
+        &[("index.js", PAY)],
+    );
+    let sent = roots.temp.join("sent").display().to_string();
+    let tools = json!({
+        "version": 1,
+        "providers": {
+            "pay": {"tools": {"send": {
+                "command": "/bin/sh",
+                "args": ["-c", "cat >> \"$1\"; echo >> \"$1\"; echo '{\"ok\": true}'", "send", sent],
+                "requires_approval": true,
+            }}},
+        }
+    });
+    std::fs::write(dir.join("tools.yaml"), tools.to_string()).unwrap();
+    roots
+}
+
+/// What `pay.send` was called with, one input a line.
+fn sent(roots: &Roots) -> Vec<Value> {
+    std::fs::read_to_string(roots.temp.join("sent"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["input"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_releases_only_the_call_it_names_not_a_later_one() {
+    let roots = pay_project("durable-bound");
+    let policy = policy(&roots, "");
+    let server = serve(&roots, &["--policy", &policy]);
+    let client = client();
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .bearer_auth("bob-token")
+            .json(&json!({"capability": "pay"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["executionId"].as_str().unwrap().to_string();
+    assert_eq!(
+        settled(&client, &server, &id, "bob-token").await["status"],
+        "awaiting_approval"
+    );
+    // Both approvers are shown the payment to bob: call 1, with its input's digest.
+    let shown = record(&client, &server, &id, "ops-token").await["pendingApproval"].clone();
+    assert_eq!(shown["call"], 1, "{shown}");
+    assert_eq!(shown["input"], json!({"to": "bob", "amount": 1}));
+    let bob_sha = shown["inputSha256"].as_str().unwrap().to_string();
+    assert_eq!(bob_sha.len(), 64, "{shown}");
+
+    // A decision must name its call.
+    let (status, body) = decide(&client, &server, &id, "ops-token", json!({"approve": true})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"call\": N"),
+        "{body}"
+    );
+    // The first approver approves it; the program goes on and pauses at mallory's payment.
+    let (status, body) = decide(
+        &client,
+        &server,
+        &id,
+        "ops-token",
+        json!({"call": 1, "inputSha256": bob_sha}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let paused = settled(&client, &server, &id, "bob-token").await;
+    assert_eq!(paused["status"], "awaiting_approval", "{paused}");
+    assert_eq!(paused["pendingApproval"]["call"], 2, "{paused}");
+    assert_eq!(sent(&roots), [json!({"to": "bob", "amount": 1})]);
+
+    // The second approver's approval of the bob call it was shown, and a retried POST of the
+    // first's: answered with the execution as it is, waiting on call 2; mallory is not paid.
+    for (token, body) in [
+        ("alice-token", json!({"call": 1})),
+        ("ops-token", json!({"call": 1, "inputSha256": bob_sha})),
+    ] {
+        let (status, now) = decide(&client, &server, &id, token, body).await;
+        assert_eq!(status, StatusCode::OK, "{now}");
+        assert_eq!(now["status"], "awaiting_approval", "{now}");
+        assert_eq!(now["pendingApproval"]["call"], 2, "{now}");
+        assert_eq!(now["pendingApproval"]["input"]["to"], "mallory", "{now}");
+    }
+    // A decision for any call but the one waiting, or for its number with another input,
+    // changes nothing.
+    let mallory_sha = paused["pendingApproval"]["inputSha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for body in [
+        json!({"call": 3}),
+        json!({"call": 2, "inputSha256": bob_sha}),
+        json!({"call": 1, "approve": false}),
+    ] {
+        let (status, refused) = decide(&client, &server, &id, "alice-token", body.clone()).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}: {refused}");
+        assert_eq!(refused["error"]["code"], "DECISION_MISMATCH", "{refused}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sent(&roots).len(), 1);
+    let still = record(&client, &server, &id, "bob-token").await;
+    assert_eq!(still["status"], "awaiting_approval", "{still}");
+
+    // Mallory's payment is denied by name; it never runs.
+    let (status, denied) = json_of(
+        client
+            .post(server.at(&format!("/v1/executions/{id}/deny")))
+            .bearer_auth("alice-token")
+            .json(&json!({"call": 2, "inputSha256": mallory_sha, "reason": "unknown payee"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{denied}");
+    assert_eq!(denied["status"], "failed", "{denied}");
+    assert_eq!(denied["error"]["code"], "APPROVAL_DENIED", "{denied}");
+    let decisions: Vec<(u64, bool)> = denied["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["call"].as_u64().unwrap(),
+                d["approved"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(decisions, [(1, true), (2, false)]);
+    assert_eq!(sent(&roots), [json!({"to": "bob", "amount": 1})]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_learns_nothing_of_executions_it_may_not_see() {
+    let roots = project("durable-unseen");
+    let policy = policy(&roots, "");
+    let server = serve(&roots, &["--policy", &policy]);
+    let client = client();
+    // bob's execution, denied by alice: completed from ops' point of view is "not there".
+    let id = start(&client, &server, "bob-token").await;
+    assert_eq!(
+        settled(&client, &server, &id, "bob-token").await["status"],
+        "awaiting_approval"
+    );
+    let (status, body) = decide(
+        &client,
+        &server,
+        &id,
+        "alice-token",
+        json!({"call": 2, "approve": false}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // ops holds the approve permission but neither started nor decided it: GET and every
+    // decision answer 404, as for an execution that does not exist.
+    let (status, _) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}")))
+            .bearer_auth("ops-token")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    for path in ["approve", "deny"] {
+        for body in [json!({"call": 2}), json!({"call": 7})] {
+            let (status, refused) = json_of(
+                client
+                    .post(server.at(&format!("/v1/executions/{id}/{path}")))
+                    .bearer_auth("ops-token")
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path} {body}: {refused}");
+            assert_eq!(refused["error"]["code"], "EXECUTION_NOT_FOUND", "{refused}");
+            let message = refused["error"]["message"].as_str().unwrap();
+            assert!(!message.contains("failed"), "{message}");
+        }
+    }
+    // alice, who decided it, is answered (a retry of her decision).
+    let (status, body) = decide(
+        &client,
+        &server,
+        &id,
+        "alice-token",
+        json!({"call": 2, "approve": false}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "failed");
 }
