@@ -19,8 +19,15 @@
 //! executions running at once: the server's, the principal's or the tree's),
 //! `503 REGISTRY_NOT_INITIALIZED`; refusals at the door have the
 //! same shape with the door's codes (`401 UNAUTHORIZED`, `403 FORBIDDEN`,
-//! `413 PAYLOAD_TOO_LARGE` for a body over [`MAX_REQUEST_BODY_BYTES`], `400 BAD_REQUEST`;
-//! see `execbox-http`).
+//! `413 PAYLOAD_TOO_LARGE` for a body over [`MAX_REQUEST_BODY_BYTES`], `400 BAD_REQUEST`,
+//! `429 TOO_MANY_REQUESTS`; see `execbox-http`).
+//!
+//! **Long requests.** `GET /v1/events` and `GET /v1/executions/{id}/wait` hold their
+//! connection for as long as they last, so they are long requests of the door
+//! ([`execbox_http::long_requests`]): at most so many of one principal at once (anonymous
+//! callers are one; `execbox serve --max-long-requests-per-principal`), never the last quarter
+//! of the connection slots, which short requests keep; past either, `429 TOO_MANY_REQUESTS`
+//! saying which.
 //!
 //! **Authentication.** When the policy gives principals bearer tokens (`token_sha256`),
 //! every request needs `Authorization: Bearer TOKEN`, and the caller is the principal the
@@ -95,6 +102,17 @@ pub fn serve_door(policy: Option<&Policy>) -> FrontDoor<Principal> {
         }
         _ => door,
     }
+}
+
+/// Who a caller is for counting its long requests: its principal's name; anonymous callers
+/// (no tokens) are one caller, `""`.
+fn caller_key(caller: &Caller) -> String {
+    caller
+        .0
+        .as_ref()
+        .and_then(|p| p.name())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Whether the caller may see and stop an execution `owner` started: an anonymous caller
@@ -191,10 +209,16 @@ pub fn capabilities_router(manager: CapabilityManager, door: FrontDoor<Principal
         .route("/v1/executions", post(start).get(list_executions))
         .route("/v1/executions/stop", post(stop_for_parent))
         .route("/v1/executions/{id}", get(get_execution))
-        .route("/v1/executions/{id}/wait", get(wait))
+        .route(
+            "/v1/executions/{id}/wait",
+            execbox_http::long_requests(get(wait), caller_key),
+        )
         .route("/v1/executions/{id}/stop", post(stop))
         .route("/v1/executions/{id}/approve", post(approve))
-        .route("/v1/events", get(events))
+        .route(
+            "/v1/events",
+            execbox_http::long_requests(get(events), caller_key),
+        )
         .fallback(|| async {
             ApiError(
                 StatusCode::NOT_FOUND,

@@ -528,6 +528,11 @@ pub struct ServeArgs {
     /// machine lost), another marks its running executions failed: 3s to 1h.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_replica_timeout)]
     pub replica_timeout: std::time::Duration,
+    /// At most this many long requests (event streams, waits) of one principal at once
+    /// (anonymous callers are one); past it, 429. Whatever the principals, long requests never
+    /// take the last quarter of --max-connections, kept for short requests.
+    #[arg(long, value_name = "N", default_value_t = execbox_http::DEFAULT_MAX_LONG_REQUESTS_PER_CALLER as u32, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_long_requests_per_principal: u32,
     #[command(flatten)]
     pub door: DoorArgs,
     #[command(flatten)]
@@ -667,7 +672,10 @@ pub struct DoorArgs {
     /// 500ms, 10s, 1m.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = execbox_runner::parse_duration)]
     pub header_timeout: std::time::Duration,
-    /// At most this many connections at once; more are closed as soon as accepted.
+    /// At most this many connections at once (fewer when the open-files limit is lower: a
+    /// quarter of it, at least 128 descriptors, is kept for the rest). A new one past it
+    /// closes the oldest without a request in progress (a half-sent head first, else an idle
+    /// one), or is closed itself when every connection carries a request.
     #[arg(long, value_name = "N", default_value_t = execbox_http::DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub max_connections: u32,
 }

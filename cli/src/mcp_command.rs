@@ -46,6 +46,11 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         Some(addr) => {
             let token = execbox_runner::listen::load_token(args.token_file.as_deref())?;
             check_exposure(addr, token.as_deref())?;
+            // Before anything is opened: connections are capped by the descriptors the process
+            // may open (execbox_http::connection_cap).
+            if let Err(e) = execbox_http::raise_open_files_limit() {
+                tracing::warn!("cannot raise the open-files limit to its hard limit: {e}");
+            }
             Some((
                 addr,
                 HttpOptions {

@@ -48,12 +48,20 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let hosts = Hosts::parse(&args.allow_host).context("--allow-host")?;
     let origins = Origins::parse(&args.allow_origin).context("--allow-origin")?;
     let door = serve_door(policy.as_ref()).origins(origins);
-    if !addr.ip().is_loopback() && !door.requires_token() {
-        anyhow::bail!(
-            "refusing to serve {addr}, which is not a loopback address, without authentication: \
-             give principals bearer tokens (token_sha256) in a --policy file, or listen on 127.0.0.1"
-        );
+    execbox_http::check_exposure(
+        &[addr],
+        door.requires_token(),
+        "give principals bearer tokens (token_sha256) in a --policy file",
+    )?;
+    // Before anything is opened: connections are capped by the descriptors the process may
+    // open (execbox_http::connection_cap).
+    if let Err(e) = execbox_http::raise_open_files_limit() {
+        tracing::warn!("cannot raise the open-files limit to its hard limit: {e}");
     }
+    let serve_options = execbox_http::ServeOptions {
+        max_long_requests_per_caller: args.max_long_requests_per_principal as usize,
+        ..args.door.options()
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -81,7 +89,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(db = %manager.store().location(), replica = manager.store().replica().unwrap_or("-"), "serving capabilities on http://{local}");
         let router = capabilities_router(manager.clone(), door.hosts(hosts.with_bound(local)));
         let shutdown = CancellationToken::new();
-        let served = execbox_http::serve(listener, router, args.door.options(), shutdown.clone());
+        let served = execbox_http::serve(listener, router, serve_options, shutdown.clone());
         tokio::pin!(served);
         tokio::select! {
             served = &mut served => served.context("the server failed")?,

@@ -7,6 +7,8 @@ mod support;
 
 #[path = "front_door/listener_probes.rs"]
 mod listener_probes;
+#[path = "front_door/long_requests.rs"]
+mod long_requests;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -14,7 +16,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::runners::{ListeningRunner, EXECBOX};
+use support::runners::EXECBOX;
 use support::temp::TempDir;
 
 const TOKEN: &str = "s3cret-token";
@@ -52,10 +54,22 @@ impl Server {
 
     /// The server of `kind` with `extra` flags (`execbox serve` and `execbox mcp --http` only).
     fn start_with(kind: Kind, extra: &[&str]) -> Server {
+        Server::launch(
+            kind,
+            Launch {
+                extra,
+                ..Launch::default()
+            },
+        )
+    }
+
+    /// The server of `kind`, started as `how` says.
+    fn launch(kind: Kind, how: Launch<'_>) -> Server {
         let dir = TempDir::new(&format!("front-door-{kind:?}"));
         let token_file = dir.join("token");
         std::fs::write(&token_file, TOKEN).unwrap();
-        let timeout = format!("{}ms", HEAD_TIMEOUT.as_millis());
+        let timeout = format!("{}ms", how.head_timeout.as_millis());
+        let mut command = execbox(how.open_files);
         match kind {
             Kind::Serve => {
                 std::fs::create_dir_all(dir.join(".execbox")).unwrap();
@@ -68,13 +82,13 @@ impl Server {
                     ),
                 )
                 .unwrap();
-                let mut child = Command::new(EXECBOX)
+                let mut child = command
                     .args(["serve", "--listen", "127.0.0.1:0", "--pool", "1"])
                     .args(["--project", dir.path().to_str().unwrap()])
                     .args(["--policy", policy.to_str().unwrap()])
                     .args(["--header-timeout", &timeout])
                     .args(["--allow-origin", ALLOWED_ORIGIN])
-                    .args(extra)
+                    .args(how.extra)
                     .env("EXECBOX_HOME", dir.path())
                     .env_remove("RUST_LOG")
                     .stdin(Stdio::null())
@@ -93,13 +107,13 @@ impl Server {
             }
             Kind::Mcp => {
                 let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/tools.yaml");
-                let mut child = Command::new(EXECBOX)
+                let mut child = command
                     .args(["mcp", "--http", "127.0.0.1:0"])
                     .args(["--tools", tools.to_str().unwrap()])
                     .args(["--token-file", token_file.to_str().unwrap()])
                     .args(["--header-timeout", &timeout])
                     .args(["--allow-origin", ALLOWED_ORIGIN])
-                    .args(extra)
+                    .args(how.extra)
                     .env_remove("EXECBOX_TOKEN")
                     .env_remove("RUST_LOG")
                     .stdin(Stdio::null())
@@ -123,18 +137,24 @@ impl Server {
                 }
             }
             Kind::Runner => {
-                let runner = ListeningRunner::start(
-                    &[
+                // As `ListeningRunner::start`, through `command` for its open-files limit.
+                let mut child = command
+                    .args(["runner", "--listen", "127.0.0.1:0"])
+                    .args([
                         "--handshake-timeout-ms",
-                        &HEAD_TIMEOUT.as_millis().to_string(),
+                        &how.head_timeout.as_millis().to_string(),
                         "--allow-origin",
                         ALLOWED_ORIGIN,
-                    ],
-                    &[("EXECBOX_TOKEN", TOKEN)],
-                );
-                let addr = runner.url.strip_prefix("ws://").unwrap().to_owned();
-                // Keep the child; the runner handle would kill it when dropped.
-                let child = runner.into_child();
+                    ])
+                    .args(how.extra)
+                    .env("EXECBOX_TOKEN", TOKEN)
+                    .env_remove("RUST_LOG")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                let line = first_line(child.stdout.take().unwrap());
+                let addr = line.trim().strip_prefix("ws://").unwrap().to_owned();
                 Server {
                     kind,
                     addr,
@@ -186,6 +206,51 @@ impl Server {
         head.push_str(body);
         head
     }
+}
+
+/// How a server is started.
+struct Launch<'a> {
+    /// More flags.
+    extra: &'a [&'a str],
+    /// Its request-head (the runner's handshake) timeout.
+    head_timeout: Duration,
+    /// Its soft and hard `RLIMIT_NOFILE`, when not the test's own.
+    open_files: Option<u64>,
+}
+
+impl Default for Launch<'_> {
+    fn default() -> Self {
+        Launch {
+            extra: &[],
+            head_timeout: HEAD_TIMEOUT,
+            open_files: None,
+        }
+    }
+}
+
+/// `execbox`, with both open-files limits set to `open_files` in the child before it runs.
+fn execbox(open_files: Option<u64>) -> Command {
+    let mut command = Command::new(EXECBOX);
+    if let Some(limit) = open_files {
+        use std::os::unix::process::CommandExt as _;
+        let limit = libc::rlimit {
+            rlim_cur: limit as libc::rlim_t,
+            rlim_max: limit as libc::rlim_t,
+        };
+        // SAFETY: between fork and exec the closure only calls setrlimit, which is
+        // async-signal-safe, on a value it owns.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+    }
+    command
 }
 
 fn first_line(pipe: impl Read) -> String {
@@ -658,4 +723,143 @@ fn execbox_mcp_http_answers_the_hostile_table() {
 #[test]
 fn the_runner_listener_answers_the_hostile_table() {
     run_table(Kind::Runner);
+}
+
+/// 300 connections send half a request head and stop, against a server whose process may open
+/// 256 files (soft and hard `RLIMIT_NOFILE`) and whose head timeout is 60 s: a real request
+/// made right after is answered within a few seconds. The cap of 512 connections was above
+/// what the process could open, so `accept` failed with `EMFILE` while half-sent heads held
+/// every descriptor, and nobody was answered until their head timeout (review 2's M4, at a
+/// lower limit).
+fn half_sent_heads_at_a_low_descriptor_limit_do_not_lock_out_a_request(kind: Kind) {
+    const LIMIT: u64 = 256;
+    const HALF_SENT: usize = 300;
+    let server = Server::launch(
+        kind,
+        Launch {
+            head_timeout: Duration::from_secs(60),
+            open_files: Some(LIMIT),
+            ..Launch::default()
+        },
+    );
+    let host = server.addr.clone();
+    let half: Vec<TcpStream> = (0..HALF_SENT)
+        .map(|i| {
+            let mut s = TcpStream::connect(&server.addr)
+                .unwrap_or_else(|e| panic!("{kind:?}: connection {i}: {e}"));
+            // Closed by the server already (evicted): it holds nothing, which is the point.
+            let _ = s.write_all(b"GET /v1/capabilities HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ");
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    let answer = send(
+        &server.addr,
+        server.request(Some(BEARER), &host, &[]).as_bytes(),
+    );
+    let waited = started.elapsed();
+    check(&server, Expect::Passes, &answer).unwrap_or_else(|e| {
+        panic!("{kind:?}: a request behind {HALF_SENT} half-sent heads at {LIMIT} files: {e}")
+    });
+    assert!(
+        waited < Duration::from_secs(5),
+        "{kind:?}: the request waited {waited:?}"
+    );
+    drop(half);
+}
+
+#[test]
+fn execbox_serve_answers_behind_300_half_sent_heads_at_256_files() {
+    half_sent_heads_at_a_low_descriptor_limit_do_not_lock_out_a_request(Kind::Serve);
+}
+
+#[test]
+fn execbox_mcp_http_answers_behind_300_half_sent_heads_at_256_files() {
+    half_sent_heads_at_a_low_descriptor_limit_do_not_lock_out_a_request(Kind::Mcp);
+}
+
+#[test]
+fn the_runner_listener_answers_behind_300_half_sent_heads_at_256_files() {
+    half_sent_heads_at_a_low_descriptor_limit_do_not_lock_out_a_request(Kind::Runner);
+}
+
+/// The exposure rule, once for all three servers: asked to listen on 0.0.0.0 without a bearer
+/// token, each refuses before it listens, with the one message of
+/// `execbox_http::check_exposure` and its own way to give a token.
+#[test]
+fn no_server_listens_beyond_loopback_without_a_token() {
+    let dir = TempDir::new("front-door-exposure");
+    std::fs::create_dir_all(dir.join(".execbox")).unwrap();
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/tools.yaml");
+    let project = dir.path().to_str().unwrap();
+    let servers: [(Kind, Vec<&str>, &str); 3] = [
+        (
+            Kind::Serve,
+            vec!["serve", "--listen", "0.0.0.0:0", "--project", project],
+            "give principals bearer tokens (token_sha256) in a --policy file",
+        ),
+        (
+            Kind::Mcp,
+            vec![
+                "mcp",
+                "--http",
+                "0.0.0.0:0",
+                "--tools",
+                tools.to_str().unwrap(),
+            ],
+            "give --token-file FILE (or EXECBOX_TOKEN)",
+        ),
+        (
+            Kind::Runner,
+            vec!["runner", "--listen", "0.0.0.0:0"],
+            "--token-file FILE or the EXECBOX_TOKEN environment variable (or pass \
+             --insecure-no-auth, at your own risk)",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (kind, args, how) in servers {
+        let mut child = Command::new(EXECBOX)
+            .args(&args)
+            .env("EXECBOX_HOME", dir.path())
+            .env_remove("EXECBOX_TOKEN")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        let _ = child.stdout.take().unwrap().read_to_string(&mut stdout);
+        let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+        let expected = "refusing to listen on 0.0.0.0:0 without a bearer token: it is not a \
+                        loopback address, so anyone who can reach it could run code with this \
+                        server's tools; ";
+        match status {
+            None => failures.push(format!("{kind:?}: still running after 30 s")),
+            Some(status) if status.success() => {
+                failures.push(format!("{kind:?}: exited successfully: {stderr}"))
+            }
+            Some(_) if !stdout.is_empty() => {
+                failures.push(format!("{kind:?}: printed an address: {stdout}"))
+            }
+            Some(_) if !(stderr.contains(expected) && stderr.contains(how)) => {
+                failures.push(format!("{kind:?}: not the one message: {stderr}"))
+            }
+            Some(_) => println!("{kind:?}: {}", stderr.trim()),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

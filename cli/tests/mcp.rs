@@ -841,7 +841,7 @@ async fn http_refuses_a_non_loopback_address_without_a_token(h: Harness) -> Resu
     .await?;
     check!(code == Some(2), "{code:?}");
     check!(
-        stderr.contains("refusing to serve MCP on 0.0.0.0:0 without a bearer token"),
+        stderr.contains("refusing to listen on 0.0.0.0:0 without a bearer token"),
         "{stderr}"
     );
     Ok(())

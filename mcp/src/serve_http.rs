@@ -58,16 +58,9 @@ impl std::fmt::Debug for HttpOptions {
 /// Why the endpoint cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    /// A non-loopback address without a token.
-    #[error(
-        "refusing to serve MCP on {addr} without a bearer token: anyone who can reach it could \
-         run code against your tools; give --token-file FILE (or EXECBOX_TOKEN), or listen on \
-         127.0.0.1"
-    )]
-    NoToken {
-        /// The address asked for.
-        addr: SocketAddr,
-    },
+    /// A non-loopback address without a token (the one exposure rule of `execbox-http`).
+    #[error(transparent)]
+    Exposed(#[from] execbox_http::Exposed),
     /// An empty token.
     #[error("the bearer token is empty")]
     EmptyToken,
@@ -79,13 +72,17 @@ pub enum HttpError {
     Io(std::io::Error),
 }
 
-/// Checks that `addr` may be served with `token`: a non-loopback address needs one.
+/// How `execbox mcp --http` is given a token, for the exposure rule's message.
+const HOW_TO_GIVE_A_TOKEN: &str = "give --token-file FILE (or EXECBOX_TOKEN)";
+
+/// Checks that `addr` may be served with `token`: never an empty token, and a non-loopback
+/// address needs one ([`execbox_http::check_exposure`], the rule of every server).
 pub fn check_exposure(addr: SocketAddr, token: Option<&str>) -> Result<(), HttpError> {
-    match token {
-        Some("") => Err(HttpError::EmptyToken),
-        None if !addr.ip().is_loopback() => Err(HttpError::NoToken { addr }),
-        _ => Ok(()),
+    if token == Some("") {
+        return Err(HttpError::EmptyToken);
     }
+    execbox_http::check_exposure(&[addr], token.is_some(), HOW_TO_GIVE_A_TOKEN)?;
+    Ok(())
 }
 
 /// Serves `server` on `listener` at [`MCP_PATH`] until `shutdown` is cancelled, behind the
@@ -150,11 +147,11 @@ mod tests {
         assert!(check_exposure(local6, None).is_ok());
         assert!(matches!(
             check_exposure(any, None),
-            Err(HttpError::NoToken { .. })
+            Err(HttpError::Exposed(_))
         ));
         assert!(matches!(
             check_exposure(lan, None),
-            Err(HttpError::NoToken { .. })
+            Err(HttpError::Exposed(_))
         ));
         assert!(check_exposure(lan, Some("t")).is_ok());
         assert!(matches!(

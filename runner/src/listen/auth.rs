@@ -14,6 +14,9 @@ pub(crate) const TOKEN_ENV: &str = "EXECBOX_TOKEN";
 pub(crate) const SUBPROTOCOL: &str = "execbox";
 /// The prefix of the subprotocol that carries the token: `execbox.bearer.TOKEN`.
 pub(crate) const BEARER_SUBPROTOCOL_PREFIX: &str = "execbox.bearer.";
+/// How a listening runner is given a token, for the exposure rule's message.
+const HOW_TO_GIVE_A_TOKEN: &str = "give one with --token-file FILE or the EXECBOX_TOKEN \
+                                   environment variable (or pass --insecure-no-auth, at your own risk)";
 
 /// Reads the bearer token: from `file` if given (one trailing newline trimmed), otherwise from
 /// `EXECBOX_TOKEN`; `None` when neither is set. An empty token is an error, never "no auth".
@@ -94,34 +97,26 @@ impl std::fmt::Debug for Auth {
 }
 
 impl Auth {
-    /// Refuses to serve a non-loopback address without a token, unless `insecure_no_auth`.
+    /// Refuses to serve a non-loopback address without a token
+    /// ([`execbox_http::check_exposure`], the rule of every server), unless
+    /// `insecure_no_auth`, which serves it saying so loudly.
     pub(crate) fn check_exposure(
         &self,
         addrs: &[SocketAddr],
         insecure_no_auth: bool,
-    ) -> anyhow::Result<()> {
-        let exposed: Vec<String> = addrs
-            .iter()
-            .filter(|a| !a.ip().is_loopback())
-            .map(ToString::to_string)
-            .collect();
-        if self.token.is_some() || exposed.is_empty() {
-            return Ok(());
+    ) -> Result<(), execbox_http::Exposed> {
+        match execbox_http::check_exposure(addrs, self.token.is_some(), HOW_TO_GIVE_A_TOKEN) {
+            Err(exposed) if insecure_no_auth => {
+                let addrs: Vec<String> = exposed.addrs.iter().map(ToString::to_string).collect();
+                tracing::warn!(
+                    "--insecure-no-auth: serving {} WITHOUT authentication; anyone who can \
+                     reach the port can run code and use the sessions' resources",
+                    addrs.join(", ")
+                );
+                Ok(())
+            }
+            checked => checked,
         }
-        if insecure_no_auth {
-            tracing::warn!(
-                "--insecure-no-auth: serving {} WITHOUT authentication; anyone who can reach \
-                 the port can run code and use the sessions' resources",
-                exposed.join(", ")
-            );
-            return Ok(());
-        }
-        anyhow::bail!(
-            "refusing to listen on {} without authentication: set a bearer token with \
-             --token-file FILE or the {TOKEN_ENV} environment variable (or pass \
-             --insecure-no-auth, at your own risk)",
-            exposed.join(", ")
-        )
     }
 
     /// The handshake callback: checks `Origin` (403) and the token (401, with

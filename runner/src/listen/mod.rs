@@ -56,11 +56,11 @@ use backoff::{suppressed_note, Backoff, RateLimited};
 use child::{Spawner, Warm};
 use metrics::{Metrics, Rejection};
 
-/// At most this many connections may be in their WebSocket handshake at once. A new one evicts
-/// the oldest still reading its request head; when all of them have read theirs (they are
-/// upgrading), a new one is closed as soon as it is accepted. With `--handshake-timeout-ms`,
-/// this bounds what a flood of raw connections can hold, and a probe that sends its head at
-/// once is still read.
+/// At most this many connections may be in their WebSocket handshake at once (fewer when the
+/// open-files limit is low: `handshake_cap`). A new one evicts the oldest still reading its
+/// request head; when all of them have read theirs (they are upgrading), a new one is closed
+/// as soon as it is accepted. With `--handshake-timeout-ms`, this bounds what a flood of raw
+/// connections can hold, and a probe that sends its head at once is still read.
 pub(crate) const MAX_PENDING_HANDSHAKES: usize = 64;
 
 /// How a listening runner serves sessions.
@@ -168,6 +168,7 @@ pub(crate) fn serve(
     options
         .auth
         .check_exposure(&addrs, options.insecure_no_auth)?;
+    let max_handshakes = handshake_cap(options.max_sessions, lockdown == Lockdown::Enforce);
     let listener = bind(&addrs)?;
     let pending = lockdown.begin_supervisor(options.max_sessions, child.program())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -196,7 +197,7 @@ pub(crate) fn serve(
         let drain_timeout = options.drain_timeout;
         let server = Arc::new(Server {
             sessions: Arc::new(Semaphore::new(options.max_sessions.max(1))),
-            handshakes: ConnectionSlots::new(MAX_PENDING_HANDSHAKES),
+            handshakes: ConnectionSlots::new(max_handshakes),
             warm: Warm::start(Arc::new(spawner)),
             metrics,
             phase,
@@ -211,6 +212,33 @@ pub(crate) fn serve(
     // Dropping the runtime drops every task, and with them the runner processes (killed).
     runtime.shutdown_timeout(Duration::from_secs(1));
     outcome
+}
+
+/// How many connections may be in their handshake at once: [`MAX_PENDING_HANDSHAKES`], or
+/// fewer when the process may open fewer files than that needs
+/// ([`execbox_http::connection_cap`]). Raises the soft open-files limit to the hard one first
+/// ([`execbox_http::raise_open_files_limit`]): this must come before the lockdown, whose
+/// seccomp filter forbids `setrlimit` and whose rlimits then set both limits to what the
+/// supervisor needs ([`crate::lockdown::Mode::max_open_files`], never above the hard limit),
+/// which is what the handshakes are sized by when `locked_down`.
+fn handshake_cap(max_sessions: usize, locked_down: bool) -> usize {
+    if let Err(e) = execbox_http::raise_open_files_limit() {
+        tracing::warn!("cannot raise the open-files limit to its hard limit: {e}");
+    }
+    let mut open_files = execbox_http::open_files_limit();
+    if locked_down {
+        let supervisor = crate::lockdown::Mode::Supervisor { max_sessions }.max_open_files();
+        open_files = Some(open_files.map_or(supervisor, |now| now.min(supervisor)));
+    }
+    let cap = execbox_http::connection_cap(MAX_PENDING_HANDSHAKES, open_files);
+    if cap < MAX_PENDING_HANDSHAKES {
+        tracing::warn!(
+            "taking at most {cap} connections in their handshake at once: the process may \
+             open only {} files (raise `ulimit -n` to take more)",
+            open_files.unwrap_or_default()
+        );
+    }
+    cap
 }
 
 /// Drains after the first signal: waits for the sessions to end, cancels what is in flight at
@@ -296,8 +324,9 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
                     if let Some(suppressed) = too_many.allow(Instant::now()) {
                         tracing::warn!(
                             newer = %peer,
-                            "{MAX_PENDING_HANDSHAKES} handshakes pending: closing the oldest \
-                             connection still sending its request head{}",
+                            "{} handshakes pending: closing the oldest connection still \
+                             sending its request head{}",
+                            server.handshakes.max(),
                             suppressed_note(suppressed)
                         );
                     }
@@ -313,8 +342,9 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>) {
                 if let Some(suppressed) = too_many.allow(Instant::now()) {
                     tracing::warn!(
                         %peer,
-                        "closing a connection: {MAX_PENDING_HANDSHAKES} handshakes already \
-                         pending, all past their request head{}",
+                        "closing a connection: {} handshakes already pending, all past their \
+                         request head{}",
+                        server.handshakes.max(),
                         suppressed_note(suppressed)
                     );
                 }
