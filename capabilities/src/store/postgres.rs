@@ -27,6 +27,12 @@
 //! replica listens on a connection of its own; when it was lost, what was missed is recovered
 //! by reading again (waiters re-read, stop requests are also in `stop_requested_ms`, which
 //! each replica reads every second: notifications are hints, the tables are the truth).
+//!
+//! The database away: an end that cannot be written is kept and written again until it lands
+//! (`ends.rs`); every other call fails at once with "the state database is unavailable" (the
+//! detail, URL masked, goes to the log: callers over HTTP and models never see the URL).
+
+mod ends;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -36,6 +42,7 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
 use super::sqlite::{pause_detail, RESUMED_DETAIL};
+use ends::{End, KeptEnds};
 use super::{ReplicaOptions, StoreSignal, EXECUTION_ID_ENV, MAX_LIST};
 use crate::records::{
     now_ms, CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord,
@@ -102,6 +109,9 @@ const MIGRATIONS: Migrations = Migrations {
         );",
     ],
 };
+
+/// How long closing waits for the ends still kept to land.
+const CLOSE_SETTLE: Duration = Duration::from_secs(10);
 
 const EVENTS: &str = "execbox_events";
 const STOPS: &str = "execbox_stop";
@@ -232,6 +242,8 @@ pub(crate) struct PgStore {
     signals: broadcast::Sender<StoreSignal>,
     tasks: Vec<tokio::task::AbortHandle>,
     recovered: Vec<String>,
+    /// Ends the database could not take when they happened, being written again.
+    kept: Arc<KeptEnds>,
 }
 
 impl Drop for PgStore {
@@ -239,10 +251,37 @@ impl Drop for PgStore {
         for task in &self.tasks {
             task.abort();
         }
+        self.kept.abandon();
     }
 }
 
+/// The message of a call that found the database unavailable (down, stalled, cut off).
+pub(crate) const UNAVAILABLE_MESSAGE: &str =
+    "the state database is unavailable; try again in a few seconds (the server's log says why)";
+
+/// A failed call as its caller sees it: in plain words, naming no database (an HTTP caller
+/// or a model reads it); the whole error, URL masked, goes to the log.
 fn fail(e: PgError) -> CapabilityError {
+    tracing::warn!("execution store: {e}");
+    if e.is_unavailable() {
+        CapabilityError::new(
+            CapabilityErrorCode::RegistryNotInitialized,
+            UNAVAILABLE_MESSAGE,
+        )
+    } else {
+        CapabilityError::new(
+            CapabilityErrorCode::ExecutionFailed,
+            format!(
+                "the state database refused the statement ({}); the server's log says why",
+                e.plain()
+            ),
+        )
+    }
+}
+
+/// A failure to open the store, for the operator starting a process: the whole error, the
+/// database named by its URL with the password masked.
+fn fail_open(e: PgError) -> CapabilityError {
     let code = if e.is_unavailable() {
         CapabilityErrorCode::RegistryNotInitialized
     } else {
@@ -258,8 +297,8 @@ impl PgStore {
         url: &PgUrl,
         options: Option<&ReplicaOptions>,
     ) -> Result<PgStore, CapabilityError> {
-        let pg = Pg::shared(url).map_err(fail)?;
-        pg.migrate(&MIGRATIONS).map_err(fail)?;
+        let pg = Pg::shared(url).map_err(fail_open)?;
+        pg.migrate(&MIGRATIONS).map_err(fail_open)?;
         let Some(options) = options else {
             return Ok(PgStore {
                 pg,
@@ -271,6 +310,7 @@ impl PgStore {
                 signals: broadcast::channel(1).0,
                 tasks: Vec::new(),
                 recovered: Vec::new(),
+                kept: Arc::default(),
             });
         };
         let timeout = options.timeout.max(Duration::from_secs(3));
@@ -286,9 +326,9 @@ impl PgStore {
         {
             let replica = replica.clone();
             pg.block(move |c| async move { join(&c, &replica, &host).await })
-                .map_err(fail)?;
+                .map_err(fail_open)?;
         }
-        let recovered = pg.block(reap).map_err(fail)?;
+        let recovered = pg.block(reap).map_err(fail_open)?;
         kill_leftovers(&recovered);
         if !recovered.is_empty() {
             tracing::warn!(
@@ -308,6 +348,8 @@ impl PgStore {
                 beat,
             ))
             .abort_handle(),
+            pg.spawn(pick_up_stops(pg.clone(), replica.clone(), signals.clone()))
+                .abort_handle(),
         ];
         tracing::info!(replica = %replica.name, id = %replica.id, database = %url, "joined the shared execution store");
         Ok(PgStore {
@@ -316,6 +358,7 @@ impl PgStore {
             signals,
             tasks,
             recovered,
+            kept: Arc::default(),
         })
     }
 
@@ -357,8 +400,6 @@ impl PgStore {
                         &r.principal,
                         &r.status.as_str(),
                         &r.params.to_string(),
-            pg.spawn(pick_up_stops(pg.clone(), replica.clone(), signals.clone()))
-                .abort_handle(),
                         &(r.created_ms as i64),
                         &me,
                         &payload,
@@ -424,36 +465,27 @@ impl PgStore {
         logs: &[String],
     ) -> Result<Option<u64>, CapabilityError> {
         let now = now_ms();
-        let id = id.to_string();
-        let payload = event_payload(&self.replica.id, &id);
-        let result = result.map(Value::to_string);
-        let context = additional_context.map(Value::to_string);
-        let code = error.map(|e| e.code.as_str().to_string());
-        let message = error.map(|e| e.message.clone());
-        let logs = (!logs.is_empty()).then(|| Value::from(logs).to_string());
-        self.pg
-            .run(move |c| async move {
-                let statement = c.prepare_cached(FINISH).await?;
-                let ended = c
-                    .query_opt(
-                        &statement,
-                        &[
-                            &id,
-                            &status.as_str(),
-                            &result,
-                            &context,
-                            &code,
-                            &message,
-                            &(now as i64),
-                            &logs,
-                            &payload,
-                        ],
-                    )
-                    .await?;
-                Ok(ended.map(|_| now))
-            })
-            .await
-            .map_err(fail)
+        let end = End {
+            id: id.to_string(),
+            status: status.as_str(),
+            result: result.map(Value::to_string),
+            context: additional_context.map(Value::to_string),
+            code: error.map(|e| e.code.as_str().to_string()),
+            message: error.map(|e| e.message.clone()),
+            ended_ms: now as i64,
+            logs: (!logs.is_empty()).then(|| Value::from(logs).to_string()),
+            payload: event_payload(&self.replica.id, id),
+        };
+        match end.write(&self.pg).await {
+            Ok(written) => Ok(written.then_some(now)),
+            // The database is away: the end is kept and written when it is back, and is
+            // reported now (its waiters get the outcome, not an error).
+            Err(e) if e.is_unavailable() => {
+                self.kept.keep(&self.pg, end, &e);
+                Ok(Some(now))
+            }
+            Err(e) => Err(fail(e)),
+        }
     }
 
     pub(crate) async fn pause(
@@ -626,6 +658,15 @@ impl PgStore {
     }
 
     pub(crate) async fn close(&self) {
+        // Ends still kept get a last chance before the replica says it stopped (its
+        // executions would then be failed by the others' reaper).
+        let left = self.kept.settle(CLOSE_SETTLE).await;
+        if left > 0 {
+            tracing::warn!(
+                left,
+                "the database did not take the end of {left} execution(s) before this replica stopped; the other replicas will mark them failed"
+            );
+        }
         let id = self.replica.id.clone();
         let closed = self
             .pg
