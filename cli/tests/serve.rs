@@ -10,6 +10,8 @@ mod durable;
 mod limits;
 #[path = "serve/logs.rs"]
 mod logs;
+#[path = "serve/replica_stops.rs"]
+mod replica_stops;
 #[path = "serve/replicas.rs"]
 mod replicas;
 
