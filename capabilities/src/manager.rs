@@ -101,6 +101,10 @@ pub struct ManagerOptions {
     /// reason `expired` ([`CapabilityManager::expire_paused`]). Default
     /// [`DEFAULT_PAUSE_EXPIRY`] (7 days).
     pub pause_expiry: Duration,
+    /// The most executions one principal may have waiting for approval at once; a pause
+    /// past it fails the execution saying why. Default [`MAX_PAUSED_PER_PRINCIPAL`]. Their
+    /// ledgers are bounded too, by [`MAX_PAUSED_BYTES_PER_PRINCIPAL`].
+    pub max_paused_per_principal: u64,
 }
 
 impl std::fmt::Debug for ManagerOptions {
@@ -115,6 +119,7 @@ impl std::fmt::Debug for ManagerOptions {
             .field("nested_executor", &self.nested_executor.is_some())
             .field("programs", &self.programs.is_some())
             .field("pause_expiry", &self.pause_expiry)
+            .field("max_paused_per_principal", &self.max_paused_per_principal)
             .finish()
     }
 }
@@ -131,6 +136,7 @@ impl Default for ManagerOptions {
             nested_executor: None,
             programs: None,
             pause_expiry: DEFAULT_PAUSE_EXPIRY,
+            max_paused_per_principal: MAX_PAUSED_PER_PRINCIPAL,
         }
     }
 }

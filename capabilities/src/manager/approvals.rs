@@ -398,7 +398,7 @@ impl CapabilityManager {
     }
 
     /// Whether `record`'s principal may keep one more paused execution, whose ledger is
-    /// `bytes` long: at most [`MAX_PAUSED_PER_PRINCIPAL`] waiting, holding at most
+    /// `bytes` long: at most [`ManagerOptions::max_paused_per_principal`](crate::ManagerOptions::max_paused_per_principal) waiting, holding at most
     /// [`MAX_PAUSED_BYTES_PER_PRINCIPAL`] of ledgers. `Err`: why not, for the execution's
     /// failure.
     async fn room_to_pause(
@@ -418,12 +418,13 @@ impl CapabilityManager {
             Some(name) => format!("principal `{name}`"),
             None => "anonymous callers".to_string(),
         };
-        if count >= MAX_PAUSED_PER_PRINCIPAL {
+        let most = self.0.options.max_paused_per_principal;
+        if count >= most {
             return Err(format!(
                 "{} reached a call of {} that needs approval, but cannot wait for one: {who} \
                  already has {count} executions waiting for approval, the most one principal \
-                 may have; they must be decided or stopped first (`execbox executions list \
-                 --status awaiting_approval`)",
+                 may have ({most}); they must be decided or stopped first (`execbox executions \
+                 list --status awaiting_approval`)",
                 record.capability, call.tool
             ));
         }

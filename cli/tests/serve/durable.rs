@@ -709,3 +709,149 @@ async fn an_approver_learns_nothing_of_executions_it_may_not_see() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "failed");
 }
+
+/// `project` with a second capability, `slow`, whose one tool sleeps 30 s.
+fn project_with_slow(name: &str) -> Roots {
+    let roots = project(name);
+    let dir = roots.project.capability(
+        "slow",
+        &script_yaml("slow", "tools: tools.yaml\ntimeout_ms: 60000\n"),
+        &[("index.js", "await clock.wait({}); 1")],
+    );
+    let tools = json!({
+        "version": 1,
+        "providers": {"clock": {"tools": {"wait": {
+            "command": "/bin/sh",
+            "args": ["-c", "cat >/dev/null; sleep 30; echo '{}'"],
+        }}}}
+    });
+    std::fs::write(dir.join("tools.yaml"), tools.to_string()).unwrap();
+    roots
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_execution_resumes_only_within_the_bounds_a_start_has() {
+    let roots = project_with_slow("durable-room");
+    let policy = policy(&roots, "");
+    let server = serve(
+        &roots,
+        &["--policy", &policy, "--max-live-per-principal", "1"],
+    );
+    let client = client();
+    let id = start(&client, &server, "bob-token").await;
+    assert_eq!(
+        settled(&client, &server, &id, "bob-token").await["status"],
+        "awaiting_approval"
+    );
+    // bob now runs as many as he may: the resume of his paused one would pass the bound.
+    let (status, body) = json_of(
+        client
+            .post(server.at("/v1/executions"))
+            .bearer_auth("bob-token")
+            .json(&json!({"capability": "slow"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let slow = body["executionId"].as_str().unwrap().to_string();
+    let (status, body) = decide(&client, &server, &id, "ops-token", json!({"call": 2})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(body["error"]["code"], "TOO_MANY_EXECUTIONS", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("stays paused") && message.contains("max-live-per-principal"),
+        "{message}"
+    );
+    let still = record(&client, &server, &id, "bob-token").await;
+    assert_eq!(still["status"], "awaiting_approval", "{still}");
+    assert_eq!(runs(&roots, "send.count"), 0);
+    // Once there is room, the same decision goes through.
+    let (status, body) = json_of(
+        client
+            .post(server.at(&format!("/v1/executions/{slow}/stop")))
+            .bearer_auth("bob-token")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = decide(&client, &server, &id, "ops-token", json!({"call": 2})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        settled(&client, &server, &id, "bob-token").await["status"],
+        "completed"
+    );
+    assert_eq!(runs(&roots, "send.count"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_executions_are_bounded_per_principal_and_expire() {
+    let roots = project("durable-bounds");
+    let policy = policy(&roots, "");
+    let server = serve(
+        &roots,
+        &[
+            "--policy",
+            &policy,
+            "--max-paused-per-principal",
+            "2",
+            "--pause-expiry",
+            "2s",
+        ],
+    );
+    let client = client();
+    let mut paused = Vec::new();
+    for _ in 0..2 {
+        let id = start(&client, &server, "bob-token").await;
+        assert_eq!(
+            settled(&client, &server, &id, "bob-token").await["status"],
+            "awaiting_approval"
+        );
+        paused.push(id);
+    }
+    // A third of bob's cannot wait: it fails saying why; alice's still may.
+    let third = start(&client, &server, "bob-token").await;
+    let failed = settled(&client, &server, &third, "bob-token").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let message = failed["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("principal `bob` already has 2 executions waiting for approval"),
+        "{message}"
+    );
+    let hers = start(&client, &server, "alice-token").await;
+    assert_eq!(
+        settled(&client, &server, &hers, "alice-token").await["status"],
+        "awaiting_approval"
+    );
+    // Past --pause-expiry, each is denied with reason `expired`, by the sweep or when
+    // someone decides it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (status, body) = decide(&client, &server, &paused[0], "ops-token", json!({"call": 2})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("expired"),
+        "{body}"
+    );
+    let owned = paused
+        .iter()
+        .map(|id| (id, "bob-token"))
+        .chain([(&hers, "alice-token")]);
+    for (id, token) in owned {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let ended = loop {
+            let now = record(&client, &server, id, token).await;
+            if now["status"] != "awaiting_approval" || std::time::Instant::now() > deadline {
+                break now;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(ended["status"], "failed", "{ended}");
+        assert_eq!(ended["error"]["code"], "APPROVAL_DENIED", "{ended}");
+        assert_eq!(ended["decisions"][0]["reason"], "expired", "{ended}");
+        assert_eq!(ended["decisions"][0]["by"], "expiry", "{ended}");
+    }
+    assert_eq!(runs(&roots, "send.count"), 0);
+}
