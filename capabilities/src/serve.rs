@@ -10,12 +10,15 @@
 //! | `GET /v1/executions/{id}` | the execution, with its `history` |
 //! | `GET /v1/executions/{id}/wait?timeoutMs=` | `200` and the outcome `{success, executionId, status, result, additionalContext, error, capabilityPath}` once it ended; `202 {executionId, status}` if it still runs after `timeoutMs` (default 30 s, at most 5 min) |
 //! | `POST /v1/executions/{id}/stop` | `200`, the execution once stopped (or as it ended) |
+//! | `POST /v1/executions/{id}/approve` `{call, inputSha256?}` | `200`, the execution once its call `call` (`pendingApproval.call`) is approved and it resumed; `409 DECISION_MISMATCH` when another call waits now (nothing is decided); a retry of a decision taken answers the execution as it is |
+//! | `POST /v1/executions/{id}/deny` `{call, inputSha256?, reason?}` | `200`, the execution, failed `APPROVAL_DENIED`; `409` as for `/approve` |
 //! | `POST /v1/executions/stop?parentId=` | `200 {stopped: [...]}`: its children, each with its tree stopped |
 //! | `GET /v1/events` | Server-Sent Events: `event: started` (`completed`, `failed`, `timeout`, `stopped`), `data:` the event as JSON |
 //!
 //! Errors are `{error: {code, message}}` with the capability codes: `400 INVALID_REQUEST`,
 //! `403 PERMISSION_DENIED`, `404 CAPABILITY_NOT_FOUND` and `EXECUTION_NOT_FOUND`,
-//! `422 EXECUTOR_NOT_FOUND`, `429 TOO_MANY_EXECUTIONS` (a start past a bound on the
+//! `409 NOT_AWAITING_APPROVAL` and `DECISION_MISMATCH`, `422 EXECUTOR_NOT_FOUND`,
+//! `429 TOO_MANY_EXECUTIONS` (a start, or a resume after an approval, past a bound on the
 //! executions running at once: the server's, the principal's or the tree's),
 //! `503 REGISTRY_NOT_INITIALIZED`; refusals at the door have the
 //! same shape with the door's codes (`401 UNAUTHORIZED`, `403 FORBIDDEN`,
@@ -68,7 +71,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::Instrument as _;
 
-use super::manager::{CapabilityManager, Decision};
+use super::manager::{CallRef, CapabilityManager, Decision};
 use super::records::{
     CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionStatus, StartRequest,
 };
@@ -141,8 +144,15 @@ async fn visible(
     id: &str,
 ) -> Result<super::records::ExecutionRecord, ApiError> {
     let record = state.manager.get(id).await?;
-    // An approver sees every execution that waits for a decision, as it lists them.
-    let decides = record.status == ExecutionStatus::AwaitingApproval && approves(state, caller);
+    // An approver sees every execution that waits for a decision, as it lists them, and
+    // those it decided (so that a retried decision is answered).
+    let decided_by_caller = caller
+        .0
+        .as_ref()
+        .and_then(Principal::name)
+        .is_some_and(|me| record.decisions.iter().any(|d| d.by.as_deref() == Some(me)));
+    let decides = (record.status == ExecutionStatus::AwaitingApproval || decided_by_caller)
+        && approves(state, caller);
     if sees(caller, record.principal.as_deref()) || decides {
         Ok(record)
     } else {
@@ -159,20 +169,21 @@ struct ApiError(StatusCode, CapabilityError);
 
 impl From<CapabilityError> for ApiError {
     fn from(e: CapabilityError) -> Self {
-        let status = match e.code {
-            CapabilityErrorCode::CapabilityNotFound | CapabilityErrorCode::ExecutionNotFound => {
-                StatusCode::NOT_FOUND
-            }
-            CapabilityErrorCode::ExecutorNotFound => StatusCode::UNPROCESSABLE_ENTITY,
-            CapabilityErrorCode::InvalidRequest
-            | CapabilityErrorCode::InvalidCapabilityConfig
-            | CapabilityErrorCode::InvalidExecutorConfig => StatusCode::BAD_REQUEST,
-            CapabilityErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
-            CapabilityErrorCode::TooManyExecutions => StatusCode::TOO_MANY_REQUESTS,
-            CapabilityErrorCode::NotAwaitingApproval => StatusCode::CONFLICT,
-            CapabilityErrorCode::RegistryNotInitialized => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
+        let status =
+            match e.code {
+                CapabilityErrorCode::CapabilityNotFound
+                | CapabilityErrorCode::ExecutionNotFound => StatusCode::NOT_FOUND,
+                CapabilityErrorCode::ExecutorNotFound => StatusCode::UNPROCESSABLE_ENTITY,
+                CapabilityErrorCode::InvalidRequest
+                | CapabilityErrorCode::InvalidCapabilityConfig
+                | CapabilityErrorCode::InvalidExecutorConfig => StatusCode::BAD_REQUEST,
+                CapabilityErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
+                CapabilityErrorCode::TooManyExecutions => StatusCode::TOO_MANY_REQUESTS,
+                CapabilityErrorCode::NotAwaitingApproval
+                | CapabilityErrorCode::DecisionMismatch => StatusCode::CONFLICT,
+                CapabilityErrorCode::RegistryNotInitialized => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
         ApiError(status, e)
     }
 }
@@ -215,6 +226,7 @@ pub fn capabilities_router(manager: CapabilityManager, door: FrontDoor<Principal
         )
         .route("/v1/executions/{id}/stop", post(stop))
         .route("/v1/executions/{id}/approve", post(approve))
+        .route("/v1/executions/{id}/deny", post(deny))
         .route(
             "/v1/events",
             execbox_http::long_requests(get(events), caller_key),
@@ -353,11 +365,19 @@ fn json_body(
     })
 }
 
-/// The body of `POST /v1/executions/{id}/approve`.
+/// The body of `POST /v1/executions/{id}/approve` and `/deny`: the call decided, as GET
+/// shows it in `pendingApproval` (`call`, required; `inputSha256`, optional), and for a
+/// denial its reason. `/approve` also takes `"approve": false` (a denial), as it did before
+/// `/deny` existed.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApproveBody {
-    approve: bool,
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DecisionBody {
+    #[serde(default)]
+    call: Option<u32>,
+    #[serde(default)]
+    input_sha256: Option<String>,
+    #[serde(default)]
+    approve: Option<bool>,
     #[serde(default)]
     reason: Option<String>,
 }
@@ -365,30 +385,86 @@ struct ApproveBody {
 /// The longest denial reason kept.
 const MAX_REASON_CHARS: usize = 2000;
 
-/// `POST /v1/executions/{id}/approve`: decides the call a paused execution waits on. The
-/// caller must hold the policy's approve permission (`executions:approve` by default) and,
-/// unless the policy allows it, must not have started the execution; one who may neither
-/// see the execution nor approve gets `404`, as if it did not exist.
+/// What a decision's body must be, for its error messages.
+const DECISION_SHAPE: &str = "send {\"call\": N} to approve (N is `pendingApproval.call` of GET \
+     /v1/executions/ID, the call you were shown; add \"inputSha256\" to be sure of its input too), \
+     or {\"call\": N, \"reason\": \"...\"} to POST .../deny";
+
+/// `POST /v1/executions/{id}/approve`: approves the call a paused execution waits on, if it
+/// is the call the body names (see [`decide_call`]).
 async fn approve(
+    state: State<AppState>,
+    caller: Extension<Caller>,
+    id: Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    decide_call(state, caller, id, headers, body, false).await
+}
+
+/// `POST /v1/executions/{id}/deny`: denies the call a paused execution waits on, if it is
+/// the call the body names (see [`decide_call`]).
+async fn deny(
+    state: State<AppState>,
+    caller: Extension<Caller>,
+    id: Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    decide_call(state, caller, id, headers, body, true).await
+}
+
+/// Decides the call a paused execution waits on, if the body names that call; a decision
+/// for any other call is `409 DECISION_MISMATCH` and changes nothing, and a decision sent
+/// again for a call decided the same way already (a retry) answers `200` with the execution
+/// as it is now. The caller must hold the policy's approve permission
+/// (`executions:approve` by default) and, unless the policy allows it, must not have
+/// started the execution; one who may not see the execution gets `404`, as if it did not
+/// exist (an approver sees the executions that wait for a decision and those it decided).
+async fn decide_call(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
+    deny: bool,
 ) -> Result<Response, ApiError> {
     let body = match json_body(&headers, body) {
         Ok(body) => body,
         Err(refusal) => return Ok(*refusal),
     };
-    let body: ApproveBody = serde_json::from_slice(&body).map_err(|e| {
+    let body: DecisionBody = serde_json::from_slice(&body).map_err(|e| {
         invalid(format!(
-            "the body is not a decision ({e}); send {{\"approve\": true}} or {{\"approve\": false, \"reason\": \"...\"}}"
+            "the body is not a decision ({e}); {DECISION_SHAPE}"
         ))
     })?;
-    if body.approve && body.reason.is_some() {
-        return Err(invalid(
-            "a reason goes with a denial only: send {\"approve\": true} or {\"approve\": false, \"reason\": \"...\"}",
-        ));
+    let Some(call) = body.call.filter(|&n| n > 0) else {
+        return Err(invalid(format!(
+            "the body must name the call it decides, a number from 1; {DECISION_SHAPE}"
+        )));
+    };
+    if let Some(digest) = &body.input_sha256 {
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid(format!(
+                "inputSha256 must be 64 hexadecimal digits (`pendingApproval.inputSha256`), got \
+                 {} characters",
+                digest.chars().count()
+            )));
+        }
+    }
+    let denies = match (deny, body.approve) {
+        (true, Some(true)) => {
+            return Err(invalid(format!(
+                "\"approve\": true does not go to /deny; {DECISION_SHAPE}"
+            )))
+        }
+        (true, _) | (false, Some(false)) => true,
+        (false, _) => false,
+    };
+    if !denies && body.reason.is_some() {
+        return Err(invalid(format!(
+            "a reason goes with a denial only; {DECISION_SHAPE}"
+        )));
     }
     if body
         .reason
@@ -399,17 +475,21 @@ async fn approve(
             "reason is longer than {MAX_REASON_CHARS} characters; say it shorter"
         )));
     }
-    let record = state.manager.get(&id).await?;
-    if !sees(&caller, record.principal.as_deref()) && !approves(&state, &caller) {
-        visible(&state, &caller, &id).await?;
-    }
-    let decision = match body.approve {
-        true => Decision::Approve,
-        false => Decision::Deny {
+    visible(&state, &caller, &id).await?;
+    let decision = match denies {
+        false => Decision::Approve,
+        true => Decision::Deny {
             reason: body.reason,
         },
     };
-    let record = state.manager.decide(&id, decision, caller.0).await?;
+    let named = CallRef {
+        call,
+        input_sha256: body.input_sha256,
+    };
+    let record = state
+        .manager
+        .decide(&id, &named, decision, caller.0)
+        .await?;
     Ok(Json(record).into_response())
 }
 

@@ -32,6 +32,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_live_per_tree: args.max_live_per_tree as usize,
         max_timeout_ms,
         enforcement,
+        pause_expiry: args.pause_expiry,
+        max_paused_per_principal: u64::from(args.max_paused_per_principal),
         ..ManagerOptions::default()
     };
     let addr = args
@@ -88,6 +90,28 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         tracing::info!(db = %manager.store().location(), replica = manager.store().replica().unwrap_or("-"), "serving capabilities on http://{local}");
         let router = capabilities_router(manager.clone(), door.hosts(hosts.with_bound(local)));
+        // Paused executions do not wait forever: at start and every minute (more often for a
+        // short expiry), a call that has waited past --pause-expiry is denied (`expired`).
+        let expiring = manager.clone();
+        let every = (args.pause_expiry / 4).clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(60),
+        );
+        let sweeper = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                match expiring.expire_paused().await {
+                    Ok(ended) if !ended.is_empty() => tracing::info!(
+                        "{} paused execution(s) waited past --pause-expiry and were denied: {}",
+                        ended.len(),
+                        ended.join(", ")
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("cannot expire paused executions: {}", e.message),
+                }
+            }
+        });
         let shutdown = CancellationToken::new();
         let served = execbox_http::serve(listener, router, serve_options, shutdown.clone());
         tokio::pin!(served);
@@ -96,6 +120,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             () = shutdown_signal() => {
                 shutdown.cancel();
                 tracing::info!("stopping {} running execution(s)", manager.running());
+                sweeper.abort();
                 manager.stop_all().await;
                 manager.store().close().await;
                 let _ = served.await;

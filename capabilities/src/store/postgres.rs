@@ -42,12 +42,13 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
 use super::sqlite::{pause_detail, RESUMED_DETAIL};
-use ends::{End, KeptEnds};
+use super::Take;
 use super::{ReplicaOptions, StoreSignal, EXECUTION_ID_ENV, MAX_LIST};
 use crate::records::{
     now_ms, CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionRecord,
     ExecutionStatus, PendingApproval, StatusChange,
 };
+use ends::{End, KeptEnds};
 
 const MIGRATIONS: Migrations = Migrations {
     component: "capabilities",
@@ -107,6 +108,9 @@ const MIGRATIONS: Migrations = Migrations {
             bytes INTEGER NOT NULL,
             updated_ms BIGINT NOT NULL
         );",
+        // 3: the decisions taken on a paused execution's calls (a retried decision is
+        // answered from them).
+        "ALTER TABLE executions ADD COLUMN decisions TEXT;",
     ],
 };
 
@@ -116,8 +120,8 @@ const CLOSE_SETTLE: Duration = Duration::from_secs(10);
 const EVENTS: &str = "execbox_events";
 const STOPS: &str = "execbox_stop";
 
-const COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, e.params, e.result, e.additional_context, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, e.logs, r.name, e.pending_approval";
-const SUMMARY_COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, NULL, NULL, NULL, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, NULL, r.name, e.pending_approval";
+const COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, e.params, e.result, e.additional_context, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, e.logs, r.name, e.pending_approval, e.decisions";
+const SUMMARY_COLUMNS: &str = "e.id, e.capability, e.type, e.executor, e.capability_path, e.parent_id, e.principal, e.status, NULL, NULL, NULL, e.error_code, e.error_message, e.created_ms, e.updated_ms, e.ended_ms, NULL, r.name, e.pending_approval, e.decisions";
 const FROM: &str = "executions e LEFT JOIN replicas r ON r.id = e.owner_replica";
 
 // Each write is one statement (the row, its history row and its notification, which is sent
@@ -182,7 +186,9 @@ const PAUSE: &str = "WITH u AS (
 /// row (`FOR UPDATE`: a concurrent resume waits, then finds it `running` and gets no row),
 /// reads it as it was and its ledger, makes it `running` under this replica ($3) with no
 /// pending approval, deletes the ledger, and writes the history row ($4) and notification
-/// ($5). Returns the old record's [`COLUMNS`], then the ledger.
+/// ($5). A decision ($7, JSON) takes it only while the call it names ($6) is the one waiting,
+/// and is appended to its `decisions`; a stop ($6 and $7 NULL) takes it whatever it waits on.
+/// Returns the old record's [`COLUMNS`], then the ledger.
 static RESUME: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH old AS (
@@ -191,10 +197,13 @@ static RESUME: LazyLock<String> = LazyLock::new(|| {
             LEFT JOIN replicas r ON r.id = e.owner_replica
             LEFT JOIN ledgers l ON l.execution_id = e.id
         WHERE e.id = $1 AND e.status = 'awaiting_approval'
+            AND ($6::bigint IS NULL OR (e.pending_approval::jsonb ->> 'call')::bigint = $6)
         FOR UPDATE OF e
     ), u AS (
         UPDATE executions e SET status = 'running', pending_approval = NULL, updated_ms = $2,
-            owner_replica = $3, pgid = NULL, stop_requested_ms = NULL
+            owner_replica = $3, pgid = NULL, stop_requested_ms = NULL,
+            decisions = CASE WHEN $7::text IS NULL THEN e.decisions
+                ELSE (COALESCE(e.decisions, '[]')::jsonb || jsonb_build_array($7::text::jsonb))::text END
         FROM old WHERE e.id = old.id AND e.status = 'awaiting_approval'
         RETURNING e.id
     ), d AS (
@@ -528,21 +537,78 @@ impl PgStore {
     pub(crate) async fn resume(
         &self,
         id: &str,
+        take: &Take<'_>,
     ) -> Result<Option<(ExecutionRecord, String)>, CapabilityError> {
         let now = now_ms() as i64;
         let id = id.to_string();
         let me = self.replica.id.clone();
         let payload = json!({"r": me, "id": id, "e": "resumed"}).to_string();
+        let (call, decision) = match take {
+            Take::Decision(d) => (
+                Some(i64::from(d.call)),
+                Some(serde_json::to_string(d).map_err(|e| {
+                    CapabilityError::new(
+                        CapabilityErrorCode::ExecutionFailed,
+                        format!("execution store: {e}"),
+                    )
+                })?),
+            ),
+            Take::Stop => (None, None),
+        };
         self.pg
             .run(move |c| async move {
                 let statement = c.prepare_cached(&RESUME).await?;
                 let row = c
-                    .query_opt(&statement, &[&id, &now, &me, &RESUMED_DETAIL, &payload])
+                    .query_opt(
+                        &statement,
+                        &[&id, &now, &me, &RESUMED_DETAIL, &payload, &call, &decision],
+                    )
                     .await?;
                 Ok(row.map(|row| {
-                    let ledger = row.get::<_, Option<String>>(19).unwrap_or_default();
+                    let ledger = row.get::<_, Option<String>>(20).unwrap_or_default();
                     (record(&row), ledger)
                 }))
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn paused_usage(
+        &self,
+        principal: Option<&str>,
+    ) -> Result<(u64, u64), CapabilityError> {
+        let principal = principal.map(str::to_string);
+        self.pg
+            .run(move |c| async move {
+                let row = c
+                    .query_one(
+                        "SELECT COUNT(*), COALESCE(SUM(l.bytes), 0)::bigint FROM executions e LEFT JOIN ledgers l ON l.execution_id = e.id WHERE e.status = 'awaiting_approval' AND e.principal IS NOT DISTINCT FROM $1",
+                        &[&principal],
+                    )
+                    .await?;
+                Ok((
+                    row.get::<_, i64>(0).max(0) as u64,
+                    row.get::<_, i64>(1).max(0) as u64,
+                ))
+            })
+            .await
+            .map_err(fail)
+    }
+
+    pub(crate) async fn paused_before(
+        &self,
+        before_ms: u64,
+    ) -> Result<Vec<String>, CapabilityError> {
+        let before = before_ms as i64;
+        self.pg
+            .run(move |c| async move {
+                let rows = c
+                    .query(
+                        "SELECT id FROM executions WHERE status = 'awaiting_approval' AND updated_ms < $1 ORDER BY updated_ms",
+                        &[&before],
+                    )
+                    .await?;
+                Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
             })
             .await
             .map_err(fail)
@@ -724,7 +790,12 @@ fn record(row: &Row) -> ExecutionRecord {
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default(),
         replica: row.get(17),
-        pending_approval: json(18).and_then(|v| serde_json::from_value(v).ok()),
+        pending_approval: json(18)
+            .and_then(|v| serde_json::from_value::<PendingApproval>(v).ok())
+            .map(PendingApproval::with_digest),
+        decisions: json(19)
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default(),
     }
 }
 
@@ -956,6 +1027,7 @@ mod tests {
             ended_ms: None,
             replica: None,
             pending_approval: None,
+            decisions: Vec::new(),
         }
     }
 
@@ -1122,6 +1194,7 @@ mod tests {
             tool: "bank.transfer".into(),
             input: json!({"to": "bob", "amount": 5}),
             call: 2,
+            input_sha256: execbox_host::input_sha256(&json!({"to": "bob", "amount": 5})),
             permission: "bank:approve".into(),
             self_approval: true,
             since_ms: 1_700_000_000_000,
@@ -1146,6 +1219,73 @@ mod tests {
             .set_status(id, ExecutionStatus::Running, None)
             .await
             .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_decision_takes_a_paused_execution_only_at_the_call_it_names_and_is_kept() {
+        let Some(server) = TestServer::start_or_skip() else {
+            return;
+        };
+        let url = server.database("decide");
+        let store = open(&url, "one", Duration::from_secs(30));
+        running(&store, "p").await;
+        assert!(store.pause("p", &pending(), LEDGER, &[]).await.unwrap());
+        assert_eq!(
+            store.paused_usage(Some("alice")).await.unwrap(),
+            (1, LEDGER.len() as u64)
+        );
+        assert_eq!(store.paused_usage(None).await.unwrap(), (0, 0));
+        let decision = |call: u32, approved: bool| crate::records::DecisionRecord {
+            call,
+            tool: "bank.transfer".into(),
+            input_sha256: pending().input_sha256,
+            approved,
+            by: Some("ops".into()),
+            reason: None,
+            at_ms: 1_700_000_000_001,
+        };
+        // An approval of another call takes nothing.
+        let stale = decision(1, true);
+        assert!(store
+            .resume("p", &Take::Decision(&stale))
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            store.get("p").await.unwrap().unwrap().status,
+            ExecutionStatus::AwaitingApproval
+        );
+        let right = decision(2, true);
+        assert!(store
+            .resume("p", &Take::Decision(&right))
+            .await
+            .unwrap()
+            .is_some());
+        let now = store.get("p").await.unwrap().unwrap();
+        assert_eq!(now.status, ExecutionStatus::Running);
+        assert_eq!(now.decisions, vec![right.clone()]);
+        // Paused again at call 4: the earlier decision takes nothing, a new one is appended.
+        let later = PendingApproval {
+            call: 4,
+            ..pending()
+        };
+        assert!(store.pause("p", &later, LEDGER, &[]).await.unwrap());
+        assert!(store
+            .resume("p", &Take::Decision(&right))
+            .await
+            .unwrap()
+            .is_none());
+        let fourth = decision(4, false);
+        assert!(store
+            .resume("p", &Take::Decision(&fourth))
+            .await
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            store.get("p").await.unwrap().unwrap().decisions,
+            vec![right, fourth]
+        );
+        assert!(store.paused_before(u64::MAX).await.unwrap().is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1188,7 +1328,11 @@ mod tests {
         // A stop request finds nothing to stop: no replica runs it.
         assert!(!store.request_stop("p").await.unwrap());
 
-        let (was, ledger) = store.resume("p").await.unwrap().expect("resumed");
+        let (was, ledger) = store
+            .resume("p", &Take::Stop)
+            .await
+            .unwrap()
+            .expect("resumed");
         assert_eq!(ledger, LEDGER, "byte for byte");
         assert_eq!(was.status, ExecutionStatus::AwaitingApproval);
         assert_eq!(was.pending_approval, Some(pending()));
@@ -1203,8 +1347,8 @@ mod tests {
             Some(RESUMED_DETAIL)
         );
         assert_eq!(store.ledger("p").await.unwrap(), None);
-        assert!(store.resume("p").await.unwrap().is_none());
-        assert!(store.resume("nope").await.unwrap().is_none());
+        assert!(store.resume("p", &Take::Stop).await.unwrap().is_none());
+        assert!(store.resume("nope", &Take::Stop).await.unwrap().is_none());
 
         // Only a running execution pauses, and one asked to stop does not.
         store
@@ -1277,7 +1421,7 @@ mod tests {
         assert_eq!(denied.pending_approval, None);
         assert_eq!(denied.logs, ["so far"]);
         assert_eq!(store.ledger("denied").await.unwrap(), None);
-        assert!(store.resume("denied").await.unwrap().is_none());
+        assert!(store.resume("denied", &Take::Stop).await.unwrap().is_none());
 
         running(&store, "stopped").await;
         assert!(store
@@ -1347,7 +1491,7 @@ mod tests {
                     tokio::spawn(async move {
                         let name = store.replica().unwrap().to_string();
                         store
-                            .resume(&id)
+                            .resume(&id, &Take::Stop)
                             .await
                             .unwrap()
                             .map(|(_, ledger)| (name, ledger))
@@ -1437,7 +1581,11 @@ mod tests {
             next.ledger("paused").await.unwrap().as_deref(),
             Some(LEDGER)
         );
-        let (_, ledger) = next.resume("paused").await.unwrap().expect("resumed");
+        let (_, ledger) = next
+            .resume("paused", &Take::Stop)
+            .await
+            .unwrap()
+            .expect("resumed");
         assert_eq!(ledger, LEDGER);
         let resumed = next.get("paused").await.unwrap().unwrap();
         assert_eq!(resumed.status, ExecutionStatus::Running);
