@@ -829,10 +829,20 @@ async fn paused_executions_are_bounded_per_principal_and_expire() {
     // Past --pause-expiry, each is denied with reason `expired`, by the sweep or when
     // someone decides it.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let (status, body) = decide(&client, &server, &paused[0], "ops-token", json!({"call": 2})).await;
+    let (status, body) = decide(
+        &client,
+        &server,
+        &paused[0],
+        "ops-token",
+        json!({"call": 2}),
+    )
+    .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(
-        body["error"]["message"].as_str().unwrap().contains("expired"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
         "{body}"
     );
     let owned = paused
