@@ -183,10 +183,8 @@ async fn paused(client: &reqwest::Client, server: &Server, id: &str) {
     assert_eq!(outcome["status"], "awaiting_approval", "{outcome}");
 }
 
-/// Approves the call `id` waits on, through `server`: `{"call": N}` names the call (N as its
-/// record shows it), or, where a decision is still `{"approve": true}` (a server without
-/// named calls refuses the other), that.
-async fn approve(client: &reqwest::Client, server: &Server, id: &str) -> (StatusCode, Value) {
+/// The number of the call `id` waits on (`pendingApproval.call`), as `server` shows it.
+async fn pending_call(client: &reqwest::Client, server: &Server, id: &str) -> Value {
     let sent = client
         .get(server.at(&format!("/v1/executions/{id}")))
         .send()
@@ -194,12 +192,19 @@ async fn approve(client: &reqwest::Client, server: &Server, id: &str) -> (Status
         .unwrap();
     let (_, record) = json_of(sent).await;
     let call = record["pendingApproval"]["call"].clone();
+    assert!(call.is_u64(), "{id} waits on no call: {record}");
+    call
+}
+
+/// Approves call `call` of `id` through `server`.
+async fn approve(
+    client: &reqwest::Client,
+    server: &Server,
+    id: &str,
+    call: Value,
+) -> (StatusCode, Value) {
     let url = server.at(&format!("/v1/executions/{id}/approve"));
-    let (status, body) = post(client, url.clone(), json!({ "call": call })).await;
-    if status == StatusCode::BAD_REQUEST && body.to_string().contains("unknown field `call`") {
-        return post(client, url, json!({"approve": true})).await;
-    }
-    (status, body)
+    post(client, url, json!({ "call": call })).await
 }
 
 /// One execution started on `owner` in the state `when`, stopped through `other`: the stop
@@ -231,7 +236,8 @@ async fn stop_across(
         }
         When::Resumed => {
             paused(client, owner, &id).await;
-            let (status, body) = approve(client, owner, &id).await;
+            let call = pending_call(client, owner, &id).await;
+            let (status, body) = approve(client, owner, &id, call).await;
             assert_eq!(status, StatusCode::OK, "{body}");
             assert_eq!(body["status"], "running", "{body}");
             assert_eq!(body["replica"], owner_name, "{body}");
@@ -240,9 +246,10 @@ async fn stop_across(
         }
         When::Resuming => {
             paused(client, owner, &id).await;
+            let call = pending_call(client, owner, &id).await;
             asked = Instant::now();
             let (approved, stopped) = tokio::join!(
-                approve(client, owner, &id),
+                approve(client, owner, &id, call),
                 post(client, stop_url, Value::Null)
             );
             // Either the approval came first (and the owner then stopped it) or the stop
