@@ -13,7 +13,7 @@
 use execbox_protocol::{ErrorBody, ErrorLocation};
 
 use crate::hints;
-use crate::normalize::{fence_body, Compiled};
+use crate::normalize::{fence_body, loops, Compiled};
 
 /// The script name guest code is compiled under; stack frames of guest code name it.
 pub(crate) const GUEST_FILENAME: &str = "sandbox-user-code.js";
@@ -107,11 +107,46 @@ impl Locator {
         error.with_location(self.at(line, column))
     }
 
-    /// The location of the innermost guest frame of `stack`, if it has one.
-    pub(crate) fn position(&self, stack: &str) -> Option<ErrorLocation> {
+    /// Where the guest was running when an interrupt (its deadline) stopped it, from the
+    /// interrupt's `stack`.
+    ///
+    /// When the guest was inside a call (a native like a regular expression's `exec`, or the
+    /// bootstrap), its innermost frame is that call, exactly. When its own code was running,
+    /// QuickJS only knows the last position it recorded: an interrupt is checked at jumps,
+    /// and after a jump back to a loop's top the position is whatever was recorded before
+    /// that top (a statement before the loop, the function's start, an `if` in the loop).
+    /// So the loop it was in is found from there in the program's text: the first loop that
+    /// starts after that position inside the innermost loop around it, else that loop, else
+    /// the first loop after it. `None` when there is no such loop or the program cannot be
+    /// read (the message then names no line).
+    pub(crate) fn running_at(&self, stack: &str) -> Option<ErrorLocation> {
         let (line, column) = innermost_guest_frame(stack)?;
         let (line, column) = self.compiled.user_position(line, column);
-        Some(self.at(line, column))
+        let in_a_call = !stack
+            .lines()
+            .next()
+            .is_some_and(|top| top.contains(&format!("({GUEST_FILENAME}:")));
+        if in_a_call {
+            return Some(self.at(line, column));
+        }
+        let at = (line, column);
+        let Some(loops) = loops(&self.body) else {
+            // Unreadable: the recorded line, when it is a loop's.
+            let location = self.at(line, column);
+            return location
+                .source
+                .as_deref()
+                .is_some_and(crate::timeout::names_a_loop)
+                .then_some(location);
+        };
+        let around = loops
+            .iter()
+            .filter(|l| l.start <= at && at <= l.end)
+            .max_by_key(|l| l.start);
+        let bound = around.map_or((u32::MAX, u32::MAX), |l| l.end);
+        let next = loops.iter().find(|l| l.start > at && l.start <= bound);
+        let found = next.or(around)?;
+        Some(self.at(found.start.0, found.start.1))
     }
 
     /// The text of line `line` from column `column` on (both 1-based, in characters).

@@ -763,9 +763,121 @@ fn function_decl_name<'a>(src: &'a str, toks: &[Token], stmt: &Stmt) -> Option<&
     (toks.get(i)?.kind == Kind::Ident).then(|| text(src, toks, i))
 }
 
+/// A loop of the program (`for`, `while`, `do ... while`): where its keyword is and where
+/// its body ends, as 1-based lines and character columns of the source it was found in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LoopSpan {
+    /// The keyword (`for`, `while`, `do`).
+    pub(crate) start: (u32, u32),
+    /// The start of the last token of its body (of the `while (...)` of a `do` loop).
+    pub(crate) end: (u32, u32),
+}
+
+/// The loops of `src`, in source order; `None` when it cannot be tokenised (an unterminated
+/// string, unbalanced brackets). A keyword used as a property name (`x.for`, `{ do: 1 }`) is
+/// no loop, nor is the `while` that ends a `do` loop.
+pub(crate) fn loops(src: &str) -> Option<Vec<LoopSpan>> {
+    let toks = lex(src)?;
+    let word = |i: usize| -> &str {
+        match toks.get(i) {
+            Some(t) if t.kind == Kind::Ident || t.kind == Kind::Punct => text(src, &toks, i),
+            _ => "",
+        }
+    };
+    // The index of the last token of the statement starting at `i`: a block, or everything
+    // up to its `;` (brackets skipped whole), or the last token.
+    let statement_end = |i: usize| -> usize {
+        if word(i) == "{" {
+            return toks[i].pair.unwrap_or(toks.len() - 1);
+        }
+        let mut j = i;
+        while j < toks.len() {
+            if word(j) == ";" {
+                return j;
+            }
+            j = toks[j].pair.map_or(j + 1, |close| close + 1);
+        }
+        toks.len().saturating_sub(1)
+    };
+    let position = |byte: usize| -> (u32, u32) {
+        let before = &src[..byte];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+        let column = src[line_start..byte].chars().count() + 1;
+        (
+            u32::try_from(line).unwrap_or(u32::MAX),
+            u32::try_from(column).unwrap_or(u32::MAX),
+        )
+    };
+    let mut spans = Vec::new();
+    // The token after which a `while` ends a `do` loop rather than starting one.
+    let mut do_ends: Vec<usize> = Vec::new();
+    for i in 0..toks.len() {
+        let keyword = word(i);
+        if !matches!(keyword, "for" | "while" | "do") || toks[i].kind != Kind::Ident {
+            continue;
+        }
+        let property = i > 0 && matches!(word(i - 1), "." | "?.") || word(i + 1) == ":";
+        if property || (keyword == "while" && i > 0 && do_ends.contains(&(i - 1))) {
+            continue;
+        }
+        let last = if keyword == "do" {
+            let body_end = statement_end(i + 1);
+            do_ends.push(body_end);
+            // `do body while (cond)`: the loop runs to the end of its condition.
+            let head = if word(body_end + 1) == "while" {
+                body_end + 2
+            } else {
+                body_end + 1
+            };
+            match toks.get(head) {
+                Some(t) if word(head) == "(" => t.pair.unwrap_or(head),
+                _ => body_end,
+            }
+        } else {
+            let open = if word(i + 1) == "await" { i + 2 } else { i + 1 };
+            match toks.get(open).and_then(|t| t.pair) {
+                Some(close) if word(open) == "(" && close + 1 < toks.len() => {
+                    statement_end(close + 1)
+                }
+                Some(close) => close,
+                None => continue,
+            }
+        };
+        let last = last.min(toks.len() - 1);
+        spans.push(LoopSpan {
+            start: position(toks[i].start),
+            end: position(toks[last].start),
+        });
+    }
+    Some(spans)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loops_are_found_with_their_bodies_and_not_in_names_strings_or_comments() {
+        let src = "let s = 'for while';\n// do this\nfor (;;) {\n  x.while = { do: 1 };\n}\n\
+                   do {\n  i++;\n} while (i < 3);\nwhile (a) b();\nfor await (const x of y) f(x);";
+        let found: Vec<((u32, u32), (u32, u32))> = loops(src)
+            .unwrap()
+            .into_iter()
+            .map(|l| (l.start, l.end))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ((3, 1), (5, 1)),
+                ((6, 1), (8, 15)),
+                ((9, 1), (9, 14)),
+                ((10, 1), (10, 30)),
+            ]
+        );
+        assert_eq!(loops("let s = 'unterminated"), None);
+        assert_eq!(loops("é; while (1) {}").unwrap()[0].start, (1, 4));
+    }
 
     /// Programs whose last statement is spliced into `return (...)`; `«` and `»` mark the
     /// expected expression, everything before `«` is the expected verbatim prefix.

@@ -30,7 +30,7 @@ use crate::location::{Locator, GUEST_FILENAME};
 use crate::logs::LogBuffer;
 use crate::normalize::{fenced_program, normalize, Compiled};
 use crate::replay::{Random, Replaying};
-use crate::timeout::{self, timed_out, Busy, InFlight};
+use crate::timeout::{timed_out, Busy, InFlight};
 use crate::transport::{oversized, Outbound};
 use crate::typescript::{self, StripError};
 use alloc::{Budget, BudgetAllocator};
@@ -330,8 +330,7 @@ impl Sandbox {
                         fallback,
                     }
                     .get()
-                    .position(&stack)
-                    .filter(|l| l.source.as_deref().is_some_and(timeout::names_a_loop)),
+                    .running_at(&stack),
                     _ => None,
                 };
                 let error = timed_out(exec.options.timeout_ms, busy, location, &pending);
