@@ -76,9 +76,16 @@ impl PgUrl {
         } else {
             format!("{base}?{}", kept.join("&"))
         };
-        let mut config = tokio_postgres::Config::from_str(&rebuilt).map_err(|e| PgError::Url {
-            url: sketch(scheme, rest),
-            reason: format!("{e}; {EXPECTED}"),
+        let mut config = tokio_postgres::Config::from_str(&rebuilt).map_err(|e| {
+            // The driver's words name the option at fault, never its value.
+            let why = match std::error::Error::source(&e) {
+                Some(source) => format!("{e}: {source}"),
+                None => e.to_string(),
+            };
+            PgError::Url {
+                url: sketch(scheme, rest),
+                reason: format!("{why}; {EXPECTED}"),
+            }
         })?;
         if config.get_hosts().is_empty() {
             return Err(PgError::Url {

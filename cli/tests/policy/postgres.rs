@@ -140,3 +140,123 @@ fn a_run_with_its_postgres_state_down_refuses_rate_limited_calls_clearly() {
         "{err}"
     );
 }
+
+/// A rate-limited call while the state database is stalled (SIGSTOP of the server and its
+/// backends: the run's pooled connection stays open, nothing answers, and the server's own
+/// `statement_timeout` cannot fire) is refused within the store's 5 s call deadline, failing
+/// closed, instead of waiting until the program's own time limit; the password of the URL
+/// (with `/` and `?`) never shows on stderr.
+#[test]
+fn a_rate_limited_call_is_refused_within_the_deadline_while_the_database_is_stalled() {
+    let Some(server) = TestServer::start_or_skip() else {
+        return;
+    };
+    // The test server trusts any password: one with `/` and `?`, as base64 ones have.
+    let url = server.database("stalled_runs").replacen(
+        "postgres://postgres@",
+        "postgres://postgres:Zq9/Xk?Wv+Yj==@",
+        1,
+    );
+    let dir = TempDir::new("policy-pg-stalled");
+    let (entered, go) = (dir.join("entered"), dir.join("go"));
+    // `quota.take({first: true})` says it runs, then waits for `go`, before answering.
+    let script = format!(
+        "import json, os, sys, time\n\
+         i = json.load(sys.stdin)['input']\n\
+         if i.get('first'):\n    open({entered:?}, 'w').close()\n    \
+         while not os.path.exists({go:?}): time.sleep(0.02)\n\
+         print(json.dumps(i))\n",
+        entered = entered.to_str().unwrap(),
+        go = go.to_str().unwrap(),
+    );
+    let tools = dir.join("gated.yaml");
+    let yaml = json!({
+        "version": 1,
+        "providers": {"quota": {"tools": {"take": {
+            "command": "python3",
+            "args": ["-c", script],
+            "rate_limit": {"requests": 10, "window": "1h"},
+        }}}}
+    });
+    std::fs::write(&tools, yaml.to_string()).unwrap();
+    let code = "await quota.take({ first: true }); let r = 'admitted'; \
+                try { await quota.take({}) } catch (e) { r = [e.reason ?? null, e.message] } r";
+    let mut child = command(&[
+        "run",
+        "-",
+        "--tools",
+        tools.to_str().unwrap(),
+        "--state",
+        &url,
+        "--timeout-ms",
+        "60000",
+    ])
+    .spawn()
+    .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(code.as_bytes())
+        .unwrap();
+    // The first call was admitted (its connection is in the pool) and runs: stall the
+    // database, then let the call answer.
+    let asked = std::time::Instant::now();
+    while !entered.exists() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(30),
+            "the first call never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stalled = server.stall();
+    std::fs::write(&go, "").unwrap();
+    let released = std::time::Instant::now();
+    let out = wait_output(child, Duration::from_secs(90));
+    let took = released.elapsed();
+    drop(stalled);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let answer: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("{stdout}\n{stderr}"));
+    assert_eq!(
+        answer,
+        json!([
+            null,
+            "quota.take: the call was refused because the rate-limit store is unavailable \
+             (the host cannot count calls of this tool now); try again later"
+        ]),
+        "{stderr}"
+    );
+    // The 5 s deadline, with room for a loaded machine; the program's limit is 60 s.
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert!(
+        stderr.contains("postgres://postgres:***@127.0.0.1:"),
+        "{stderr}"
+    );
+    for part in ["Zq9", "Xk?Wv", "Yj=="] {
+        assert!(!stderr.contains(part), "{stderr}");
+    }
+}
+
+/// A `--state` URL that cannot be used is refused naming what is wrong, and never repeats
+/// its password (the flag's parser used to echo the value as given).
+#[test]
+fn an_unusable_state_url_is_refused_without_its_password() {
+    let (status, _, err) = run(
+        &[
+            "run",
+            "-",
+            "--state",
+            "postgres://u:Zq9/Xk?Wv@h:notaport/db",
+        ],
+        "1",
+    );
+    assert_eq!(status, Some(2), "{err}");
+    assert!(err.contains("--state"), "{err}");
+    assert!(err.contains("postgres://u:***@h/db"), "{err}");
+    assert!(err.contains("port"), "{err}");
+    for part in ["Zq9", "Xk?Wv"] {
+        assert!(!err.contains(part), "{err}");
+    }
+}
