@@ -469,7 +469,11 @@ pub enum ExecutionsCommand {
     /// (or its next pause). Prints its result as `capabilities run` does.
     #[command(after_help = "Examples:\n  \
         execbox executions list --status awaiting_approval\n  \
-        execbox executions approve cap_1763850000000_1a2b3c4d --policy policy.yaml --principal ops\n\n\
+        execbox executions approve cap_1763850000000_1a2b3c4d --policy policy.yaml --principal ops\n  \
+        execbox executions approve cap_1763850000000_1a2b3c4d --call 2   # in a script: that call only\n\n\
+        It shows the call (its number, tool and input) and decides that call only: with a \
+        terminal you confirm it, without one --call N must name it. A decision for another call \
+        than the one waiting is refused and decides nothing.\n\n\
         The approver is --principal (the policy's default principal without it): it must hold \
         the policy's approve permission (executions:approve unless `approvals.permission` says \
         otherwise) and, unless `approvals.self_approval` is true, must not have started the \
@@ -479,6 +483,11 @@ pub enum ExecutionsCommand {
     Approve {
         /// The execution id.
         id: String,
+        /// The number of the call you approve (`pendingApproval.call`, shown by `executions
+        /// show`): needed without a terminal; with one, the call is shown and you confirm it.
+        /// Another call waiting instead is refused, and nothing is decided.
+        #[arg(long, value_name = "N")]
+        call: Option<u32>,
         /// Print the whole outcome as JSON ({success, executionId, status, result, ...}).
         #[arg(long)]
         json: bool,
@@ -496,12 +505,17 @@ pub enum ExecutionsCommand {
     /// Deny the call a paused execution waits on: the execution fails with APPROVAL_DENIED
     /// and the call never runs. Prints the execution's record as JSON.
     #[command(after_help = "Examples:\n  \
-        execbox executions deny cap_1763850000000_1a2b3c4d --reason 'not this customer'\n\n\
+        execbox executions deny cap_1763850000000_1a2b3c4d --reason 'not this customer'\n  \
+        execbox executions deny cap_1763850000000_1a2b3c4d --call 2 --reason 'too much'\n\n\
         Exit status: 0 when it was denied, 1 when the denial was refused (the code and \
         message on stderr), 2 on bad usage or configuration.")]
     Deny {
         /// The execution id.
         id: String,
+        /// The number of the call you deny (`pendingApproval.call`): needed without a
+        /// terminal; with one, the call is shown and you confirm it.
+        #[arg(long, value_name = "N")]
+        call: Option<u32>,
         /// Why, kept in the execution's error (at most 2000 characters).
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
@@ -538,6 +552,15 @@ pub struct ServeArgs {
     /// 1440m).
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_max_timeout)]
     pub max_timeout: std::time::Duration,
+    /// How long an execution may wait for a decision on a call that needs approval: past it,
+    /// the call is denied with reason `expired` (audited), checked every minute: 7d, 12h,
+    /// 30m.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_pause_expiry)]
+    pub pause_expiry: std::time::Duration,
+    /// At most this many executions of one principal wait for approval at once; one more
+    /// that reaches a call needing approval fails, saying so.
+    #[arg(long, value_name = "N", default_value_t = execbox_capabilities::MAX_PAUSED_PER_PRINCIPAL as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_paused_per_principal: u32,
     /// Also accept this Host (a name or name:port; repeatable). Loopback names are always
     /// accepted, and the address listened on when it is a specific one; others get 403.
     #[arg(long, value_name = "HOST")]
@@ -572,6 +595,32 @@ fn parse_replica_timeout(text: &str) -> Result<std::time::Duration, String> {
         || duration > std::time::Duration::from_secs(3600)
     {
         return Err(format!("expected at least 3s and at most 60m, got {text}"));
+    }
+    Ok(duration)
+}
+
+/// `--pause-expiry`: days (`7d`), hours (`12h`) or what `--max-timeout` takes; at least a
+/// second, at most 365 days.
+fn parse_pause_expiry(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let unit_secs = match text.chars().last() {
+        Some('d') => Some(86_400),
+        Some('h') => Some(3_600),
+        _ => None,
+    };
+    let duration = match unit_secs {
+        Some(unit) => {
+            let n: u64 = text[..text.len() - 1]
+                .parse()
+                .map_err(|_| format!("expected a duration like 7d, 12h or 30m, got {text:?}"))?;
+            std::time::Duration::from_secs(n.saturating_mul(unit))
+        }
+        None => execbox_runner::parse_duration(text).map_err(|e| e.to_string())?,
+    };
+    if duration < std::time::Duration::from_secs(1)
+        || duration > std::time::Duration::from_secs(365 * 86_400)
+    {
+        return Err(format!("expected at least 1s and at most 365d, got {text}"));
     }
     Ok(duration)
 }
