@@ -408,3 +408,245 @@ async fn the_kubernetes_manifest_starts_a_replica_that_serves() {
     .await;
     assert_eq!(seen["replica"], "execbox-serve-0");
 }
+
+/// `execbox serve` with its stderr in `log`, as [`replica`] starts it.
+fn replica_logged(roots: &Roots, db: &str, name: &str, log: &std::path::Path) -> Server {
+    use std::io::BufRead;
+    let project = roots.project_dir();
+    let mut child = std::process::Command::new(super::support::runners::EXECBOX)
+        .args(["serve", "--listen", "127.0.0.1:0", "--pool", "2"])
+        .args(["--project", project.to_str().unwrap(), "--db", db])
+        .args(["--replica-name", name])
+        .current_dir(roots.temp.path())
+        .env("EXECBOX_HOME", &roots.global.0)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start execbox serve");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("http://127.0.0.1:"),
+        "first line: {line:?}"
+    );
+    Server {
+        child,
+        url: line.trim().to_owned(),
+    }
+}
+
+/// Waits (up to `within`) for a line of `log` holding every one of `parts`.
+async fn logged(log: &std::path::Path, parts: &[&str], within: Duration) -> String {
+    let asked = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| parts.iter().all(|p| l.contains(p))) {
+            return line.to_string();
+        }
+        assert!(
+            asked.elapsed() < within,
+            "no line with {parts:?} in {} after {within:?}:\n{text}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A checkpoint, then [`TestServer::kill`]: the test server syncs nothing (fsync and
+/// synchronous_commit are off), so its crash would lose the last commits.
+fn checkpoint_and_kill(pg: &mut TestServer) {
+    pg.pg()
+        .block(|c| async move { c.batch_execute("CHECKPOINT").await })
+        .unwrap();
+    pg.kill();
+}
+
+/// The password of [`with_password`]: base64-like, with `/` and `?` (the URL's masking used
+/// to stop at the first of them).
+const SECRET: &str = "Zq9/Xk?Wv+Yj==";
+
+/// `url` with [`SECRET`] as its password (the test server trusts any).
+fn with_password(url: &str) -> String {
+    url.replacen(
+        "postgres://postgres@",
+        &format!("postgres://postgres:{SECRET}@"),
+        1,
+    )
+}
+
+fn shows_secret(text: &str) -> bool {
+    ["Zq9", "Xk?Wv", "Yj=="]
+        .iter()
+        .any(|part| text.contains(part))
+}
+
+/// A stalled database (SIGSTOP: connections open, nothing answers, its own
+/// `statement_timeout` cannot fire) makes a request answer 503 within the store's call
+/// deadline (5 s), saying in plain words that the state database is unavailable, naming no
+/// database; the password of the URL (with `/` and `?`) shows neither there, nor in the
+/// server's log, nor in the CLI's errors once the database is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_database_is_a_prompt_503_naming_no_database_and_the_password_never_shows() {
+    let Some(mut pg) = TestServer::start_or_skip() else {
+        return;
+    };
+    let db = with_password(&pg.database("stalled_serve"));
+    let roots = project("replica-stalled");
+    let log = roots.temp.join("serve.log");
+    let server = replica_logged(&roots, &db, "only", &log);
+    let client = client();
+    let id = start(
+        &client,
+        &server,
+        json!({"capability": "add", "params": {"a": 1, "b": 1}}),
+    )
+    .await;
+    let (status, _) = json_of(
+        client
+            .get(server.at(&format!("/v1/executions/{id}/wait?timeoutMs=10000")))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    {
+        let _stalled = pg.stall();
+        for path in [format!("/v1/executions/{id}"), "/v1/executions".to_string()] {
+            let asked = Instant::now();
+            let response =
+                tokio::time::timeout(Duration::from_secs(30), client.get(server.at(&path)).send())
+                    .await
+                    .expect("an answer, not a hang")
+                    .unwrap();
+            let took = asked.elapsed();
+            let status = response.status();
+            let body = response.text().await.unwrap();
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {body}");
+            // The 5 s deadline, with room for a loaded machine.
+            assert!(took < Duration::from_secs(12), "{path}: {took:?}");
+            assert!(body.contains("the state database is unavailable"), "{body}");
+            assert!(
+                !body.contains("postgres") && !body.contains("127.0.0.1"),
+                "{body}"
+            );
+            assert!(!shows_secret(&body), "{body}");
+        }
+    }
+    // Back without a restart.
+    let back = Instant::now();
+    loop {
+        let response = client
+            .get(server.at(&format!("/v1/executions/{id}")))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == StatusCode::OK {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(20), "not back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The CLI's error, the database down.
+    tokio::task::block_in_place(|| checkpoint_and_kill(&mut pg));
+    let output = std::process::Command::new(super::support::runners::EXECBOX)
+        .args(["executions", "list", "--db", &db])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("postgres://postgres:***@127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(!shows_secret(&stderr), "{stderr}");
+    drop(server);
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("postgres://postgres:***@127.0.0.1:"), "{log}");
+    assert!(!shows_secret(&log), "{log}");
+}
+
+/// An execution whose program ends while the database is down is not left `running`: once
+/// the database is back it is `completed`, with its result, on both replicas within a bound,
+/// and `/wait` answers it on both (its replica kept the end and wrote it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_that_ends_while_the_database_is_down_completes_once_it_is_back() {
+    let Some(mut pg) = TestServer::start_or_skip() else {
+        return;
+    };
+    let db = pg.database("ends_down");
+    let (roots_a, roots_b) = (project("ends-down-a"), project("ends-down-b"));
+    let gate = roots_a.temp.join("gate");
+    roots_a.project.sh_executor(
+        "gated",
+        &["gated"],
+        &format!(
+            "cat >/dev/null\nwhile [ ! -e '{}' ]; do sleep 0.02; done\necho '{{\"sum\": 7}}'\n",
+            gate.display()
+        ),
+    );
+    roots_a.project.capability(
+        "gated",
+        "name: gated\ntype: gated\ntimeout_ms: 600000\n",
+        &[],
+    );
+    let log_a = roots_a.temp.join("a.log");
+    let a = replica_logged(&roots_a, &db, "a", &log_a);
+    let b = replica(&roots_b, &db, "b");
+    let client = client();
+    let id = start(&client, &a, json!({"capability": "gated"})).await;
+    wait_running(&client, &a, &id).await;
+
+    tokio::task::block_in_place(|| checkpoint_and_kill(&mut pg));
+    // The program ends with the database down: A cannot record its end now.
+    std::fs::write(&gate, "").unwrap();
+    logged(
+        &log_a,
+        &[&id, "cannot record the end of the execution"],
+        Duration::from_secs(20),
+    )
+    .await;
+    tokio::task::block_in_place(|| pg.resume()).unwrap();
+
+    let back = Instant::now();
+    for server in [&a, &b] {
+        loop {
+            let response = client
+                .get(server.at(&format!("/v1/executions/{id}")))
+                .send()
+                .await
+                .unwrap();
+            if response.status() == StatusCode::OK {
+                let seen: Value = response.json().await.unwrap();
+                if seen["status"] != "running" {
+                    assert_eq!(seen["status"], "completed", "{seen}");
+                    assert_eq!(seen["result"], json!({"sum": 7}), "{seen}");
+                    break;
+                }
+            }
+            assert!(
+                back.elapsed() < Duration::from_secs(30),
+                "{id} still running 30 s after the database came back"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for server in [&a, &b] {
+        let (status, outcome) = json_of(
+            client
+                .get(server.at(&format!("/v1/executions/{id}/wait?timeoutMs=10000")))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{outcome}");
+        assert_eq!(outcome["result"], json!({"sum": 7}), "{outcome}");
+    }
+}
