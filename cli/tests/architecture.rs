@@ -1,6 +1,7 @@
-//! Architecture checks over every crate's `src/`: each file opens with a `//!` line, the
-//! files of a crate import one another without a cycle, and only the binary depends on
-//! OpenTelemetry.
+//! Architecture checks over every crate's `src/` and manifest: each file opens with a `//!`
+//! line, the files of a crate import one another without a cycle, the crates depend on one
+//! another only along the arrows of ARCHITECTURE.md, and the libraries it says only some crates
+//! know (rmcp, clap, hyper, the PostgreSQL driver, OpenTelemetry, ...) are known only by them.
 //!
 //! A file imports another when its code names a path into it: `use crate::a::b::X`,
 //! `use super::X`, or `crate::a::f()` / `super::f()` in an expression. `mod` declarations
@@ -9,6 +10,11 @@
 //! cycle). A path is resolved to the file that defines its longest module prefix (`a.rs` or
 //! `a/mod.rs`), found by following `mod a;` from each crate root (`lib.rs`, `main.rs`,
 //! `bin/*.rs`).
+//!
+//! A crate depends on what its `Cargo.toml` lists under `[dependencies]` and
+//! `[target.'…'.dependencies]`, optional ones included (a feature turning one on counts);
+//! `[dev-dependencies]` and `[build-dependencies]` do not (tests and build scripts are not
+//! what the crate's users link).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -17,6 +23,7 @@ use std::path::{Path, PathBuf};
 /// folder with a `Cargo.toml` and a `src/` (a crate added since) is checked too.
 const CRATES: &[&str] = &[
     "protocol",
+    "http",
     "runner",
     "host",
     "policy",
@@ -103,34 +110,512 @@ fn no_crate_has_an_import_cycle_between_its_files() {
     );
 }
 
-/// Only the binary knows OpenTelemetry: the libraries make `tracing` spans and read or write a
-/// `traceparent` through `execbox_host::trace` (docs/observability.md).
-#[test]
-fn only_the_cli_depends_on_opentelemetry() {
-    let root = workspace();
-    let mut found = Vec::new();
-    for src in crate_sources() {
-        let krate = src.parent().unwrap();
-        if krate.ends_with("cli") {
-            continue;
+/// The arrows between the workspace's crates: each crate and the workspace crates it may
+/// depend on; any other is a dependency ARCHITECTURE.md does not allow.
+/// `protocol` ← `http` ← `runner`; `protocol` ← `host` ← `policy` ← `capabilities`, `mcp` ←
+/// `cli`; `runner` never depends on `host`; the SDKs and the conformance kit sit on the side.
+const ARROWS: &[(&str, &[&str])] = &[
+    ("execbox-protocol", &[]),
+    ("execbox-http", &["execbox-protocol"]),
+    ("execbox-runner", &["execbox-protocol", "execbox-http"]),
+    ("execbox-pg", &[]),
+    // The in-process executor (feature `inprocess`) links the runner's engine.
+    ("execbox-host", &["execbox-protocol", "execbox-runner"]),
+    (
+        "execbox-policy",
+        &["execbox-protocol", "execbox-host", "execbox-pg"],
+    ),
+    (
+        "execbox-capabilities",
+        &[
+            "execbox-protocol",
+            "execbox-host",
+            "execbox-policy",
+            "execbox-pg",
+            "execbox-http",
+        ],
+    ),
+    (
+        "execbox-mcp",
+        &[
+            "execbox-protocol",
+            "execbox-host",
+            "execbox-policy",
+            "execbox-http",
+        ],
+    ),
+    (
+        "execbox-cli",
+        &[
+            "execbox-protocol",
+            "execbox-http",
+            "execbox-runner",
+            "execbox-host",
+            "execbox-policy",
+            "execbox-capabilities",
+            "execbox-mcp",
+        ],
+    ),
+    ("execbox-conformance", &[]),
+    (
+        "execbox-python",
+        &["execbox-host", "execbox-policy", "execbox-runner"],
+    ),
+    ("execbox-node", &["execbox-host", "execbox-policy"]),
+];
+
+/// A library some crates only may know: a crate name, or every crate whose name contains a word.
+#[derive(Debug, Clone, Copy)]
+enum Library {
+    Named(&'static str),
+    Containing(&'static str),
+}
+
+impl Library {
+    fn matches(self, dependency: &str) -> bool {
+        match self {
+            Library::Named(name) => dependency == name,
+            Library::Containing(word) => dependency.contains(word),
         }
-        let manifest = std::fs::read_to_string(krate.join("Cargo.toml")).unwrap();
-        for line in manifest.lines() {
-            let name = line.split(['=', ' ', '.']).next().unwrap_or("");
-            if name.contains("opentelemetry") {
-                found.push(format!(
-                    "{}: {line}",
-                    shown(&root, &krate.join("Cargo.toml"))
-                ));
+    }
+}
+
+/// A crate that may know a library, and the feature of its own that must turn it on (`None`:
+/// it may depend on it always).
+type Knower = (&'static str, Option<&'static str>);
+
+/// Which crates know each of these libraries, and behind which of their features (`None`:
+/// always). A crate not listed must not depend on it; a crate listed with a feature must list
+/// it as optional, turned on by that feature alone.
+const ONLY: &[(Library, &[Knower])] = &[
+    (Library::Named("rmcp"), &[("execbox-mcp", None)]),
+    // The binaries' command lines: `execbox`, `execbox-runner` (and `execbox runner`, which is
+    // the runner's `cli` feature linked into the CLI), and the conformance kit's replayer.
+    (
+        Library::Named("clap"),
+        &[
+            ("execbox-cli", None),
+            ("execbox-runner", Some("cli")),
+            ("execbox-conformance", None),
+        ],
+    ),
+    (
+        Library::Named("anyhow"),
+        &[
+            ("execbox-cli", None),
+            ("execbox-runner", Some("cli")),
+            ("execbox-conformance", None),
+        ],
+    ),
+    (
+        Library::Named("tracing-subscriber"),
+        &[("execbox-cli", None), ("execbox-runner", Some("cli"))],
+    ),
+    (Library::Named("clap_complete"), &[("execbox-cli", None)]),
+    (
+        Library::Containing("opentelemetry"),
+        &[("execbox-cli", None)],
+    ),
+    // The PostgreSQL driver (tokio-postgres), its pool and its TLS.
+    (Library::Containing("postgres"), &[("execbox-pg", None)]),
+    // Policy state: `execbox-host` knows no policy.
+    (
+        Library::Named("rusqlite"),
+        &[("execbox-policy", None), ("execbox-capabilities", None)],
+    ),
+    (Library::Named("governor"), &[("execbox-policy", None)]),
+    (
+        Library::Containing("hyper"),
+        &[("execbox-http", Some("server"))],
+    ),
+    (
+        Library::Named("axum"),
+        &[
+            ("execbox-http", Some("server")),
+            ("execbox-capabilities", Some("serve")),
+            ("execbox-mcp", None),
+        ],
+    ),
+    (Library::Named("rquickjs"), &[("execbox-runner", None)]),
+];
+
+/// What `execbox-protocol` may depend on: the wire, and nothing else.
+const PROTOCOL_DEPENDS_ON: &[&str] = &["serde", "serde_json", "thiserror"];
+
+#[test]
+fn crates_depend_on_one_another_only_along_the_arrows() {
+    let problems = arrow_problems(&manifests());
+    assert!(
+        problems.is_empty(),
+        "dependencies between crates that ARCHITECTURE.md does not allow (its code map says \
+         which way the arrows point; change the design there first, then ARROWS here):\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn only_the_crates_named_in_architecture_md_know_these_libraries() {
+    let problems = library_problems(&manifests());
+    assert!(
+        problems.is_empty(),
+        "libraries known by crates that ARCHITECTURE.md says must not know them:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn protocol_depends_on_serde_serde_json_and_thiserror_only() {
+    let manifests = manifests();
+    let protocol = manifests
+        .iter()
+        .find(|m| m.name == "execbox-protocol")
+        .expect("the protocol crate's manifest");
+    let extra: Vec<&String> = protocol
+        .dependencies
+        .keys()
+        .filter(|d| !PROTOCOL_DEPENDS_ON.contains(&d.as_str()))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "execbox-protocol depends on {extra:?}; it is the wire only and needs {} alone",
+        PROTOCOL_DEPENDS_ON.join(", ")
+    );
+}
+
+/// The checker of manifests itself: what counts as a dependency, and planted violations found.
+#[test]
+fn the_manifest_checker_finds_planted_violations() {
+    let text = r#"
+[package]
+name = "execbox-host" # the core
+version.workspace = true
+
+[features]
+default = ["store"]
+store = [
+    "dep:rusqlite", # a planted policy store
+]
+web = ["axum"]
+
+[dependencies]
+execbox-protocol.workspace = true
+execbox-policy = { workspace = true }
+rusqlite = { version = "0.42", optional = true, features = [
+    "bundled",
+] }
+axum = { version = "0.8", optional = true }
+
+[target.'cfg(unix)'.dependencies]
+clap = "4"
+
+[dev-dependencies]
+rmcp = "3"
+
+[build-dependencies]
+hyper = "1"
+"#;
+    let manifest = Manifest::parse(text);
+    assert_eq!(manifest.name, "execbox-host");
+    let listed: Vec<(&str, bool)> = manifest
+        .dependencies
+        .iter()
+        .map(|(name, optional)| (name.as_str(), *optional))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("axum", true),
+            ("clap", false),
+            ("execbox-policy", false),
+            ("execbox-protocol", false),
+            ("rusqlite", true),
+        ]
+    );
+    assert_eq!(manifest.enabled_by("rusqlite"), ["store"]);
+    // An optional dependency no `dep:` names is its own implicit feature.
+    assert_eq!(manifest.enabled_by("axum"), ["axum", "web"]);
+    let manifests = [manifest];
+    assert_eq!(
+        arrow_problems(&manifests),
+        ["execbox-host depends on execbox-policy"]
+    );
+    let mut found = library_problems(&manifests);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "execbox-host depends on axum",
+            "execbox-host depends on clap",
+            "execbox-host depends on rusqlite",
+        ]
+    );
+    // A crate allowed a library behind a feature, with it unconditional or behind another.
+    let runner = Manifest::parse(
+        "[package]\nname = \"execbox-runner\"\n[features]\nextra = [\"dep:clap\"]\n\
+         [dependencies]\nclap = { version = \"4\", optional = true }\nanyhow = \"1\"\n",
+    );
+    let mut found = library_problems(&[runner]);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "execbox-runner depends on anyhow always; only its feature `cli` may turn it on",
+            "execbox-runner depends on clap through its features [\"extra\"]; only its feature \
+             `cli` may turn it on",
+        ]
+    );
+}
+
+/// What [`ARROWS`] forbids in `manifests`, one line each.
+fn arrow_problems(manifests: &[Manifest]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for manifest in manifests {
+        let Some((_, allowed)) = ARROWS.iter().find(|(name, _)| *name == manifest.name) else {
+            problems.push(format!(
+                "{} is not in ARROWS: add it with the crates it may depend on, and its place \
+                 in ARCHITECTURE.md",
+                manifest.name
+            ));
+            continue;
+        };
+        for dependency in manifest.dependencies.keys() {
+            let internal = ARROWS.iter().any(|(name, _)| name == dependency);
+            if internal && !allowed.contains(&dependency.as_str()) {
+                problems.push(format!("{} depends on {dependency}", manifest.name));
             }
         }
     }
-    assert!(
-        found.is_empty(),
-        "libraries depending on OpenTelemetry (export in the binary, with tracing spans in the \
-         libraries):\n  {}",
-        found.join("\n  ")
-    );
+    problems
+}
+
+/// What [`ONLY`] forbids in `manifests`, one line each.
+fn library_problems(manifests: &[Manifest]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for manifest in manifests {
+        for (dependency, optional) in &manifest.dependencies {
+            for (library, knowers) in ONLY {
+                if !library.matches(dependency) {
+                    continue;
+                }
+                let Some((_, feature)) = knowers.iter().find(|(k, _)| *k == manifest.name) else {
+                    problems.push(format!("{} depends on {dependency}", manifest.name));
+                    continue;
+                };
+                let Some(feature) = feature else {
+                    continue;
+                };
+                if !optional {
+                    problems.push(format!(
+                        "{} depends on {dependency} always; only its feature `{feature}` may \
+                         turn it on",
+                        manifest.name
+                    ));
+                    continue;
+                }
+                let enabled_by = manifest.enabled_by(dependency);
+                if enabled_by != [*feature] {
+                    problems.push(format!(
+                        "{} depends on {dependency} through its features {enabled_by:?}; only \
+                         its feature `{feature}` may turn it on",
+                        manifest.name
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// The manifest of every crate of the workspace (those [`crate_sources`] finds).
+fn manifests() -> Vec<Manifest> {
+    crate_sources()
+        .iter()
+        .map(|src| {
+            let path = src.parent().unwrap().join("Cargo.toml");
+            Manifest::parse(&std::fs::read_to_string(&path).unwrap())
+        })
+        .collect()
+}
+
+/// A crate's manifest, as far as these checks read it.
+#[derive(Debug)]
+struct Manifest {
+    /// `[package] name`.
+    name: String,
+    /// Each dependency of `[dependencies]` and `[target.'…'.dependencies]` (by the name of the
+    /// package it is, when `package =` renames it), and whether it is optional.
+    dependencies: BTreeMap<String, bool>,
+    /// `[features]`: each feature and what it turns on (`dep:x`, `x/f`, `x?/f`, another feature).
+    features: BTreeMap<String, Vec<String>>,
+}
+
+impl Manifest {
+    /// Reads the sections these checks need. Only the forms this workspace writes are known:
+    /// `name = "1"`, `name.workspace = true`, `name = { … }` (over several lines too) and
+    /// feature lists; a `[dependencies.name]` table is refused, so it is not silently skipped.
+    fn parse(text: &str) -> Manifest {
+        #[derive(PartialEq)]
+        enum Section {
+            Package,
+            Dependencies,
+            Features,
+            Other,
+        }
+        let mut manifest = Manifest {
+            name: String::new(),
+            dependencies: BTreeMap::new(),
+            features: BTreeMap::new(),
+        };
+        let mut section = Section::Other;
+        let mut entry = String::new();
+        for line in text.lines() {
+            let line = without_comment(line);
+            if entry.is_empty() && line.trim_start().starts_with('[') {
+                let header = line.trim();
+                section = if header == "[package]" {
+                    Section::Package
+                } else if header == "[dependencies]"
+                    || (header.starts_with("[target.") && header.ends_with(".dependencies]"))
+                {
+                    Section::Dependencies
+                } else if header == "[features]" {
+                    Section::Features
+                } else {
+                    let table = header.starts_with("[dependencies.")
+                        || (header.starts_with("[target.") && header.contains(".dependencies."));
+                    assert!(
+                        !table,
+                        "{header}: write a dependency as one `name = {{ … }}` line, which \
+                         this check reads"
+                    );
+                    Section::Other
+                };
+                continue;
+            }
+            entry.push_str(&line);
+            entry.push('\n');
+            if !balanced(&entry) {
+                continue;
+            }
+            let whole = std::mem::take(&mut entry);
+            let Some((key, value)) = whole.split_once('=') else {
+                continue;
+            };
+            let key = key.trim().trim_matches('"');
+            let value = value.trim();
+            match section {
+                Section::Package if key == "name" => {
+                    manifest.name = value.trim_matches('"').to_owned();
+                }
+                Section::Dependencies => {
+                    let name = key.split('.').next().unwrap_or(key);
+                    let inline = value.starts_with('{').then_some(value);
+                    let field = |field: &str| inline.and_then(|t| table_field(t, field));
+                    let optional = field("optional").as_deref() == Some("true");
+                    let package = field("package").map(|p| p.trim_matches('"').to_owned());
+                    manifest
+                        .dependencies
+                        .insert(package.unwrap_or_else(|| name.to_owned()), optional);
+                }
+                Section::Features => {
+                    manifest.features.insert(key.to_owned(), quoted(value));
+                }
+                _ => {}
+            }
+        }
+        manifest
+    }
+
+    /// The features that turn on optional dependency `name` directly: those listing
+    /// `dep:name`, `name` or `name/feature`, and when no feature says `dep:name`, the implicit
+    /// feature `name` itself.
+    fn enabled_by(&self, name: &str) -> Vec<String> {
+        let explicit = self
+            .features
+            .values()
+            .flatten()
+            .any(|item| *item == format!("dep:{name}"));
+        let mut by: Vec<String> = self
+            .features
+            .iter()
+            .filter(|(_, items)| {
+                items.iter().any(|item| {
+                    *item == format!("dep:{name}")
+                        || *item == name
+                        || item.starts_with(&format!("{name}/"))
+                })
+            })
+            .map(|(feature, _)| feature.clone())
+            .collect();
+        if !explicit && !by.iter().any(|feature| feature == name) {
+            by.push(name.to_owned());
+        }
+        by.sort();
+        by
+    }
+}
+
+/// `line` without a `#` comment (a `#` inside a string is kept).
+fn without_comment(line: &str) -> String {
+    let mut in_string = false;
+    let mut kept = String::new();
+    for c in line.chars() {
+        match c {
+            '"' => in_string = !in_string,
+            '#' if !in_string => break,
+            _ => {}
+        }
+        kept.push(c);
+    }
+    kept
+}
+
+/// Whether every `[` and `{` of `text` outside strings is closed.
+fn balanced(text: &str) -> bool {
+    let mut depth = 0i32;
+    let mut in_string = false;
+    for c in text.chars() {
+        match c {
+            '"' => in_string = !in_string,
+            '[' | '{' if !in_string => depth += 1,
+            ']' | '}' if !in_string => depth -= 1,
+            _ => {}
+        }
+    }
+    depth <= 0
+}
+
+/// The value of `field` in an inline table `{ a = 1, field = value, … }`, as written.
+fn table_field(table: &str, field: &str) -> Option<String> {
+    let inner = table.trim().trim_start_matches('{').trim_end_matches('}');
+    let mut depth = 0;
+    let mut start = 0;
+    let mut parts = Vec::new();
+    for (i, c) in inner.char_indices() {
+        match c {
+            '[' | '{' => depth += 1,
+            ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts.into_iter().find_map(|part| {
+        let (key, value) = part.split_once('=')?;
+        (key.trim() == field).then(|| value.trim().to_owned())
+    })
+}
+
+/// The quoted strings of `text`, in order.
+fn quoted(text: &str) -> Vec<String> {
+    text.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The checker itself: a planted cycle is found and an inline test module's `super::*` is not.
