@@ -37,7 +37,7 @@ pub use manager::{
     DEFAULT_MAX_LIVE_PER_PRINCIPAL, DEFAULT_MAX_LIVE_PER_TREE, DEFAULT_PAUSE_EXPIRY,
     EVENT_CAPACITY, MAX_PAUSED_BYTES_PER_PRINCIPAL, MAX_PAUSED_PER_PRINCIPAL,
 };
-pub use programs::{PausedProgram, ProgramToolSet, ProgramTools, PROGRAM_TYPE};
+pub use programs::{KeptProgram, ProgramToolSet, ProgramTools, PROGRAM_TYPE};
 pub use records::{
     CapabilityError, CapabilityErrorCode, DecisionRecord, ExecutionEvent, ExecutionEventKind,
     ExecutionFilter, ExecutionOutcome, ExecutionRecord, ExecutionStatus, PendingApproval,

@@ -13,15 +13,17 @@
 
 use std::any::Any;
 
-use execbox_host::{BoxFuture, Ledger, PausedCall, ToolSet};
+use execbox_host::{BoxFuture, PausedProgram, ToolSet};
 use serde_json::Value;
 
 /// The `type` of an execution that is a program, not a capability.
 pub const PROGRAM_TYPE: &str = "program";
 
-/// A program that paused at a call needing approval, to be kept in the store.
+/// A program that paused at a call needing approval, to be kept in the store: the paused
+/// program as every front end holds it ([`execbox_host::PausedProgram`]: its principal, the
+/// call it waits on, its ledger and logs), and what it takes to run it again.
 #[derive(Debug, Clone)]
-pub struct PausedProgram {
+pub struct KeptProgram {
     /// What ran it, shown as the record's `capability` (`execute_code`).
     pub name: String,
     /// The front end that ran it, shown as the record's `executor` (`mcp`).
@@ -30,16 +32,10 @@ pub struct PausedProgram {
     pub code: String,
     /// What its tools are, handed to [`ProgramTools::tools`] when it resumes.
     pub origin: Value,
-    /// The principal that ran it, if any (a policy's principal name).
-    pub principal: Option<String>,
-    /// Its ledger, as the paused run left it.
-    pub ledger: Ledger,
-    /// The call it waits on.
-    pub call: PausedCall,
-    /// Its console lines so far.
-    pub logs: Vec<String>,
     /// Its time limit, which each resumed run gets again.
     pub timeout_ms: u64,
+    /// The paused program; the store keeps it under an execution id of its own.
+    pub paused: PausedProgram,
 }
 
 /// The tools of a resumed program, and whatever must live while they are used (upstream

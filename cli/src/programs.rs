@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execbox_capabilities::{
-    CapabilityManager, ExecutionStore, ManagerOptions, PausedProgram, ProgramToolSet, ProgramTools,
+    CapabilityManager, ExecutionStore, KeptProgram, ManagerOptions, ProgramToolSet, ProgramTools,
     Registry, RegistryRoots, ReplicaOptions,
 };
 use execbox_host::{BoxFuture, Executor, ToolsFile};
@@ -190,24 +190,22 @@ impl DurablePauses for StorePauses {
     fn pause(&self, paused: PausedExecution) -> BoxFuture<Result<String, String>> {
         let inner = self.0.clone();
         Box::pin(async move {
-            let manager = inner
-                .manager()
-                .await
-                .map_err(|e| format!("the state database {} cannot be opened: {e}", inner.db))?;
+            // The model reads this: the database is named in the log only.
+            let manager = inner.manager().await.map_err(|e| {
+                tracing::error!(db = %inner.db, "cannot open the state database to keep a paused program: {e}");
+                "the state database is unavailable".to_string()
+            })?;
             // Bounded in the manager (count and ledger bytes per principal): a model told a
             // program waits cannot fill the queue of approvers.
             let origin = serde_json::to_value(&inner.origin).unwrap_or(Value::Null);
             let record = manager
-                .pause_program(PausedProgram {
+                .pause_program(KeptProgram {
                     name: PROGRAM.to_string(),
                     front_end: FRONT_END.to_string(),
                     code: paused.code,
                     origin,
-                    principal: paused.principal,
-                    ledger: paused.ledger,
-                    call: paused.call,
-                    logs: paused.logs,
                     timeout_ms: paused.timeout_ms,
+                    paused: paused.program,
                 })
                 .await
                 .map_err(|e| e.message)?;

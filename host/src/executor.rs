@@ -10,8 +10,8 @@ use execbox_protocol::{ErrorBody, ErrorCode, LogsTruncated, RawValue, RuntimeOpt
 use tokio_util::sync::CancellationToken;
 
 use crate::guard::CallGuard;
-use crate::ledger::Ledger;
-use crate::paused::PausedCall;
+use crate::ledger::{Ledger, PausedCall};
+
 use crate::toolset::ToolSet;
 
 /// A boxed future borrowing from the executor.

@@ -1,7 +1,9 @@
 //! JSON helpers for values the guest controls: depth-checked parsing, recursion-free drops,
+//! canonical JSON and its SHA-256 (what binds an approval to a call's input),
 //! and a large-stack thread for work whose recursion follows a value's nesting.
 
 use execbox_protocol::{RawValue, MAX_NESTING_DEPTH};
+use ring::digest::{digest, SHA256};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -143,6 +145,53 @@ pub fn with_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         Some(Err(panic)) => std::panic::resume_unwind(panic),
         None => (f.take().expect("not run"))(),
     }
+}
+
+/// `value` as canonical JSON: object keys sorted by their UTF-16 code units (RFC 8785's
+/// order), no whitespace, strings and numbers as serde_json writes them.
+pub fn canonical_json(value: &Value) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+                out.push('{');
+                for (i, (key, value)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    write(value, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    // Depth is bounded: inputs passed the protocol's nesting check.
+    write(value, &mut out);
+    out
+}
+
+/// The SHA-256 of `input` over [`canonical_json`], in lowercase hex.
+pub fn input_sha256(input: &Value) -> String {
+    digest(&SHA256, canonical_json(input).as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -29,8 +29,6 @@ use serde_json::Value;
 
 use execbox_protocol::{ClockRun, ErrorBody, RawValue, Replay};
 
-use crate::paused::PausedCall;
-
 /// The record a durable execution is resumed from (stored as JSON).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -68,6 +66,37 @@ pub enum Answer {
     Result(Box<RawValue>),
     /// The error the program saw.
     Error(ErrorBody),
+}
+
+/// The call a durable execution paused at, waiting for approval.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PausedCall {
+    /// Its number in the ledger, 0-based (approvers see it from 1: [`PausedCall::number`]).
+    pub index: u32,
+    /// `provider.tool`, as the program called it.
+    pub tool: String,
+    /// Its input, validated against the tool's input schema.
+    pub input: Value,
+    /// The SHA-256 of its input over canonical JSON ([`input_sha256`](crate::json::input_sha256)), in lowercase hex.
+    pub input_sha256: String,
+}
+
+impl PausedCall {
+    /// Call `index` (0-based) of `tool` (`provider.tool`) with `input`.
+    pub fn new(index: u32, tool: impl Into<String>, input: Value) -> PausedCall {
+        PausedCall {
+            index,
+            tool: tool.into(),
+            input_sha256: crate::json::input_sha256(&input),
+            input,
+        }
+    }
+
+    /// Its number as approvers see it: from 1.
+    pub fn number(&self) -> u32 {
+        self.index.saturating_add(1)
+    }
 }
 
 /// The largest seed a JSON number carries exactly (2^53 - 1).

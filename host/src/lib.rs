@@ -85,11 +85,12 @@ pub use guard::{
 };
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;
-pub use ledger::{Answer, Ledger, LedgerCall};
+pub use json::{canonical_json, input_sha256};
+pub use ledger::{Answer, Ledger, LedgerCall, PausedCall};
 pub use names::{assign_safe_names, check_provider_name, sanitize_tool_name};
 pub use paused::{
-    approval_denied, canonical_json, check_named, input_sha256, CallRef, Decided, Decision,
-    Mismatch, PausedCall, PausedProgram, APPROVAL_DENIED,
+    approval_denied, check_named, CallRef, Decided, Decision, Mismatch, PausedProgram,
+    APPROVAL_DENIED,
 };
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use prompt::model_prompt;

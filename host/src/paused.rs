@@ -8,46 +8,15 @@
 //! approval meant for the first. A decision naming any other call is refused and changes
 //! nothing ([`Mismatch`]).
 
-use ring::digest::{digest, SHA256};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use crate::ledger::{Answer, Ledger};
+use crate::ledger::{Answer, Ledger, PausedCall};
 use crate::tool::ToolError;
 
 /// The `reason` of a call an approver denied, on the wire and in the guest.
 pub const APPROVAL_DENIED: &str = "approval_denied";
 
-/// The call a durable execution paused at, waiting for approval.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct PausedCall {
-    /// Its number in the ledger, 0-based (approvers see it from 1: [`PausedCall::number`]).
-    pub index: u32,
-    /// `provider.tool`, as the program called it.
-    pub tool: String,
-    /// Its input, validated against the tool's input schema.
-    pub input: Value,
-    /// The SHA-256 of its input over canonical JSON ([`input_sha256`]), in lowercase hex.
-    pub input_sha256: String,
-}
-
 impl PausedCall {
-    /// Call `index` (0-based) of `tool` (`provider.tool`) with `input`.
-    pub fn new(index: u32, tool: impl Into<String>, input: Value) -> PausedCall {
-        PausedCall {
-            index,
-            tool: tool.into(),
-            input_sha256: input_sha256(&input),
-            input,
-        }
-    }
-
-    /// Its number as approvers see it: from 1.
-    pub fn number(&self) -> u32 {
-        self.index.saturating_add(1)
-    }
-
     /// Whether `named` is this call: the same number and, when it gives one, the same input
     /// digest. `Err` says which differs, for the approver.
     pub fn check(&self, named: &CallRef) -> Result<(), Mismatch> {
@@ -219,59 +188,14 @@ impl PausedProgram {
     }
 }
 
-/// `value` as canonical JSON: object keys sorted by their UTF-16 code units (RFC 8785's
-/// order), no whitespace, strings and numbers as serde_json writes them.
-pub fn canonical_json(value: &Value) -> String {
-    fn write(value: &Value, out: &mut String) {
-        match value {
-            Value::Object(map) => {
-                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-                out.push('{');
-                for (i, (key, value)) in entries.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::String(key.clone()).to_string());
-                    out.push(':');
-                    write(value, out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(item, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut out = String::new();
-    // Depth is bounded: inputs passed the protocol's nesting check.
-    write(value, &mut out);
-    out
-}
-
-/// The SHA-256 of `input` over [`canonical_json`], in lowercase hex.
-pub fn input_sha256(input: &Value) -> String {
-    digest(&SHA256, canonical_json(input).as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::json::{canonical_json, input_sha256};
     use crate::ledger::LedgerCall;
+    use serde_json::Value;
 
     fn paused() -> PausedProgram {
         let input = json!({"to": "bob", "amount": 1});

@@ -3,26 +3,21 @@
 //! elicitation, is kept where an operator can approve it later ([`DurablePauses`]), and the
 //! model is told it waits: not a failure, and nothing it can approve itself.
 
-use execbox_host::{BoxFuture, Ledger, PausedCall};
+use execbox_host::{BoxFuture, PausedCall, PausedProgram};
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{json, Value};
 
-/// A program that paused at a call needing approval.
+/// A program of `execute_code` that paused at a call needing approval: the paused program
+/// as every front end holds it, and what it takes to run it again.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct PausedExecution {
-    /// The program.
+    /// The program's code.
     pub code: String,
-    /// The principal it ran as, if any.
-    pub principal: Option<String>,
-    /// Its ledger, as the paused run left it.
-    pub ledger: Ledger,
-    /// The call it waits on.
-    pub call: PausedCall,
-    /// Its console lines so far.
-    pub logs: Vec<String>,
     /// Its time limit, which a resumed run gets again.
     pub timeout_ms: u64,
+    /// The paused program: its principal, the call it waits on, its ledger and logs.
+    pub program: PausedProgram,
 }
 
 /// Where `execute_code` keeps the programs it cannot ask approvals for: a store that

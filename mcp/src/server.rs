@@ -357,11 +357,14 @@ impl CodeModeServer {
         {
             let paused = PausedExecution {
                 code,
-                principal,
-                ledger,
-                call: call.clone(),
-                logs: result.logs.clone(),
                 timeout_ms: self.0.options.runtime.timeout_ms,
+                program: PausedProgram::new(
+                    id.clone(),
+                    principal,
+                    call.clone(),
+                    ledger,
+                    result.logs.clone(),
+                ),
             };
             return match pauses.pause(paused).await {
                 Ok(kept) => {

@@ -22,7 +22,7 @@ use crate::config::{
     CapabilityConfig, CapabilityDef, ExecutorConfig, ExecutorDef, ExecutorKind,
     DEFAULT_CAPABILITY_TIMEOUT_MS,
 };
-use crate::programs::{PausedProgram, PROGRAM_TYPE};
+use crate::programs::{KeptProgram, PROGRAM_TYPE};
 use crate::records::{
     now_ms, CapabilityError, CapabilityErrorCode, DecisionRecord, ExecutionEventKind,
     ExecutionOutcome, ExecutionRecord, ExecutionStatus, PendingApproval,
@@ -633,7 +633,7 @@ impl CapabilityManager {
     /// large to keep, or a store that cannot write.
     pub async fn pause_program(
         &self,
-        program: PausedProgram,
+        program: KeptProgram,
     ) -> Result<ExecutionRecord, CapabilityError> {
         let id = new_id();
         let (capability, executor) =
@@ -645,7 +645,7 @@ impl CapabilityManager {
         });
         let record = ExecutionRecord {
             status: ExecutionStatus::Running,
-            principal: program.principal.clone(),
+            principal: program.paused.principal.clone(),
             replica: self.0.store.replica().map(str::to_string),
             ..starting_record(
                 &id,
@@ -666,9 +666,9 @@ impl CapabilityManager {
         if let Err(message) = self
             .record_pause(
                 &record,
-                &program.call,
-                &program.ledger,
-                &program.logs,
+                &program.paused.call,
+                &program.paused.ledger,
+                &program.paused.logs,
                 &done,
             )
             .await
@@ -683,7 +683,7 @@ impl CapabilityManager {
                     None,
                     None,
                     Some(&error),
-                    &program.logs,
+                    &program.paused.logs,
                 )
                 .await;
             return Err(error);

@@ -80,12 +80,14 @@ impl CapabilityManager {
                     .await;
                     match begun {
                         Ok(begun) => begun?,
-                        Err(e) => return Err(err(
-                            CapabilityErrorCode::ExecutionFailed,
-                            format!(
+                        Err(e) => {
+                            return Err(err(
+                                CapabilityErrorCode::ExecutionFailed,
+                                format!(
                                 "the stop of execution {id} was cut short ({e}); ask for it again"
                             ),
-                        )),
+                            ))
+                        }
                     }
                 }
                 let _ = done.wait_for(Option::is_some).await;

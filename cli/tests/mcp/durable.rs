@@ -110,7 +110,11 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
 
     // Approving starts the servers of the recorded config: only when the approver names it,
     // and only as it was; a refusal leaves the execution waiting.
-    let (status, _, stderr) = execbox(&h, &["executions", "approve", &id, "--db", db]).await?;
+    let (status, _, stderr) = execbox(
+        &h,
+        &["executions", "approve", &id, "--call", "2", "--db", db],
+    )
+    .await?;
     check!(
         status == Some(1) && stderr.contains(&format!("confirm with --mcp-config {config_path}")),
         "{stderr}"
@@ -123,6 +127,8 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
             "executions",
             "approve",
             &id,
+            "--call",
+            "2",
             "--db",
             db,
             "--mcp-config",
@@ -139,6 +145,8 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
         "executions",
         "approve",
         &id,
+        "--call",
+        "2",
         "--db",
         db,
         "--mcp-config",
@@ -160,10 +168,14 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
         h.marks()
     );
 
-    // Approving again changes nothing.
-    let (status, _, stderr) = execbox(&h, &approve).await?;
+    // Approving again (a retry of the decision taken) answers with the execution as it is,
+    // and runs nothing again; a denial of the call approved is refused.
+    let (status, _, stderr) = execbox(&h, &[&approve[..], &["--json"]].concat()).await?;
+    check!(status == Some(0), "{stderr}");
+    let deny = ["executions", "deny", &id, "--call", "2", "--db", db];
+    let (status, _, stderr) = execbox(&h, &deny).await?;
     check!(
-        status == Some(1) && stderr.contains("NOT_AWAITING_APPROVAL"),
+        status == Some(1) && stderr.contains("DECISION_MISMATCH"),
         "{stderr}"
     );
     check!(calls(&h, "add") == 1, "{}", h.marks());
@@ -182,6 +194,8 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
             "executions",
             "approve",
             &edited,
+            "--call",
+            "2",
             "--db",
             db,
             "--mcp-config",
@@ -208,6 +222,8 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
             "executions",
             "deny",
             &id,
+            "--call",
+            "2",
             "--db",
             db,
             "--reason",
