@@ -72,11 +72,21 @@ fn runs(roots: &Roots, file: &str) -> usize {
 }
 
 async fn start(client: &reqwest::Client, server: &Server, token: &str) -> String {
+    start_capability(client, server, token, "notify").await
+}
+
+/// Starts capability `name` as `token`'s principal; its execution id.
+async fn start_capability(
+    client: &reqwest::Client,
+    server: &Server,
+    token: &str,
+    name: &str,
+) -> String {
     let (status, body) = json_of(
         client
             .post(server.at("/v1/executions"))
             .bearer_auth(token)
-            .json(&json!({"capability": "notify"}))
+            .json(&json!({"capability": name}))
             .send()
             .await
             .unwrap(),
@@ -537,18 +547,7 @@ async fn an_approval_releases_only_the_call_it_names_not_a_later_one() {
     let policy = policy(&roots, "");
     let server = serve(&roots, &["--policy", &policy]);
     let client = client();
-    let (status, body) = json_of(
-        client
-            .post(server.at("/v1/executions"))
-            .bearer_auth("bob-token")
-            .json(&json!({"capability": "pay"}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let id = body["executionId"].as_str().unwrap().to_string();
+    let id = start_capability(&client, &server, "bob-token", "pay").await;
     assert_eq!(
         settled(&client, &server, &id, "bob-token").await["status"],
         "awaiting_approval"
@@ -744,18 +743,7 @@ async fn an_approved_execution_resumes_only_within_the_bounds_a_start_has() {
         "awaiting_approval"
     );
     // bob now runs as many as he may: the resume of his paused one would pass the bound.
-    let (status, body) = json_of(
-        client
-            .post(server.at("/v1/executions"))
-            .bearer_auth("bob-token")
-            .json(&json!({"capability": "slow"}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let slow = body["executionId"].as_str().unwrap().to_string();
+    let slow = start_capability(&client, &server, "bob-token", "slow").await;
     let (status, body) = decide(&client, &server, &id, "ops-token", json!({"call": 2})).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(body["error"]["code"], "TOO_MANY_EXECUTIONS", "{body}");
