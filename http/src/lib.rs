@@ -39,6 +39,8 @@ mod slots;
 mod token;
 
 #[cfg(feature = "server")]
+mod guarded;
+#[cfg(feature = "server")]
 mod layer;
 #[cfg(feature = "server")]
 mod long;

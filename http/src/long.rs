@@ -23,7 +23,7 @@ use axum::response::Response;
 use axum::routing::MethodRouter;
 
 use crate::layer::{refusal_response, Caller};
-use crate::serve::Guarded;
+use crate::guarded::Guarded;
 use crate::Refusal;
 
 /// The default [`ServeOptions::max_long_requests_per_caller`](crate::ServeOptions): 16.

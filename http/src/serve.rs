@@ -24,6 +24,7 @@ use tokio_util::task::TaskTracker;
 use tower::Service;
 
 use crate::descriptors::{connection_cap, open_files_limit};
+use crate::guarded::Guarded;
 use crate::long::{LongRequests, DEFAULT_MAX_LONG_REQUESTS_PER_CALLER};
 use crate::slots::{Busy, ConnectionSlots, Slot};
 
@@ -207,41 +208,5 @@ impl Service<hyper::Request<Incoming>> for Requests {
             let response = router.call(request).await?;
             Ok(response.map(|body| Body::new(Guarded::new(body, busy))))
         })
-    }
-}
-
-/// A response body that holds `G` (a busy connection, a long request counted) until it is
-/// sent or dropped.
-pub(crate) struct Guarded<G> {
-    body: Body,
-    _guard: G,
-}
-
-impl<G> Guarded<G> {
-    pub(crate) fn new(body: Body, guard: G) -> Self {
-        Guarded {
-            body,
-            _guard: guard,
-        }
-    }
-}
-
-impl<G: Send + Unpin + 'static> http_body::Body for Guarded<G> {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
     }
 }
