@@ -22,8 +22,8 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::MethodRouter;
 
-use crate::layer::{refusal_response, Caller};
 use crate::guarded::Guarded;
+use crate::layer::{refusal_response, Caller};
 use crate::Refusal;
 
 /// The default [`ServeOptions::max_long_requests_per_caller`](crate::ServeOptions): 16.
