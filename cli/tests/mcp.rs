@@ -997,11 +997,20 @@ fn upstream_pid(h: &Harness, role: &str) -> Option<i32> {
         })
 }
 
+/// The pid of upstream `role` once it runs: `execbox mcp` answers `initialize` before its
+/// upstreams have started, so a loaded machine may not have spawned it yet.
+async fn started_upstream(h: &Harness, role: &str) -> Option<i32> {
+    h.wait_for(|h| upstream_pid(h, role).is_some()).await;
+    upstream_pid(h, role)
+}
+
 async fn sigterm_and_closing_stdin_stop_the_upstreams(h: Harness) -> Result<(), String> {
     let config = h.config(json!({"alpha": h.upstream("alpha")}));
     // Closing stdin (the client going away) ends execbox mcp with 0 and stops the upstream.
     let mcp = h.start(&["--config", config.to_str().unwrap()]).await?;
-    let pid = upstream_pid(&h, "alpha").ok_or("no upstream process")?;
+    let pid = started_upstream(&h, "alpha")
+        .await
+        .ok_or("no upstream process")?;
     check!(alive(pid), "upstream not running");
     let status = mcp.stop().await?;
     check!(status.code() == Some(0), "{status:?}");
@@ -1011,7 +1020,9 @@ async fn sigterm_and_closing_stdin_stop_the_upstreams(h: Harness) -> Result<(), 
     );
     // SIGTERM ends it with 143, after stopping the upstream.
     let mcp = h.start(&["--config", config.to_str().unwrap()]).await?;
-    let pid = upstream_pid(&h, "alpha").ok_or("no upstream process")?;
+    let pid = started_upstream(&h, "alpha")
+        .await
+        .ok_or("no upstream process")?;
     let execbox = mcp.child.id().ok_or("no pid")? as i32;
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &execbox.to_string()])
@@ -1058,7 +1069,9 @@ async fn a_setsid_grandchild_of_an_upstream_is_gone_after_exit(h: Harness) -> Re
         .parse()
         .map_err(|e| format!("{e}"))?;
     check!(alive(grandchild), "grandchild {grandchild} not running");
-    let upstream_pid = upstream_pid(&h, "alpha").ok_or("no upstream process")?;
+    let upstream_pid = started_upstream(&h, "alpha")
+        .await
+        .ok_or("no upstream process")?;
     let group = |pid: i32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
