@@ -28,6 +28,10 @@ pub struct ApprovalRequest {
     pub tool: String,
     /// The input, already validated against the tool's input schema.
     pub input: Value,
+    /// The input's SHA-256 over canonical JSON (`execbox_host::input_sha256`), lowercase hex:
+    /// what an approver shown elsewhere (a console, a chat) names to bind its answer to this
+    /// input, as a durable execution's `inputSha256` does.
+    pub input_sha256: String,
 }
 
 impl ApprovalRequest {
@@ -42,6 +46,7 @@ impl ApprovalRequest {
             execution_id: execution_id.into(),
             principal: principal.map(str::to_string),
             tool: tool.into(),
+            input_sha256: execbox_host::input_sha256(&input),
             input,
         }
     }

@@ -290,7 +290,7 @@ function approvalWarning(err) {
 }
 
 /**
- * The approver the native side calls as (id, tool, inputJson, principal, executionId) on the
+ * The approver the native side calls as (id, tool, inputJson, principal, executionId, inputSha256) on the
  * main thread. It never throws: only `true` (or a Promise of it) approves, every other outcome
  * denies, and the answer goes back through `completeApproval`.
  */
@@ -302,9 +302,15 @@ function makeApprover(approve) {
       // The table refused the answer; the execution's time limit ends the wait.
     }
   };
-  return (id, tool, inputJson, principal, executionId) => {
+  return (id, tool, inputJson, principal, executionId, inputSha256) => {
     try {
-      const request = { tool, input: JSON.parse(inputJson), principal: principal ?? null, executionId };
+      const request = {
+        tool,
+        input: JSON.parse(inputJson),
+        principal: principal ?? null,
+        executionId,
+        inputSha256,
+      };
       const decision = approve(request);
       if (decision !== null && typeof decision === "object" && typeof decision.then === "function") {
         Promise.resolve(decision).then(

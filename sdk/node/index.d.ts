@@ -149,6 +149,12 @@ export interface ApprovalRequest {
   principal: string | null;
   /** The id of the execution making the call. */
   executionId: string;
+  /**
+   * The input's SHA-256 over canonical JSON, lowercase hex (a durable execution's
+   * `inputSha256`): an approver that asks someone elsewhere shows it and checks the answer
+   * names it, so a yes given for one input never lets another run.
+   */
+  inputSha256: string;
 }
 
 /** Options of a {@link Policy}. */

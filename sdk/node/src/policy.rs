@@ -15,8 +15,8 @@ use napi_derive::napi;
 use crate::pending::Pending;
 
 /// The approver's arguments: the question's id, the tool (`namespace.name`), the input as
-/// JSON, the principal (`null` for none) and the execution's id.
-type ApproveArgs = FnArgs<(i64, String, String, Option<String>, String)>;
+/// JSON, the principal (`null` for none), the execution's id and the input's SHA-256.
+type ApproveArgs = FnArgs<(i64, String, String, Option<String>, String, String)>;
 
 /// The JavaScript approver, weak like the tool dispatcher: an execution in flight keeps the
 /// event loop alive, an idle policy does not.
@@ -35,7 +35,8 @@ pub struct NativePolicy {
 #[napi]
 impl NativePolicy {
     /// `path`: the policy file (none: every tool is permitted, rate limits are counted in
-    /// memory); `approver`: called as `approver(id, tool, inputJson, principal, executionId)`
+    /// memory); `approver`: called as
+    /// `approver(id, tool, inputJson, principal, executionId, inputSha256)`
     /// for each call of a tool that requires approval, answered with [`complete_approval`]
     /// (none: such calls are refused). Fails with the policy's words (a bad file, an unknown
     /// principal).
@@ -97,6 +98,7 @@ impl Approver for JsApproverHandle {
                 request.input.to_string(),
                 request.principal,
                 request.execution_id,
+                request.input_sha256,
             );
             let status = approver.call(FnArgs::from(args), ThreadsafeFunctionCallMode::NonBlocking);
             if status != Status::Ok {

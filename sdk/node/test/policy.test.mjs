@@ -1,5 +1,6 @@
 // Policy: permissions, rate limits, approvals and the audit log over JavaScript tools, through
 // the ESM entry (the same cases as the Python SDK's tests/test_policy.py).
+import { createHash } from "node:crypto";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -106,6 +107,10 @@ test("an approver decides each call, and a denial never runs the tool", async ()
   assert.equal(asked[1].principal, null);
   assert.equal(typeof asked[1].executionId, "string");
   assert.notEqual(asked[1].executionId, "");
+  // The digest a durable execution shows as inputSha256: canonical JSON, sorted and compact.
+  const digest = createHash("sha256").update(JSON.stringify({ to: "x@evil.test" })).digest("hex");
+  assert.equal(asked[1].inputSha256, digest);
+  assert.notEqual(asked[0].inputSha256, digest);
 });
 
 test("without an approver approval is required; a throwing approver says no", async () => {

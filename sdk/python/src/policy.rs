@@ -27,7 +27,7 @@ impl NativePolicy {
 #[pymethods]
 impl NativePolicy {
     /// `path`: the policy file (none: every tool is permitted, rate limits are counted in
-    /// memory); `approve`: `approve(tool, input_json, principal, execution_id) -> bool`,
+    /// memory); `approve`: `approve(tool, input_json, principal, execution_id, input_sha256) -> bool`,
     /// called for each call of a tool that requires approval (none: such calls are refused).
     #[new]
     #[pyo3(signature = (path=None, principal=None, audit_log=None, state=None, approve=None))]
@@ -93,7 +93,13 @@ impl Approver for PythonApprover {
                 attach(|py| {
                     let answer = callback.call1(
                         py,
-                        (request.tool, input, request.principal, request.execution_id),
+                        (
+                            request.tool,
+                            input,
+                            request.principal,
+                            request.execution_id,
+                            request.input_sha256,
+                        ),
                     );
                     match answer.and_then(|a| a.extract::<bool>(py)) {
                         Ok(true) => Approval::Approved,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -71,6 +72,10 @@ def test_an_approver_decides_each_call_and_a_denial_never_runs_the_tool():
     assert sent == ["a@example.com"]
     assert [r.tool for r in asked] == ["mail.send", "mail.send"]
     assert asked[1].input == {"to": "x@evil.test"}
+    # The digest a durable execution shows as inputSha256: canonical JSON, sorted and compact.
+    canonical = json.dumps(asked[1].input, sort_keys=True, separators=(",", ":"))
+    assert asked[1].input_sha256 == hashlib.sha256(canonical.encode()).hexdigest()
+    assert asked[0].input_sha256 != asked[1].input_sha256
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -15,12 +15,15 @@ from execbox import _native
 @dataclass(frozen=True)
 class ApprovalRequest:
     """A call waiting for approval: the tool (``namespace.name``), its input (already checked
-    against the tool's schema), the principal and the execution."""
+    against the tool's schema), the principal, the execution, and the input's SHA-256 over
+    canonical JSON (lowercase hex): an approver that asks someone elsewhere shows it and
+    checks the answer names it, so a yes given for one input never lets another run."""
 
     tool: str
     input: Any
     principal: Optional[str]
     execution_id: str
+    input_sha256: str
 
 
 Approve = Callable[[ApprovalRequest], Any]
@@ -63,9 +66,13 @@ class Policy:
         self.principal = principal
 
 
-def _approver(approve: Approve) -> Callable[[str, str, Optional[str], str], bool]:
-    def decide(tool: str, input_json: str, principal: Optional[str], execution_id: str) -> bool:
-        request = ApprovalRequest(tool, json.loads(input_json), principal, execution_id)
+def _approver(approve: Approve) -> Callable[[str, str, Optional[str], str, str], bool]:
+    def decide(
+        tool: str, input_json: str, principal: Optional[str], execution_id: str, input_sha256: str
+    ) -> bool:
+        request = ApprovalRequest(
+            tool, json.loads(input_json), principal, execution_id, input_sha256
+        )
         answer = approve(request)
         if inspect.isawaitable(answer):
             answer = asyncio.run(_wait(answer))
