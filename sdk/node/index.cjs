@@ -1,30 +1,79 @@
 "use strict";
 // The public API of the npm package `execbox` (typed by index.d.ts, re-exported for ESM by
-// index.mjs). It checks what users pass, then hands it to the native addon (execbox.node, the
-// execbox host core through napi-rs): executions run there, on pooled runner processes, and tool
-// calls come back here through one dispatcher function per tool set.
+// index.mjs). It checks what users pass, then hands it to the native addon (the execbox host
+// core through napi-rs: execbox.node in a checkout, else the platform package): executions run
+// there, on pooled runner processes, and tool calls come back here through one dispatcher
+// function per tool set.
 
 const path = require("node:path");
 const fs = require("node:fs");
 const { fileURLToPath } = require("node:url");
 
-const native = require("./execbox.node");
-
 const EXE = process.platform === "win32" ? ".exe" : "";
-const SHIPPED_RUNNER = path.join(__dirname, "bin", `execbox-runner${EXE}`);
 
-/** The runner binary: `EXECBOX_RUNNER` when set, else the one shipped in bin/. */
+// The npm packages holding the addon and the runner, by platform (the napi-rs way: `execbox`
+// names each as an optional dependency restricted to its os, cpu and libc, so npm installs the
+// one that fits).
+const PLATFORM_PACKAGES = {
+  "linux-x64-gnu": "execbox-linux-x64-gnu",
+  "linux-arm64-gnu": "execbox-linux-arm64-gnu",
+};
+
+/** `linux-x64-gnu` and the like: this process's platform, in npm's words. */
+function platformKey() {
+  const key = `${process.platform}-${process.arch}`;
+  if (process.platform !== "linux") return key;
+  const header = process.report && process.report.getReport ? process.report.getReport().header : {};
+  return `${key}-${header && header.glibcVersionRuntime ? "gnu" : "musl"}`;
+}
+
+/**
+ * Where the addon and the runner are: a build in this folder (a checkout after `npm run build`),
+ * else the platform package npm installed beside this one.
+ */
+function locateNative() {
+  const local = path.join(__dirname, "execbox.node");
+  if (fs.existsSync(local)) {
+    return { addon: local, runner: path.join(__dirname, "bin", `execbox-runner${EXE}`) };
+  }
+  const key = platformKey();
+  const name = PLATFORM_PACKAGES[key];
+  if (!name) {
+    throw new Error(
+      `execbox: there is no prebuilt package for ${key} (there are for ` +
+        `${Object.keys(PLATFORM_PACKAGES).join(", ")}); build it from a checkout of the ` +
+        "repository: `npm install && npm run build` in sdk/node, then `npm pack`",
+    );
+  }
+  let dir;
+  try {
+    dir = path.dirname(require.resolve(`${name}/package.json`));
+  } catch {
+    throw new Error(
+      `execbox: its native part for ${key}, the npm package ${name}, is not installed; npm ` +
+        "installs it with execbox as an optional dependency: install again without " +
+        `--omit=optional (or --no-optional), or install ${name} of the same version beside execbox`,
+    );
+  }
+  const manifest = JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8"));
+  return { addon: path.join(dir, manifest.main), runner: path.join(dir, "bin", `execbox-runner${EXE}`) };
+}
+
+const NATIVE = locateNative();
+const native = require(NATIVE.addon);
+
+/** The runner binary: `EXECBOX_RUNNER` when set, else the one shipped with the addon. */
 function runnerPath() {
   const fromEnv = process.env.EXECBOX_RUNNER;
   if (fromEnv) return path.resolve(fromEnv);
-  if (!fs.existsSync(SHIPPED_RUNNER)) {
+  if (!fs.existsSync(NATIVE.runner)) {
     throw new Error(
-      `execbox: the runner binary is missing (looked for ${SHIPPED_RUNNER}); ` +
+      `execbox: the runner binary is missing (looked for ${NATIVE.runner}); ` +
         "reinstall the package, or in a checkout run `npm run build` in sdk/node, " +
         "or set EXECBOX_RUNNER to an execbox-runner binary",
     );
   }
-  return SHIPPED_RUNNER;
+  return NATIVE.runner;
 }
 
 function newExecutor(size, prewarm) {
