@@ -253,7 +253,10 @@ def npm_packages(bin_dir: Path, version: str, triple: str, out: Path, mtime: int
                 cwd=folder, capture_output=True, text=True,
             )
             if result.returncode != 0:
-                raise PackagingError(f"npm pack in {folder.name} failed:\n{result.stderr}")
+                raise PackagingError(
+                    f"npm pack in {folder.name} failed (exit {result.returncode}):\n"
+                    f"{result.stderr or result.stdout}"
+                )
             packed.append(out / result.stdout.strip().splitlines()[-1])
         return packed
 
@@ -273,6 +276,7 @@ def main() -> int:
     try:
         version = workspace_version()
         mtime = source_date_epoch()
+        args.out = args.out.resolve()
         args.out.mkdir(parents=True, exist_ok=True)
         written = [cli_tarball(args.bin_dir, version, args.triple, args.out, mtime)]
         written.append(args.out / f"{written[0].name}.sha256")
