@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
+import decimal
+import enum
+import uuid
 
 import pytest
 
@@ -100,14 +105,116 @@ def test_tool_error_carries_a_reason_and_a_retry_time():
     assert "slow down" in message
 
 
-def test_a_result_json_cannot_hold_is_a_serialization_error_naming_the_tool():
+class Opaque:
+    """A type neither JSON nor execbox knows."""
+
+
+def test_a_result_json_cannot_hold_is_a_serialization_error_naming_the_tool_type_and_hook():
     result = execbox.run(
         "try { await t.bad() } catch (e) { return [e.code, e.message] }",
-        {"t": {"bad": lambda input: {1, 2}}},
+        {"t": {"bad": lambda input: {"rows": [Opaque()]}}},
     )
     code, message = result.value
     assert code == "serialization_error"
-    assert "t.bad returned a value JSON cannot hold" in message
+    assert message == (
+        "t.bad returned a test_run.Opaque, which JSON cannot hold: convert it in the tool, "
+        "or give run(), run_async() or Sandbox() a json_default= function that turns it into "
+        "a JSON value"
+    )
+    nan = execbox.run(
+        "try { await t.nan() } catch (e) { return [e.code, e.message] }",
+        {"t": {"nan": lambda input: float("nan")}},
+    ).value
+    assert nan[0] == "serialization_error" and "t.nan returned a value JSON cannot hold" in nan[1]
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Order:
+    id: uuid.UUID
+    placed: datetime.datetime
+    total: decimal.Decimal
+    tags: frozenset
+
+
+def test_tool_results_may_carry_what_database_rows_carry():
+    order_id = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    row = {
+        "when": datetime.datetime(2026, 11, 27, 9, 30, tzinfo=datetime.timezone.utc),
+        "day": datetime.date(2026, 11, 27),
+        "at": datetime.time(9, 30, 15),
+        "price": decimal.Decimal("12.50"),
+        "count": decimal.Decimal("3"),
+        "color": Color.RED,
+        "ids": {3, 1, 2},
+        "pair": (1, "a"),
+        "order": Order(
+            order_id, datetime.datetime(2026, 1, 2, 3, 4, 5), decimal.Decimal("0.1"), frozenset({"x"})
+        ),
+    }
+    result = execbox.run(
+        "const r = await db.row(); return [r, typeof r.price, r.price + 1, r.count * 2]",
+        {"db": {"row": lambda input: row}},
+    )
+    assert result.ok, result.error
+    value, price_type, price_plus_one, count_twice = result.value
+    assert value == {
+        "when": "2026-11-27T09:30:00+00:00",
+        "day": "2026-11-27",
+        "at": "09:30:15",
+        "price": 12.5,
+        "count": 3,
+        "color": "red",
+        "ids": [1, 2, 3],
+        "pair": [1, "a"],
+        "order": {
+            "id": "12345678-1234-5678-1234-567812345678",
+            "placed": "2026-01-02T03:04:05",
+            "total": 0.1,
+            "tags": ["x"],
+        },
+    }
+    # A Decimal is a number in the program, not text that `+` would concatenate.
+    assert (price_type, price_plus_one, count_twice) == ("number", 13.5, 6)
+
+
+def test_pydantic_models_are_dumped_as_json():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Customer(pydantic.BaseModel):
+        name: str
+        since: datetime.date
+
+    result = execbox.run(
+        "return await crm.get()",
+        {"crm": {"get": lambda input: [Customer(name="Ada", since=datetime.date(2020, 1, 2))]}},
+    )
+    assert result.value == [{"name": "Ada", "since": "2020-01-02"}]
+
+
+def test_json_default_converts_the_rest_and_a_hook_that_gives_up_is_named():
+    def default(value):
+        if isinstance(value, Opaque):
+            return {"opaque": True, "at": datetime.date(2026, 1, 1)}
+        return value
+
+    tools = {"t": {"get": lambda input: [Opaque(), complex(1, 2)] if input else Opaque()}}
+    ok = execbox.run("return await t.get()", tools, json_default=default)
+    assert ok.value == {"opaque": True, "at": "2026-01-01"}
+    with execbox.Sandbox(tools, pool=1, json_default=default) as sandbox:
+        bad = sandbox.run(
+            "try { await t.get({ both: 1 }) } catch (e) { return [e.code, e.message] }"
+        ).value
+    assert bad == [
+        "serialization_error",
+        "t.get returned a complex, which JSON cannot hold: the json_default hook returned "
+        "the complex unchanged",
+    ]
+    with pytest.raises(TypeError, match="json_default must be a callable"):
+        execbox.run("1", tools, json_default="iso")
 
 
 def test_input_failing_the_schema_is_refused_without_calling_the_tool(calls):

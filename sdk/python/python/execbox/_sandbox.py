@@ -13,7 +13,7 @@ from typing import Any, Optional, Tuple
 from execbox import _native
 from execbox._policy import Policy
 from execbox._result import Result, _result
-from execbox._tools import Tools, native_tools
+from execbox._tools import JsonDefault, Tools, native_tools
 
 # A runner process is this interpreter, isolated (-I: no environment variables, no user site,
 # no current folder on the path) and without `site` (-S), loading the extension module by its
@@ -180,6 +180,7 @@ def run(
     max_log_chars: Optional[int] = None,
     tool_tracebacks: bool = False,
     policy: Optional[Policy] = None,
+    json_default: Optional[JsonDefault] = None,
 ) -> Result:
     """Runs ``code`` (the body of an async function: ``await`` tools, ``return`` a value) in a
     locked-down runner, with ``tools`` as global namespaces, and returns its ``Result``.
@@ -188,10 +189,11 @@ def run(
     execution and raises ``KeyboardInterrupt``. With ``tool_tracebacks``, a tool's exception
     reaches the program with its Python traceback (by default, only its message does). With
     a ``policy``, every tool call is checked against it (permissions, rate limits, approvals)
-    and audited.
+    and audited. A tool's result may hold what database rows carry (``datetime``, ``Decimal``,
+    ``UUID``, enums, sets, dataclasses, pydantic models); ``json_default`` converts the rest.
     """
     limits = _limits(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars)
-    native, has_async = native_tools(tools, tool_tracebacks)
+    native, has_async = native_tools(tools, tool_tracebacks, json_default)
     return _run(_default_pool(), native, has_async, _check_code(code), limits, policy)
 
 
@@ -205,11 +207,12 @@ async def run_async(
     max_log_chars: Optional[int] = None,
     tool_tracebacks: bool = False,
     policy: Optional[Policy] = None,
+    json_default: Optional[JsonDefault] = None,
 ) -> Result:
     """``run`` for asyncio: async tools run on the caller's event loop, sync ones on threads;
     cancelling the task cancels the execution."""
     limits = _limits(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars)
-    native, _ = native_tools(tools, tool_tracebacks)
+    native, _ = native_tools(tools, tool_tracebacks, json_default)
     return await _run_async(_default_pool(), native, _check_code(code), limits, policy)
 
 
@@ -256,13 +259,14 @@ class Sandbox:
         max_log_chars: Optional[int] = None,
         tool_tracebacks: bool = False,
         policy: Optional[Policy] = None,
+        json_default: Optional[JsonDefault] = None,
     ) -> None:
         _native_policy(policy)
         self._policy = policy
         if isinstance(pool, bool) or not isinstance(pool, int) or not 1 <= pool <= 1024:
             raise ValueError(f"pool must be a whole number from 1 to 1024, not {pool!r}")
         self._limits = _limits(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars)
-        self._tools, self._has_async = native_tools(tools, tool_tracebacks)
+        self._tools, self._has_async = native_tools(tools, tool_tracebacks, json_default)
         self._pool = _native.NativePool(_runner_argv(), pool, True, False)
 
     def run(

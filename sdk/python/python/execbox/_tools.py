@@ -9,17 +9,32 @@ semantics (exceptions, JSON) stay here; the extension module only moves text.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
+import decimal
+import enum
 import functools
 import inspect
 import json
+import math
 import traceback
+import uuid
 from typing import Any, Awaitable, Callable, List, Mapping, Optional, Tuple, Union
 
 from execbox import _native
 
 ToolFunction = Callable[[Any], Union[Any, Awaitable[Any]]]
 """A tool: called with the input (a dict, or ``None`` when the program passed nothing),
-returns a JSON value (dict, list, str, int, float, bool or None), or a coroutine of one."""
+returns a JSON value (dict, list, str, int, float, bool or None), or a coroutine of one.
+What database rows carry converts too (see ``JsonDefault``)."""
+
+JsonDefault = Callable[[Any], Any]
+"""Converts a value of a tool's result that JSON cannot hold to one it can (``json_default=``
+of ``run``, ``run_async`` and ``Sandbox``), or raises ``TypeError``. Asked only for what execbox
+does not convert itself: ``datetime``, ``date`` and ``time`` (ISO 8601 text), ``Decimal`` (a
+number; precision past a float's is lost), ``UUID`` (text), enums (their value), sets and
+frozensets (arrays), dataclasses (objects of their fields) and pydantic models
+(``model_dump(mode="json")``). Tuples are arrays already."""
 
 Answer = Tuple[str, str, Optional[str], Optional[int]]
 
@@ -119,8 +134,16 @@ Tools = Mapping[str, Mapping[str, Union[ToolFunction, Tool]]]
 program ``await math.add({...})``."""
 
 
-def native_tools(tools: Optional[Tools], tracebacks: bool) -> Tuple[Any, bool]:
+def native_tools(
+    tools: Optional[Tools], tracebacks: bool, json_default: Optional[JsonDefault] = None
+) -> Tuple[Any, bool]:
     """The tools resolved by the host core, and whether any is async."""
+    if json_default is not None and not callable(json_default):
+        raise TypeError(
+            "json_default must be a callable (value -> JSON value), "
+            f"not {type(json_default).__name__}"
+        )
+    default = _json_default(json_default)
     specs: List[tuple] = []
     has_async = False
     if tools is None:
@@ -159,7 +182,7 @@ def native_tools(tools: Optional[Tools], tracebacks: bool) -> Tuple[Any, bool]:
                     (
                         namespace,
                         name,
-                        _adapter(label, fn, is_async, tracebacks),
+                        _adapter(label, fn, is_async, tracebacks, default),
                         is_async,
                         description,
                         _schema(where, "input_schema", tool.input_schema if tool else None),
@@ -200,7 +223,9 @@ def _schema(where: str, field: str, schema: Any) -> Optional[str]:
         raise TypeError(f"{where}.{field} is not JSON: {e}") from None
 
 
-def _adapter(label: str, fn: Any, is_async: bool, tracebacks: bool) -> Callable[[str], Any]:
+def _adapter(
+    label: str, fn: Any, is_async: bool, tracebacks: bool, default: Callable[[Any], Any]
+) -> Callable[[str], Any]:
     loads = json.loads
 
     if is_async:
@@ -213,7 +238,7 @@ def _adapter(label: str, fn: Any, is_async: bool, tracebacks: bool) -> Callable[
             except BaseException as e:  # noqa: BLE001 - even SystemExit: the program's answer,
                 # never the end of the event loop (or of the application) it runs on
                 return _failure(e, tracebacks)
-            return _encode(label, out)
+            return _encode(label, out, default)
 
         return call_async
 
@@ -226,14 +251,71 @@ def _adapter(label: str, fn: Any, is_async: bool, tracebacks: bool) -> Callable[
                 out = asyncio.run(out)
         except BaseException as e:  # noqa: BLE001 - every failure of a tool is the program's answer
             return _failure(e, tracebacks)
-        return _encode(label, out)
+        return _encode(label, out, default)
 
     return call
 
 
-def _encode(label: str, out: Any) -> Answer:
+class _Unconvertible(TypeError):
+    """A value neither execbox nor the ``json_default`` hook converts: its type, for the message."""
+
+    def __init__(self, value: Any, hooked: bool) -> None:
+        kind = type(value)
+        qualified = f"{kind.__module__}.{kind.__qualname__}"
+        self.type_name = kind.__qualname__ if kind.__module__ == "builtins" else qualified
+        self.hooked = hooked
+        super().__init__(self.type_name)
+
+
+def _json_default(hook: Optional[JsonDefault]) -> Callable[[Any], Any]:
+    """``json.dumps``'s ``default``: what rows carry, then the hook, else ``_Unconvertible``."""
+
+    def default(value: Any) -> Any:
+        if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+            return value.isoformat()
+        if isinstance(value, decimal.Decimal):
+            if not value.is_finite():
+                raise ValueError(f"Decimal {value} is not a JSON number")
+            whole = value == value.to_integral_value() and abs(value) < 2**53
+            return int(value) if whole else float(value)
+        if isinstance(value, uuid.UUID):
+            return str(value)
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, (set, frozenset)):
+            try:
+                return sorted(value)
+            except TypeError:
+                return list(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        dump = getattr(value, "model_dump", None)
+        if callable(dump) and hasattr(type(value), "model_fields"):
+            return dump(mode="json")
+        if hook is not None:
+            converted = hook(value)
+            if converted is value:
+                raise _Unconvertible(value, True)
+            return converted
+        raise _Unconvertible(value, False)
+
+    return default
+
+
+def _encode(label: str, out: Any, default: Callable[[Any], Any]) -> Answer:
     try:
-        return ("ok", json.dumps(out, allow_nan=False, separators=(",", ":")), None, None)
+        text = json.dumps(out, allow_nan=False, separators=(",", ":"), default=default)
+        return ("ok", text, None, None)
+    except _Unconvertible as e:
+        if e.hooked:
+            what = f"the json_default hook returned the {e.type_name} unchanged"
+        else:
+            what = (
+                "convert it in the tool, or give run(), run_async() or Sandbox() a "
+                "json_default= function that turns it into a JSON value"
+            )
+        message = f"{label} returned a {e.type_name}, which JSON cannot hold: {what}"
+        return ("serialization_error", message, None, None)
     except (TypeError, ValueError, RecursionError) as e:
         return ("serialization_error", f"{label} returned a value JSON cannot hold: {e}", None, None)
 
