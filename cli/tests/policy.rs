@@ -326,7 +326,9 @@ async fn a_tool_with_a_rate_limit_or_an_approval_never_runs_without_a_guard() {
     let out = result.value().expect("the program ends");
     assert!(
         out[0].as_str().unwrap().starts_with(
-            "tool_error: ops.wipe: this tool requires approval, and this host runs it without a policy"
+            "tool_error: ops.wipe: this tool requires approval, and this execution has no policy \
+             to enforce that, so the call was refused; attach a guard to the execution \
+             (execbox-policy's Enforcement, as the execbox CLI does) to run it"
         ),
         "{out}"
     );

@@ -186,16 +186,24 @@ pub trait CallGuard: Send + Sync {
     }
 }
 
-/// The refusal of a call that needs a guard in an execution that has none.
-pub(crate) fn unguarded(tool: &str, requirements: &ToolRequirements) -> ToolError {
+/// The refusal of a call that needs a guard in an execution that has none; `hint` says how
+/// the embedding attaches a policy ([`crate::ToolSet::with_policy_hint`]).
+pub(crate) fn unguarded(
+    tool: &str,
+    requirements: &ToolRequirements,
+    hint: Option<&str>,
+) -> ToolError {
     let what = if requirements.requires_approval {
         "requires approval"
     } else {
         "has a rate limit"
     };
+    let todo = hint.unwrap_or(
+        "attach a guard to the execution (execbox-policy's Enforcement, as the execbox CLI \
+         does) to run it",
+    );
     ToolError::tool(format!(
-        "{tool}: this tool {what}, and this host runs it without a policy to enforce that; \
-         the call was refused (the host must attach a guard, such as execbox-policy's \
-         Enforcement, to run it)"
+        "{tool}: this tool {what}, and this execution has no policy to enforce that, so the \
+         call was refused; {todo}"
     ))
 }

@@ -119,6 +119,9 @@ struct Inner {
     lookup: HashMap<String, HashMap<String, Arc<ResolvedTool>>>,
     /// provider name → (safe, original) in declaration order.
     names: HashMap<String, Vec<(String, String)>>,
+    /// How the embedding attaches a policy, for the refusal of a guarded tool's call in an
+    /// execution without one (see [`ToolSet::with_policy_hint`]).
+    policy_hint: std::sync::OnceLock<String>,
 }
 
 struct ResolvedTool {
@@ -317,7 +320,18 @@ impl ToolSet {
             prompt_declarations: prompt_declarations.join("\n\n"),
             lookup,
             names,
+            policy_hint: std::sync::OnceLock::new(),
         })))
+    }
+
+    /// Says how this embedding gives an execution a policy (`"give run() a policy=Policy(...)"`):
+    /// a call of a tool with a rate limit or requiring approval, in an execution without a
+    /// guard, is refused with this sentence as what to do, instead of the Rust library's
+    /// (attach execbox-policy's `Enforcement`). The first hint set on a set stays; its views
+    /// share it.
+    pub fn with_policy_hint(self, hint: impl Into<String>) -> ToolSet {
+        let _ = self.0.policy_hint.set(hint.into());
+        self
     }
 
     /// The tools `guard` lets an execution see ([`CallGuard::may_call`]); see
@@ -381,6 +395,9 @@ impl ToolSet {
         // The providers were accepted once; a subset of them is accepted again.
         let view = Self::build(providers, unavailable, true, Some(&self.0.names))
             .unwrap_or_else(|_| ToolSet::empty());
+        if let Some(hint) = self.0.policy_hint.get() {
+            let _ = view.0.policy_hint.set(hint.clone());
+        }
         views.insert(keep, view.clone());
         view
     }
@@ -612,7 +629,8 @@ impl ToolSet {
         };
         let Some(guard) = guard else {
             if requirements.needs_guard() {
-                return Ok(Err(unguarded(&label, requirements)));
+                let hint = self.0.policy_hint.get().map(String::as_str);
+                return Ok(Err(unguarded(&label, requirements, hint)));
             }
             return Ok(self.run_admitted(call, ctx, &tool, input).await);
         };

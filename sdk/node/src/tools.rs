@@ -23,6 +23,11 @@ type Dispatcher =
     ThreadsafeFunction<DispatchArgs, Unknown<'static>, DispatchArgs, Status, false, true>;
 
 /// How JavaScript answers a call (`complete`'s `kind`).
+/// What to do when a tool with a rate limit or requiring approval is called without a policy.
+const POLICY_HINT: &str =
+    "pass run() or new Sandbox() a policy: { policy: new Policy({ approve }) } \
+                           (approve decides the calls of tools that require approval)";
+
 const ANSWER_OK: u32 = 0;
 const ANSWER_TOOL_ERROR: u32 = 1;
 const ANSWER_SERIALIZATION_ERROR: u32 = 2;
@@ -191,8 +196,9 @@ impl NativeTools {
             }
             providers.push(provider);
         }
-        let tools =
-            ToolSet::new(providers).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+        let tools = ToolSet::new(providers)
+            .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?
+            .with_policy_hint(POLICY_HINT);
         Ok(NativeTools { tools })
     }
 

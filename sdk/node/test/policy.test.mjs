@@ -44,9 +44,16 @@ test("a rate limit admits its calls, then refuses with a retry time", async () =
 test("a guarded tool without a policy is refused, never run unguarded", async () => {
   const calls = [];
   const hit = { handler: (input) => calls.push(input), rateLimit: "2 per 1m" };
-  const [code] = (await run(caught("api.hit({})"), { tools: { api: { hit } } })).value;
+  const [code, , message] = (await run(caught("api.hit({})"), { tools: { api: { hit } } })).value;
   assert.equal(code, "tool_error");
   assert.deepEqual(calls, []);
+  // What to do is said the JavaScript way, not the Rust library's.
+  assert.equal(
+    message,
+    "api.hit: this tool has a rate limit, and this execution has no policy to enforce that, so the " +
+      "call was refused; pass run() or new Sandbox() a policy: { policy: new Policy({ approve }) } " +
+      "(approve decides the calls of tools that require approval)",
+  );
 });
 
 test("permissions come from the policy file", async (t) => {

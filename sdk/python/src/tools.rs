@@ -24,6 +24,10 @@ use crate::attach::attach;
 /// At most this many calls of sync Python tools run at once in a process, each on a thread.
 pub const MAX_SYNC_CALLS: usize = 256;
 
+/// What to do when a tool with a rate limit or requiring approval is called without a policy.
+const POLICY_HINT: &str = "give run(), run_async() or Sandbox() a policy=execbox.Policy(...) \
+                           (with approve= to decide the calls of tools that require approval)";
+
 static SYNC_CALLS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SYNC_CALLS);
 
 /// The event loops async tools run on, by execution id: the caller's running loop for
@@ -140,7 +144,9 @@ impl NativeTools {
                     .fold(Provider::new(namespace), Provider::tool)
             })
             .collect();
-        let set = ToolSet::new(providers).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let set = ToolSet::new(providers)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
+            .with_policy_hint(POLICY_HINT);
         Ok(NativeTools { set, loops })
     }
 

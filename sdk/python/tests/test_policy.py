@@ -32,6 +32,13 @@ def test_a_guarded_tool_without_a_policy_is_refused_not_run_unguarded():
     code, _, message, _ = execbox.run(CATCH % "api.hit({})", {"api": {"hit": tool}}).value
     assert code == "tool_error"
     assert calls == []
+    # What to do is said the Python way, not the Rust library's.
+    assert message == (
+        "api.hit: this tool has a rate limit, and this execution has no policy to enforce "
+        "that, so the call was refused; give run(), run_async() or Sandbox() a "
+        "policy=execbox.Policy(...) (with approve= to decide the calls of tools that require "
+        "approval)"
+    )
 
 
 def test_permissions_come_from_the_policy_file(tmp_path):
