@@ -80,7 +80,7 @@ pub fn provider_declaration(
 ) -> String {
     let mut out = String::new();
     if let Some(d) = description {
-        out.push_str(&doc_comment(d, 0));
+        out.push_str(&doc_comment(&namespace_summary(d), 0));
     }
     let _ = writeln!(out, "declare namespace {provider} {{");
     for tool in tools {
@@ -517,6 +517,49 @@ fn object_shape(objects: &[&Map<String, Value>], depth: usize) -> String {
 }
 
 /// A JSDoc comment at `indent` levels, ending with a newline; empty for blank text.
+/// At most this many characters of a namespace's description go into its declaration.
+pub const MAX_NAMESPACE_SUMMARY_CHARS: usize = 200;
+
+/// What a namespace's declaration says of it: the first sentence of its description's first
+/// paragraph, at most [`MAX_NAMESPACE_SUMMARY_CHARS`] characters (cut at a word, with `…`).
+/// A provider's description can be a server's whole instructions, shown on top of every
+/// answer about the namespace; each tool says the rest.
+fn namespace_summary(description: &str) -> String {
+    let paragraph = description
+        .trim()
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut end = paragraph.len();
+    for (at, c) in paragraph.char_indices() {
+        if matches!(c, '.' | '!' | '?')
+            && paragraph[at + c.len_utf8()..]
+                .chars()
+                .next()
+                .is_none_or(char::is_whitespace)
+        {
+            end = at + c.len_utf8();
+            break;
+        }
+    }
+    let sentence = &paragraph[..end];
+    if sentence.chars().count() <= MAX_NAMESPACE_SUMMARY_CHARS {
+        return sentence.to_string();
+    }
+    let cut: String = sentence
+        .chars()
+        .take(MAX_NAMESPACE_SUMMARY_CHARS - 1)
+        .collect();
+    let cut = match cut.rfind(' ') {
+        Some(space) if space > MAX_NAMESPACE_SUMMARY_CHARS / 2 => &cut[..space],
+        _ => cut.as_str(),
+    };
+    format!("{}…", cut.trim_end())
+}
+
 fn doc_comment(text: &str, indent: usize) -> String {
     let text = text.trim().replace("*/", "*\\/");
     if text.is_empty() {
@@ -543,6 +586,31 @@ fn doc_comment(text: &str, indent: usize) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_namespace_is_declared_with_its_first_sentence_at_most_200_characters() {
+        let instructions = "Testing server for MCP features.  It has every kind of tool.\n\n\
+                            Use echo to test; use add for sums. Resources are under test://.";
+        let out = provider_declaration("everything", Some(instructions), &[]);
+        assert!(
+            out.starts_with("/** Testing server for MCP features. */\ndeclare namespace"),
+            "{out}"
+        );
+        assert_eq!(namespace_summary("Weather, by city"), "Weather, by city");
+        assert_eq!(
+            namespace_summary("v1.2 of the API. More."),
+            "v1.2 of the API."
+        );
+        let long = "word ".repeat(100);
+        let summary = namespace_summary(&long);
+        assert!(summary.ends_with("word…"), "{summary}");
+        assert!(summary.chars().count() <= MAX_NAMESPACE_SUMMARY_CHARS);
+        let unbroken = "é".repeat(300);
+        assert_eq!(
+            namespace_summary(&unbroken).chars().count(),
+            MAX_NAMESPACE_SUMMARY_CHARS
+        );
+    }
 
     fn ts(schema: Value) -> String {
         schema_to_type(&schema, 0)
