@@ -381,6 +381,7 @@ impl Connection {
                     calls.keep_clock(&mut done);
                     let ending = notes::Ending::of(&done.outcome);
                     let mut result = ExecuteResult::from_done(done, &options);
+                    result.logs.extend(notes::no_value(code, &result.outcome));
                     let settled = calls.settle(*unawaited, time_limit, cancel).await;
                     result.logs.extend(notes::unawaited(&settled.calls, ending));
                     match settled.halt {

@@ -42,6 +42,21 @@ pub(crate) fn logs_truncated(
     })
 }
 
+/// The note for a program with statements whose result is `undefined`: most often one that
+/// forgot its `return` (`const names = rows.map(r => r.name);`), whose caller would otherwise
+/// get nothing and no hint why.
+pub(crate) fn no_value<E>(
+    code: &str,
+    outcome: &Result<Option<Box<execbox_protocol::RawValue>>, E>,
+) -> Option<String> {
+    (matches!(outcome, Ok(None)) && !code.trim().is_empty()).then(|| {
+        format!(
+            "{PREFIX}the program returned no value: end it with `return` and the value to give \
+             one (or with an expression, whose value is the result)"
+        )
+    })
+}
+
 /// What became of a tool call the program did not await.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Fate {
@@ -239,6 +254,19 @@ mod tests {
             omitted_lines,
             cut_line,
         })
+    }
+
+    #[test]
+    fn a_program_with_statements_and_no_value_gets_a_note_an_empty_one_does_not() {
+        let none: Result<Option<Box<execbox_protocol::RawValue>>, ()> = Ok(None);
+        let note = no_value("const names = rows.map(r => r.name);", &none).unwrap();
+        assert!(note.starts_with("[execbox] the program returned no value: end it with `return`"));
+        assert_eq!(no_value(" \n ", &none), None);
+        let one = Ok(Some(
+            execbox_protocol::RawValue::from_string("1".into()).unwrap(),
+        ));
+        assert_eq!(no_value::<()>("return 1", &one), None);
+        assert_eq!(no_value("throw 1", &Err(())), None);
     }
 
     #[test]

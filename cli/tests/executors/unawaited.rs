@@ -209,7 +209,9 @@ async fn a_done_with_truncated_logs_gets_a_note_and_keeps_logs_truncated_in_its_
             }),
             clock: None,
             clock_overflow: false,
-            outcome: Ok(None),
+            outcome: Ok(Some(
+                execbox_protocol::RawValue::from_string("1".to_owned()).unwrap(),
+            )),
         }));
     };
     let request = ExecuteRequest::new("x").options(execbox_protocol::RuntimeOptions {
