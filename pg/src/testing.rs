@@ -366,10 +366,21 @@ fn group_alive(group: u32) -> bool {
     })
 }
 
+/// A loopback port no other server of this process was given: a server that is down (between
+/// [`TestServer::kill`] and [`TestServer::resume`]) keeps its port, and another test's server
+/// starting meanwhile must not take it (its clients would reach the wrong server).
 fn free_port() -> Result<u16, String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..100 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    Err("no free loopback port that no other test server was given".into())
 }
