@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod answer;
 mod command_tool;
 mod connection;
 pub mod declarations;
@@ -74,6 +75,7 @@ mod typed;
 mod ws;
 pub mod yaml;
 
+pub use answer::{answer_of, model_answer, one_line, AnswerParts, ModelAnswer, MAX_ANSWER_CHARS};
 pub use command_tool::CommandTool;
 pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
@@ -93,7 +95,7 @@ pub use paused::{
     APPROVAL_DENIED,
 };
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
-pub use prompt::model_prompt;
+pub use prompt::{code_tool_description, model_prompt};
 pub use requirements::{
     check_permission, parse_window, RateLimit, RateLimitError, ToolRequirements, MAX_WINDOW,
 };

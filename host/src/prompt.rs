@@ -20,9 +20,39 @@ use crate::ToolSet;
 /// assert!(prompt.contains("top-level `await`"));
 /// ```
 pub fn model_prompt(tools: &ToolSet, options: &RuntimeOptions) -> String {
-    let mut out = String::from(
-        "Write a program to run in a sandbox; it can call the tools declared below.\n\
-         \n\
+    describe(
+        "Write a program to run in a sandbox; it can call the tools declared below.\n",
+        tools,
+        options,
+        None,
+    )
+}
+
+/// The description of a tool that runs the model's program (the SDKs' `sandbox.tool()`): the
+/// prompt of [`model_prompt`], saying how the answer looks and where it is cut
+/// (`max_answer_chars`, see [`model_answer`](crate::model_answer)).
+pub fn code_tool_description(
+    tools: &ToolSet,
+    options: &RuntimeOptions,
+    max_answer_chars: usize,
+) -> String {
+    describe(
+        "Run a JavaScript program in a sandbox; it can call the tools declared below.\n",
+        tools,
+        options,
+        Some(max_answer_chars),
+    )
+}
+
+fn describe(
+    opening: &str,
+    tools: &ToolSet,
+    options: &RuntimeOptions,
+    max_answer_chars: Option<usize>,
+) -> String {
+    let mut out = String::from(opening);
+    out.push_str(
+        "\n\
          ## How the program runs\n\
          - Write plain JavaScript or TypeScript with erasable type annotations (no enums or namespaces of your own).\n\
          - The program is the body of an async function: use top-level `await`; `return` a value, or end with an expression statement, whose value is the result. The result must be JSON-serializable.\n\
@@ -63,6 +93,16 @@ pub fn model_prompt(tools: &ToolSet, options: &RuntimeOptions) -> String {
         "- Logs: the first {} lines and {} characters are kept.",
         options.max_log_lines, options.max_log_chars
     );
+    if let Some(max) = max_answer_chars {
+        let _ = write!(
+            out,
+            "\n## The answer\n\
+             JSON: {{\"ok\": true, \"result\": ..., \"logs\": [...]}} or \
+             {{\"ok\": false, \"error\": {{\"code\": ..., \"message\": ...}}, \"logs\": [...]}}, \
+             cut at {max} characters: return only what you need. A failed program's message \
+             names the line and points at it; fix the program and run it again.\n"
+        );
+    }
     out.push_str("\n## Tools\n");
     let declarations = tools.prompt_declarations();
     if declarations.is_empty() {

@@ -18,6 +18,7 @@
 
 use serde_json::{json, Map, Value};
 
+pub use execbox_host::one_line;
 use execbox_host::ToolError;
 
 /// A text resource longer than this (in characters) is described without its text.
@@ -71,18 +72,6 @@ fn error_text(content: &[Value], structured: Option<&Value>) -> String {
         return "the MCP server reported an error without a message".into();
     };
     one_line(&text, MAX_ERROR_CHARS)
-}
-
-/// `text` on one line (line breaks as spaces), cut to `max` characters with `…`.
-pub fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
-        .collect();
-    match flat.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
 }
 
 fn block_value(block: Value) -> Value {
@@ -235,11 +224,5 @@ mod tests {
         let error =
             result_value(json!({"isError": true, "structuredContent": {"why": "x"}})).unwrap_err();
         assert_eq!(error.message, "{\"why\":\"x\"}");
-    }
-
-    #[test]
-    fn one_line_cuts_on_characters() {
-        assert_eq!(one_line("a\nb", 10), "a b");
-        assert_eq!(one_line("ééééé", 3), "ééé…");
     }
 }

@@ -522,112 +522,17 @@ fn describe(catalog: &Catalog, options: &CodeModeOptions) -> String {
     )
 }
 
-/// The text of `execute_code`'s answer: the JSON of `{ok, result | error, logs}`.
-fn answer_text(result: &execbox_host::ExecuteResult, logs: &[String]) -> String {
-    let logs_text = Value::Array(logs.iter().cloned().map(Value::String).collect()).to_string();
-    match &result.outcome {
-        Ok(Some(raw)) => format!(
-            "{{\"ok\":true,\"result\":{},\"logs\":{logs_text}}}",
-            raw.get()
-        ),
-        Ok(None) => format!("{{\"ok\":true,\"logs\":{logs_text}}}"),
-        Err(error) => {
-            let error = json!({"code": error.code.as_str(), "message": error.text()});
-            format!("{{\"ok\":false,\"error\":{error},\"logs\":{logs_text}}}")
-        }
-    }
-}
-
-/// Where the host's own lines in `logs` start (the un-awaited calls, what the log limits took).
-const HOST_NOTE: &str = "[execbox] ";
-
-/// Shortest a log line is cut to before the answer as a whole is cut instead.
-const MIN_LOG_LINE_CHARS: usize = 200;
-
-/// `logs` with every guest line longer than `cap` characters cut to its start and a note of
-/// its length; the host's notes are kept whole.
-fn shortened_logs(logs: &[String], cap: usize) -> Vec<String> {
-    logs.iter()
-        .map(|line| {
-            let chars = line.chars().count();
-            if chars <= cap || line.starts_with(HOST_NOTE) {
-                return line.clone();
-            }
-            let head: String = line.chars().take(cap).collect();
-            format!("{head}… [execbox] line cut: {chars} characters, the first {cap} shown")
-        })
-        .collect()
-}
-
-/// `execute_code`'s answer for `result`. Over `max_chars`, long log lines are cut first (the
-/// answer stays whole JSON, with the host's notes); when that is not enough, the text itself
-/// is cut with a marker, and the host's notes follow it.
+/// `execute_code`'s answer for `result`: the model-facing answer every SDK gives too
+/// ([`execbox_host::model_answer`]).
 fn answer(result: &execbox_host::ExecuteResult, max_chars: usize) -> CallToolResult {
-    let mut shown_logs = result.logs.clone();
-    let mut text = answer_text(result, &shown_logs);
-    let mut cap = max_chars / 2;
-    while text.chars().count() > max_chars && cap >= MIN_LOG_LINE_CHARS {
-        shown_logs = shortened_logs(&result.logs, cap);
-        text = answer_text(result, &shown_logs);
-        cap /= 2;
-    }
-    let logs = Value::Array(shown_logs.iter().cloned().map(Value::String).collect());
-    let chars = text.chars().count();
-    let ok = result.is_ok();
-    let (text, structured) = if chars <= max_chars {
-        let mut structured = Map::new();
-        structured.insert("ok".into(), ok.into());
-        if let Some(value) = result.value() {
-            structured.insert("result".into(), value);
-        }
-        if let Some(error) = result.error() {
-            structured.insert(
-                "error".into(),
-                json!({"code": error.code.as_str(), "message": error.text()}),
-            );
-        }
-        structured.insert("logs".into(), logs);
-        (text, Value::Object(structured))
+    let answer = execbox_host::model_answer(result, max_chars);
+    let mut out = if answer.ok {
+        CallToolResult::success(vec![ContentBlock::text(answer.text)])
     } else {
-        let cut: String = text.chars().take(max_chars).collect();
-        let mut marker = format!(
-            "\n… [cut: the answer has {chars} characters, the limit is {max_chars}; return less, \
-             e.g. only the fields you need]"
-        );
-        let notes: Vec<&String> = result
-            .logs
-            .iter()
-            .filter(|l| l.starts_with(HOST_NOTE))
-            .collect();
-        for note in &notes {
-            marker.push('\n');
-            marker.push_str(note);
-        }
-        let mut structured = Map::new();
-        structured.insert("ok".into(), ok.into());
-        if let Some(error) = result.error() {
-            let message = super::content::one_line(&error.text(), max_chars / 2);
-            structured.insert(
-                "error".into(),
-                json!({"code": error.code.as_str(), "message": message}),
-            );
-        }
-        structured.insert(
-            "truncated".into(),
-            json!({"chars": chars, "limit": max_chars}),
-        );
-        if !notes.is_empty() {
-            structured.insert("notes".into(), json!(notes));
-        }
-        (cut + &marker, Value::Object(structured))
+        CallToolResult::error(vec![ContentBlock::text(answer.text)])
     };
-    let mut answer = if ok {
-        CallToolResult::success(vec![ContentBlock::text(text)])
-    } else {
-        CallToolResult::error(vec![ContentBlock::text(text)])
-    };
-    answer.structured_content = Some(structured);
-    answer
+    out.structured_content = Some(answer.structured);
+    out
 }
 
 impl ServerHandler for CodeModeServer {
@@ -716,21 +621,7 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_is_the_json_of_ok_result_and_logs() {
-        let answer = answer(&ok("{\"a\":1}", &["hi"]), 1000);
-        assert_eq!(
-            text(&answer),
-            "{\"ok\":true,\"result\":{\"a\":1},\"logs\":[\"hi\"]}"
-        );
-        assert_eq!(
-            answer.structured_content,
-            Some(json!({"ok": true, "result": {"a": 1}, "logs": ["hi"]}))
-        );
-        assert_ne!(answer.is_error, Some(true));
-    }
-
-    #[test]
-    fn a_failure_is_an_error_answer() {
+    fn an_error_answer_is_a_tool_error() {
         let failed = ExecuteResult::failed(ErrorCode::RuntimeError, "boom");
         let answer = answer(&failed, 1000);
         assert_eq!(
@@ -738,54 +629,11 @@ mod tests {
             "{\"ok\":false,\"error\":{\"code\":\"runtime_error\",\"message\":\"boom\"},\"logs\":[]}"
         );
         assert_eq!(answer.is_error, Some(true));
-    }
-
-    #[test]
-    fn a_long_answer_is_cut_with_a_marker() {
-        let long = format!("\"{}\"", "x".repeat(100));
-        let answer = answer(&ok(&long, &[]), 50);
-        let text = text(&answer);
-        assert!(text.starts_with("{\"ok\":true,\"result\":\"xxx"), "{text}");
-        assert!(
-            text.ends_with("[cut: the answer has 133 characters, the limit is 50; return less, e.g. only the fields you need]"),
-            "{text}"
-        );
+        let answer = super::answer(&ok("1", &[]), 1000);
+        assert_ne!(answer.is_error, Some(true));
         assert_eq!(
             answer.structured_content,
-            Some(json!({"ok": true, "truncated": {"chars": 133, "limit": 50}}))
+            Some(json!({"ok": true, "result": 1, "logs": []}))
         );
-    }
-
-    #[test]
-    fn long_log_lines_are_cut_first_and_the_host_notes_survive() {
-        let huge = "y".repeat(5000);
-        let note =
-            "[execbox] 3 more log lines not shown (the logs reached the 64000-character limit)";
-        let answer = answer(&ok("1", &[&huge, "short", note]), 1000);
-        let value: Value = serde_json::from_str(text(&answer)).expect("still whole JSON");
-        let logs = value["logs"].as_array().unwrap();
-        assert!(
-            logs[0]
-                .as_str()
-                .unwrap()
-                .ends_with("… [execbox] line cut: 5000 characters, the first 500 shown"),
-            "{logs:?}"
-        );
-        assert_eq!(logs[1], "short");
-        assert_eq!(logs[2], note);
-        assert_eq!(value["result"], 1);
-    }
-
-    #[test]
-    fn a_cut_answer_still_ends_with_the_host_notes() {
-        let long = format!("\"{}\"", "x".repeat(5000));
-        let note = "[execbox] 1 tool call was not awaited: store.put; it finished after the program returned — await it";
-        let answer = answer(&ok(&long, &[note]), 300);
-        let text = text(&answer);
-        assert!(
-            text.ends_with(&format!("only the fields you need]\n{note}")),
-            "{text}"
-        );
-        assert_eq!(answer.structured_content.unwrap()["notes"], json!([note]));
     }
 }
