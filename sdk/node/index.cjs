@@ -439,6 +439,20 @@ function abortReason(signal) {
   return new DOMException("This operation was aborted", "AbortError");
 }
 
+/** The default limit of `forModel`, as `execbox mcp`'s `execute_code`. */
+const MAX_ANSWER_CHARS = 24000;
+
+function checkMaxChars(value, where) {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > 0xffffffff) {
+    throw new TypeError(`${where} must be a whole number of at least 1; got ${describe(value)}`);
+  }
+  return value;
+}
+
+function hidden(target, name, value) {
+  Object.defineProperty(target, name, { value, enumerable: false, writable: false, configurable: true });
+}
+
 function toResult(raw) {
   const result = {
     ok: raw.ok,
@@ -446,6 +460,8 @@ function toResult(raw) {
     logs: raw.logs,
     durationMs: raw.durationMs,
   };
+  let errorCode = null;
+  let errorText = null;
   if (!raw.ok && raw.error) {
     const e = raw.error;
     const error = { code: e.code, message: e.message };
@@ -458,8 +474,21 @@ function toResult(raw) {
       if (l.source != null) error.location.source = l.source;
       if (l.caret != null) error.location.caret = l.caret;
     }
+    error.text = e.text;
+    hidden(error, "toString", function toString() {
+      return this.text;
+    });
     result.error = error;
+    errorCode = e.code;
+    errorText = e.text;
   }
+  const valueJson = raw.valueJson == null ? null : raw.valueJson;
+  hidden(result, "forModel", function forModel(options) {
+    const opts = checkKeys(options, "forModel options", ["maxChars"]);
+    const maxChars =
+      opts.maxChars === undefined ? MAX_ANSWER_CHARS : checkMaxChars(opts.maxChars, "forModel options.maxChars");
+    return native.modelAnswer(valueJson, errorCode, errorText, this.logs, maxChars);
+  });
   return result;
 }
 
@@ -512,6 +541,24 @@ async function run(code, options) {
 
 // ---- Sandbox ---------------------------------------------------------------------------------
 
+// What the model APIs accept as a function's name (OpenAI's rule, the strictest of them).
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** The JSON schema of a code tool's input, `{ code }`. */
+function codeInputSchema() {
+  return {
+    type: "object",
+    properties: {
+      code: {
+        type: "string",
+        description: "The program: the body of an async function (top-level `await`; `return` the result).",
+      },
+    },
+    required: ["code"],
+    additionalProperties: false,
+  };
+}
+
 const SANDBOX_OPTIONS = ["tools", "policy", "pool", ...LIMITS];
 const SANDBOX_RUN_OPTIONS = [...LIMITS, "signal"];
 
@@ -542,6 +589,43 @@ class Sandbox {
     const limits = { ...this.#limits, ...pickLimits(opts, "Sandbox.run options") };
     const signal = checkSignal(opts.signal, "Sandbox.run options");
     return execute(this.#executor, this.#tools, code, limits, signal, this.#policy);
+  }
+
+  /**
+   * This sandbox as one tool for a model: `{ name, description, inputSchema, handler }`. The
+   * description holds the rules of a program, the limits, the answer's shape and the
+   * declarations of the tools; `handler({ code })` runs the program and resolves with
+   * `result.forModel({ maxChars: maxAnswerChars })`. `execbox/ai` and `execbox/langchain`
+   * make it a tool of those frameworks.
+   */
+  tool(options) {
+    const opts = checkKeys(options, "Sandbox.tool options", ["name", "maxAnswerChars"]);
+    const name = opts.name === undefined ? "execute_code" : opts.name;
+    if (typeof name !== "string" || !TOOL_NAME.test(name)) {
+      throw new TypeError(
+        `Sandbox.tool options.name must be 1 to 64 letters, digits, '_' or '-' (what model APIs accept as a tool's name); got ${describe(name)}`,
+      );
+    }
+    const maxChars =
+      opts.maxAnswerChars === undefined
+        ? MAX_ANSWER_CHARS
+        : checkMaxChars(opts.maxAnswerChars, "Sandbox.tool options.maxAnswerChars");
+    const sandbox = this;
+    return {
+      name,
+      description: this.#tools.codeToolDescription(this.#limits, maxChars),
+      inputSchema: codeInputSchema(),
+      maxAnswerChars: maxChars,
+      async handler(input, options) {
+        const code = input !== null && typeof input === "object" ? input.code : undefined;
+        if (typeof code !== "string") {
+          throw new TypeError(`${name}: the input must be { code: string } holding the program; got ${describe(input)}`);
+        }
+        const signal = options && options.signal ? { signal: options.signal } : undefined;
+        const result = await sandbox.run(code, signal);
+        return result.forModel({ maxChars });
+      },
+    };
   }
 
   /** The TypeScript declarations of this sandbox's tools. */

@@ -44,6 +44,17 @@ export interface ExecError {
   retryAfterMs?: number;
   /** Where the error was thrown, when the runner knows. */
   location?: ErrorLocation;
+  /**
+   * The error as a person or a model reads it: name, message, line and a caret under the
+   * column (what `String(error)` gives, and Python's `str(result.error)`).
+   */
+  text: string;
+}
+
+/** Options of {@link Result.forModel}. */
+export interface ForModelOptions {
+  /** The answer is cut at this many characters, with a marker saying so (default 24000). */
+  maxChars?: number;
 }
 
 /** The outcome of one execution. Failures of the program are results, never rejections. */
@@ -58,6 +69,43 @@ export interface Result<T = unknown> {
   logs: string[];
   /** Wall time of the execution in milliseconds. */
   durationMs: number;
+  /**
+   * The answer to hand a model: the JSON of `{ok, result | error, logs}` (an error with its
+   * name, line and caret), long log lines cut first, then the whole text cut at `maxChars`
+   * with a marker; execbox's own notes always follow. The same text `execbox mcp`'s
+   * `execute_code` and Python's `Result.for_model` give. Not enumerable.
+   */
+  forModel(options?: ForModelOptions): string;
+}
+
+/** The JSON schema of a {@link CodeTool}'s input. */
+export interface CodeToolInputSchema {
+  type: "object";
+  properties: { code: { type: "string"; description: string } };
+  required: ["code"];
+  additionalProperties: false;
+}
+
+/** A sandbox as one tool a model calls with a program ({@link Sandbox.tool}). */
+export interface CodeTool {
+  /** The tool's name (default `"execute_code"`). */
+  name: string;
+  /** The rules of a program, the limits, the answer's shape and the tools' declarations. */
+  description: string;
+  /** `{ code: string }`. */
+  inputSchema: CodeToolInputSchema;
+  /** Where the answers are cut. */
+  maxAnswerChars: number;
+  /** Runs `input.code` in the sandbox and resolves with the answer for the model. */
+  handler(input: { code: string }, options?: { signal?: AbortSignal }): Promise<string>;
+}
+
+/** Options of {@link Sandbox.tool}. */
+export interface CodeToolOptions {
+  /** The tool's name: 1 to 64 letters, digits, `_` or `-` (default `"execute_code"`). */
+  name?: string;
+  /** The answers are cut at this many characters (default 24000). */
+  maxAnswerChars?: number;
 }
 
 /**
@@ -224,6 +272,11 @@ export class Sandbox {
    * Rejects when the sandbox is closed.
    */
   run<T = unknown>(code: string, options?: SandboxRunOptions): Promise<Result<T>>;
+  /**
+   * This sandbox as one tool for a model, for any agent framework: name, description (rules,
+   * limits, answer, declarations), the input schema and a handler giving the model's answer.
+   */
+  tool(options?: CodeToolOptions): CodeTool;
   /** The TypeScript declarations of this sandbox's tools, as its programs see them. */
   types(): string;
   /** A prompt describing this sandbox (how programs run, its limits, its tools) to a model. */

@@ -31,6 +31,8 @@ pub struct NativeError {
     pub retry_after_ms: Option<f64>,
     /// Where it was thrown.
     pub location: Option<NativeLocation>,
+    /// The error as a person or a model reads it: name, message, line and caret.
+    pub text: String,
 }
 
 /// What the log limits left out.
@@ -61,6 +63,27 @@ pub struct NativeResult {
     pub cancelled: bool,
 }
 
+/// The model-facing answer for a result given as its parts: `value_json` (the runner's JSON
+/// text of the value), `error_code` and `error_text` of a failure, and `logs`, cut at
+/// `max_chars`; the text `execbox mcp`'s `execute_code` gives for the same result.
+#[napi]
+pub fn model_answer(
+    value_json: Option<String>,
+    error_code: Option<String>,
+    error_text: Option<String>,
+    logs: Vec<String>,
+    max_chars: u32,
+) -> String {
+    let parts = execbox_host::AnswerParts {
+        value_json: value_json.as_deref(),
+        error: error_code
+            .as_deref()
+            .map(|code| (code, error_text.as_deref().unwrap_or(""))),
+        logs: &logs,
+    };
+    execbox_host::answer_of(parts, max_chars as usize).text
+}
+
 /// The JavaScript-bound form of `result`.
 pub(crate) fn convert(result: ExecuteResult) -> NativeResult {
     let cancelled = result.was_cancelled();
@@ -70,6 +93,7 @@ pub(crate) fn convert(result: ExecuteResult) -> NativeResult {
             false,
             None,
             Some(NativeError {
+                text: body.text(),
                 code: body.code.as_str().to_owned(),
                 message: body.message,
                 name: body.name,

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use execbox_host::json::parse_json;
-use execbox_host::{model_prompt, Provider, RateLimit, RuntimeOptions, Tool, ToolError, ToolSet};
+use execbox_host::{
+    code_tool_description, model_prompt, Provider, RateLimit, RuntimeOptions, Tool, ToolError,
+    ToolSet,
+};
 use napi::bindgen_prelude::{FnArgs, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Error, Result, Status};
@@ -215,6 +218,20 @@ impl NativeTools {
             .map(|l| runtime_options(&l, RuntimeOptions::default()))
             .unwrap_or_default();
         model_prompt(&self.tools, &options)
+    }
+
+    /// The description of a tool running programs with these tools under `limits`: the
+    /// prompt, with the answer's shape and its limit of `max_answer_chars`.
+    #[napi]
+    pub fn code_tool_description(
+        &self,
+        limits: Option<RunLimits>,
+        max_answer_chars: u32,
+    ) -> String {
+        let options = limits
+            .map(|l| runtime_options(&l, RuntimeOptions::default()))
+            .unwrap_or_default();
+        code_tool_description(&self.tools, &options, max_answer_chars as usize)
     }
 }
 

@@ -71,12 +71,50 @@ fn prompt(
     execbox_host::model_prompt(tools.set(), &options)
 }
 
+/// The description of a tool that runs the model's program: [`prompt`]'s text with the
+/// answer's shape and its limit of `max_answer_chars`.
+#[pyfunction]
+#[pyo3(signature = (tools, max_answer_chars, timeout_ms=None, memory_limit_bytes=None, max_log_lines=None, max_log_chars=None))]
+fn code_tool_description(
+    tools: &NativeTools,
+    max_answer_chars: usize,
+    timeout_ms: Option<u64>,
+    memory_limit_bytes: Option<u64>,
+    max_log_lines: Option<u64>,
+    max_log_chars: Option<u64>,
+) -> String {
+    let options = pool::options(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars);
+    execbox_host::code_tool_description(tools.set(), &options, max_answer_chars)
+}
+
+/// The model-facing answer for a result given as its parts: `value_json` (the runner's JSON
+/// text of the value, or `None`), `error` (`(code, text)` of a failure, or `None`) and `logs`,
+/// cut at `max_chars`; the text `execbox mcp`'s `execute_code` gives for the same result.
+#[pyfunction]
+fn model_answer(
+    value_json: Option<&str>,
+    error: Option<(String, String)>,
+    logs: Vec<String>,
+    max_chars: usize,
+) -> String {
+    let parts = execbox_host::AnswerParts {
+        value_json,
+        error: error
+            .as_ref()
+            .map(|(code, text)| (code.as_str(), text.as_str())),
+        logs: &logs,
+    };
+    execbox_host::answer_of(parts, max_chars).text
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve_runner, m)?)?;
     m.add_function(wrap_pyfunction!(attach::shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(declarations, m)?)?;
     m.add_function(wrap_pyfunction!(prompt, m)?)?;
+    m.add_function(wrap_pyfunction!(code_tool_description, m)?)?;
+    m.add_function(wrap_pyfunction!(model_answer, m)?)?;
     m.add_class::<NativeTools>()?;
     m.add_class::<NativePool>()?;
     m.add_class::<Running>()?;

@@ -9,6 +9,7 @@ by the OS.
 5
 """
 
+from execbox._code_tool import CodeTool
 from execbox._policy import ApprovalRequest, Policy
 from execbox._result import Error, Location, Result
 from execbox._sandbox import Sandbox, prompt, run, run_async, types
@@ -16,6 +17,7 @@ from execbox._tools import Tool, ToolError, ToolFunction, Tools
 
 __all__ = [
     "ApprovalRequest",
+    "CodeTool",
     "Error",
     "Location",
     "Policy",

@@ -62,4 +62,18 @@ def prompt(
     max_log_lines: Optional[int] = None,
     max_log_chars: Optional[int] = None,
 ) -> str: ...
+def code_tool_description(
+    tools: NativeTools,
+    max_answer_chars: int,
+    timeout_ms: Optional[int] = None,
+    memory_limit_bytes: Optional[int] = None,
+    max_log_lines: Optional[int] = None,
+    max_log_chars: Optional[int] = None,
+) -> str: ...
+def model_answer(
+    value_json: Optional[str],
+    error: Optional[Tuple[str, str]],
+    logs: List[str],
+    max_chars: int,
+) -> str: ...
 def shutdown() -> None: ...

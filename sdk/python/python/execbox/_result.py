@@ -6,6 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
+from . import _native
+
+MAX_ANSWER_CHARS = 24_000
+"""The default limit of ``Result.for_model``, as ``execbox mcp``'s ``execute_code``."""
+
 
 @dataclass(frozen=True)
 class Location:
@@ -60,6 +65,17 @@ class Result:
     error: Optional[Error]
     logs: List[str]
     duration_ms: int
+    _value_json: Optional[str] = field(default=None, repr=False, compare=False)
+
+    def for_model(self, max_chars: int = MAX_ANSWER_CHARS) -> str:
+        """The answer to hand a model: the JSON of ``{ok, result | error, logs}`` (an error
+        with its name, line and caret), with long log lines cut first and then the whole text
+        cut at ``max_chars`` with a marker saying so; execbox's own notes always follow. The
+        same text ``execbox mcp``'s ``execute_code`` and the Node SDK's ``forModel`` give."""
+        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+            raise ValueError(f"max_chars must be a whole number of at least 1, not {max_chars!r}")
+        error = None if self.error is None else (self.error.code, str(self.error))
+        return _native.model_answer(self._value_json, error, list(self.logs), max_chars)
 
 
 def _result(raw: tuple) -> Result:
@@ -87,6 +103,7 @@ def _result(raw: tuple) -> Result:
         error=None if error is None else _error(error),
         logs=logs,
         duration_ms=duration_ms,
+        _value_json=raw[1],
     )
 
 

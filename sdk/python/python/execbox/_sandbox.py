@@ -11,8 +11,9 @@ import warnings
 from typing import Any, Optional, Tuple
 
 from execbox import _native
+from execbox._code_tool import CodeTool, check_max_chars, check_name, input_schema
 from execbox._policy import Policy
-from execbox._result import Result, _result
+from execbox._result import MAX_ANSWER_CHARS, Result, _result
 from execbox._tools import JsonDefault, Tools, native_tools
 
 # A runner process is this interpreter, isolated (-I: no environment variables, no user site,
@@ -306,6 +307,24 @@ class Sandbox:
     def prompt(self) -> str:
         """What a model should be told to write a program for this sandbox (Markdown)."""
         return _native.prompt(self._tools, *self._limits)
+
+    def tool(
+        self, name: str = "execute_code", *, max_answer_chars: int = MAX_ANSWER_CHARS
+    ) -> CodeTool:
+        """This sandbox as one tool for a model: its ``description`` holds the rules of a
+        program, the limits, the answer's shape and the declarations of the tools; its
+        ``handler`` runs a program and returns ``Result.for_model(max_answer_chars)``. The
+        adapters of ``execbox.integrations`` make it a tool of an agent framework."""
+        check_name(name)
+        check_max_chars(max_answer_chars)
+        description = _native.code_tool_description(self._tools, max_answer_chars, *self._limits)
+        return CodeTool(
+            name=name,
+            description=description,
+            input_schema=input_schema(),
+            sandbox=self,
+            max_answer_chars=max_answer_chars,
+        )
 
     @property
     def closed(self) -> bool:
