@@ -206,15 +206,23 @@ def npm_packages(bin_dir: Path, version: str, triple: str, out: Path, mtime: int
     with tempfile.TemporaryDirectory(prefix="execbox-npm-") as work:
         main = Path(work) / "execbox"
         main.mkdir()
-        for name in ("index.cjs", "index.mjs", "index.d.ts", "README.md"):
+        # The JavaScript and the typings: package.json's `files` less the native part, which
+        # goes in the platform package.
+        native_files = ("execbox.node", "bin/execbox-runner")
+        javascript = [name for name in source["files"] if name not in native_files]
+        for name in [*javascript, "README.md"]:
             shutil.copyfile(node / name, main / name)
         shutil.copyfile(ROOT / "LICENSE", main / "LICENSE")
         manifest = {
             key: source[key]
-            for key in ("name", "description", "license", "main", "types", "exports", "engines")
+            for key in (
+                "name", "description", "license", "main", "types", "exports", "engines",
+                "peerDependencies", "peerDependenciesMeta",
+            )
+            if key in source
         }
         manifest["version"] = version
-        manifest["files"] = ["index.cjs", "index.mjs", "index.d.ts"]
+        manifest["files"] = javascript
         manifest["optionalDependencies"] = {
             f"execbox-{name}": version for name, _, _ in NPM_PLATFORMS.values()
         }
