@@ -14,7 +14,7 @@
 //!   [`ExecutionEvent`]s.
 //! - with the `serve` feature, [`capabilities_router`] is the HTTP API over a manager.
 //!
-//! Module graph: `records`, `outcome` and `programs` are leaves; `config` ← `registry`; `store`;
+//! Module graph: `records` and `outcome` are leaves, `programs` reads `records`; `config` ← `registry`; `store`;
 //! `external_executor` and `script_executor` (one executor each); `manager` uses them all;
 //! `serve` uses `manager`.
 
@@ -37,7 +37,9 @@ pub use manager::{
     DEFAULT_MAX_LIVE_PER_PRINCIPAL, DEFAULT_MAX_LIVE_PER_TREE, DEFAULT_PAUSE_EXPIRY,
     EVENT_CAPACITY, MAX_PAUSED_BYTES_PER_PRINCIPAL, MAX_PAUSED_PER_PRINCIPAL,
 };
-pub use programs::{KeptProgram, ProgramToolSet, ProgramTools, PROGRAM_TYPE};
+pub use programs::{
+    program_result, KeptProgram, ProgramToolSet, ProgramTools, PROGRAM_ERROR, PROGRAM_TYPE,
+};
 pub use records::{
     CapabilityError, CapabilityErrorCode, DecisionRecord, ExecutionEvent, ExecutionEventKind,
     ExecutionFilter, ExecutionOutcome, ExecutionRecord, ExecutionStatus, PendingApproval,

@@ -1,6 +1,7 @@
 //! How one run of an executor ended, before the manager records it.
 
 use execbox_host::{Ledger, PausedCall};
+use execbox_protocol::ErrorBody;
 use serde_json::Value;
 
 /// The end of one run, as an executor saw it.
@@ -13,6 +14,9 @@ pub(crate) enum RunOutcome {
     },
     /// It failed; the message says why.
     Failed(String),
+    /// A program (not a capability) ended with its own error (`timeout` included): the
+    /// message says why, and `error` is what its model answer is rebuilt from.
+    ProgramFailed { error: ErrorBody, message: String },
     /// It ran past its time limit and was ended.
     TimedOut(String),
     /// It was stopped on request.

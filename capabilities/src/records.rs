@@ -304,7 +304,9 @@ pub struct ExecutionRecord {
     pub params: Value,
     /// Its result, once completed.
     pub result: Option<Value>,
-    /// Extra context its executor gave, once completed.
+    /// Extra context its executor gave, once completed; for a program (type `program`)
+    /// that failed or timed out in the sandbox, `{programError: {code, message, ...}}`, the
+    /// error its model's answer is rebuilt from ([`program_result`](crate::program_result)).
     pub additional_context: Option<Value>,
     /// Why it failed, timed out or stopped.
     pub error: Option<CapabilityError>,

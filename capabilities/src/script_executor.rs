@@ -175,13 +175,26 @@ async fn execute(
             additional_context: None,
         },
         Ok(_) => split_result(result.value()),
-        Err(e) if e.code == ErrorCode::Timeout => RunOutcome::TimedOut(format!(
-            "{what} ran past its time limit of {limit_ms} ms and was stopped"
-        )),
+        Err(e) if e.code == ErrorCode::Timeout => {
+            let message =
+                format!("{what} ran past its time limit of {limit_ms} ms and was stopped");
+            match is_program {
+                // The program's own error is what its model is answered (`execution_result`).
+                true => RunOutcome::ProgramFailed {
+                    error: e.clone(),
+                    message,
+                },
+                false => RunOutcome::TimedOut(message),
+            }
+        }
         Err(e) if e.reason.as_deref() == Some(REPLAY_DIVERGED) => RunOutcome::Diverged(format!(
             "{what} was resumed after an approval and {}",
             e.message
         )),
+        Err(e) if is_program => RunOutcome::ProgramFailed {
+            error: e.clone(),
+            message: e.to_string(),
+        },
         Err(e) => RunOutcome::Failed(e.to_string()),
     }
 }

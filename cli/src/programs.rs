@@ -8,11 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execbox_capabilities::{
-    CapabilityManager, ExecutionStore, KeptProgram, ManagerOptions, ProgramToolSet, ProgramTools,
-    Registry, RegistryRoots, ReplicaOptions,
+    program_result, CapabilityErrorCode, CapabilityManager, ExecutionRecord, ExecutionStatus,
+    ExecutionStore, KeptProgram, ManagerOptions, ProgramToolSet, ProgramTools, Registry,
+    RegistryRoots, ReplicaOptions, PROGRAM_TYPE,
 };
 use execbox_host::{BoxFuture, Executor, ToolsFile};
-use execbox_mcp::{DurablePauses, McpConfig, PausedExecution, UpstreamOptions, Upstreams};
+use execbox_mcp::{
+    DurablePauses, KeptState, McpConfig, PausedExecution, UpstreamOptions, Upstreams,
+};
 use execbox_policy::{Enforcement, Policy, StoreLocation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -229,6 +232,64 @@ impl DurablePauses for StorePauses {
             "an operator runs `execbox executions approve {id}{db}{files}`, or `execbox \
              executions deny {id}{db} --reason TEXT`"
         )
+    }
+
+    fn state(
+        &self,
+        id: &str,
+        principal: Option<&str>,
+    ) -> BoxFuture<Result<Option<KeptState>, String>> {
+        let inner = self.0.clone();
+        let (id, principal) = (id.to_string(), principal.map(str::to_string));
+        Box::pin(async move {
+            // Nothing ever paused into a file that does not exist: it is not created to say so.
+            if let (None, StoreLocation::Sqlite(path)) = (inner.manager.get(), &inner.db) {
+                if !path.exists() {
+                    return Ok(None);
+                }
+            }
+            let manager = inner.manager().await.map_err(|e| {
+                tracing::error!(db = %inner.db, "cannot open the state database to read a paused program: {e}");
+                "the state database is unavailable".to_string()
+            })?;
+            let record = manager.store().get(&id).await.map_err(|e| {
+                tracing::error!(db = %inner.db, execution = %id, "cannot read a paused program: {e}");
+                "the state database is unavailable".to_string()
+            })?;
+            Ok(record
+                .filter(|r| {
+                    r.capability_type == PROGRAM_TYPE
+                        && r.executor == FRONT_END
+                        && r.principal == principal
+                })
+                .map(|r| kept_state(&r)))
+        })
+    }
+}
+
+/// Where the kept program `record` is, as its model is told.
+fn kept_state(record: &ExecutionRecord) -> KeptState {
+    if let (ExecutionStatus::AwaitingApproval, Some(pending)) =
+        (record.status, &record.pending_approval)
+    {
+        return KeptState::Waiting {
+            tool: pending.tool.clone(),
+            input: pending.input.clone(),
+        };
+    }
+    if !record.status.is_terminal() {
+        return KeptState::Running;
+    }
+    if let Some(result) = program_result(record) {
+        return KeptState::Done(Box::new(result));
+    }
+    let why = record
+        .error
+        .as_ref()
+        .map_or_else(|| format!("it is {}", record.status), |e| e.message.clone());
+    match record.error.as_ref().map(|e| e.code) {
+        Some(CapabilityErrorCode::ApprovalDenied) => KeptState::Denied(why),
+        _ => KeptState::Failed(why),
     }
 }
 

@@ -34,7 +34,10 @@ use rmcp::{ClientHandler, ErrorData, ServiceExt as _};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
-use durable::a_program_nobody_can_approve_now_waits_for_an_operator;
+use durable::{
+    a_program_nobody_can_approve_now_waits_for_an_operator,
+    execution_result_gives_an_approved_program_its_answer_for_its_principal_only,
+};
 use mcp_upstream::{MARKS_ENV, ROLE_ENV};
 use mistakes::the_mistakes_table_is_current;
 use rounds::approvals_travel_in_the_answer_on_mcp_2026_07_28;
@@ -79,6 +82,7 @@ fn main() {
         without_elicitation_a_call_needing_approval_is_refused,
         approvals_travel_in_the_answer_on_mcp_2026_07_28,
         a_program_nobody_can_approve_now_waits_for_an_operator,
+        execution_result_gives_an_approved_program_its_answer_for_its_principal_only,
         approval_questions_show_invisible_characters_escaped,
         require_approval_and_grants_reach_the_tool_by_either_of_its_names,
         search_tools_answers_one_tool_by_name_and_nothing_by_a_server_name,
@@ -395,7 +399,11 @@ async fn lists_execute_code_and_search_tools_with_an_index(h: Harness) -> Result
         .await
         .map_err(|e| e.to_string())?;
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    check!(names == ["execute_code", "search_tools"], "{names:?}");
+    // The third reads programs paused for an operator (they may pause: no --no-pause).
+    check!(
+        names == ["execute_code", "search_tools", "execution_result"],
+        "{names:?}"
+    );
     let description = mcp.description().await?;
     for line in [
         "alpha (MCP server \"alpha\", 6 tools)\n  add: Add two numbers.\n  echo: Echo a text back\n",
@@ -959,7 +967,7 @@ async fn an_http_upstream_works_like_a_stdio_one(h: Harness) -> Result<(), Strin
     let mcp = h.start(&["--config", config.to_str().unwrap()]).await?;
     let description = mcp.description().await?;
     check!(
-        description.contains("remote (MCP server \"remote\", 2 tools)\n  execute_code: Run a JavaScript program in a sandbox."),
+        description.contains("remote (MCP server \"remote\", 3 tools)\n  execute_code: Run a JavaScript program in a sandbox."),
         "{description}"
     );
     // A program that runs a program on the other execbox, which calls alpha there.

@@ -1,5 +1,6 @@
 //! Code mode over MCP for execbox: upstream MCP servers become providers, and an MCP
-//! server offers any MCP client `execute_code` and `search_tools` over them.
+//! server offers any MCP client `execute_code` and `search_tools` over them (and
+//! `execution_result`, for programs kept paused for an operator's approval).
 //!
 //! - [`McpConfig`] reads an `mcp.json` (`{"mcpServers": {...}}`, the shape MCP clients use);
 //! - [`Upstreams::start`] connects every server (stdio child processes, streamable HTTP) and
@@ -46,7 +47,7 @@ pub use approvals::ElicitationApprover;
 pub use catalog::NamespaceStatus;
 pub use config::{McpConfig, McpConfigError, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
 pub use content::MAX_INLINE_RESOURCE_CHARS;
-pub use pauses::{DurablePauses, PausedExecution};
+pub use pauses::{DurablePauses, KeptState, PausedExecution, EXECUTION_RESULT};
 pub use serve_http::{
     check_exposure, serve_http, HttpError, HttpOptions, MAX_REQUEST_BODY_BYTES, MCP_PATH,
 };

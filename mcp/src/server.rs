@@ -1,4 +1,5 @@
-//! The MCP server an MCP client sees: `execute_code` and `search_tools` over the catalog.
+//! The MCP server an MCP client sees: `execute_code` and `search_tools` over the catalog, and,
+//! when programs can pause durably, `execution_result`.
 //!
 //! `execute_code {code}` runs the program in the sandbox against every namespace and answers
 //! with the JSON of `{ok, result | error, logs}` as text (cut at
@@ -6,6 +7,8 @@
 //! `isError` when not ok. Its description carries the rules of the program and a compact
 //! index of the namespaces and tools. `search_tools {query, limit}` answers with the TypeScript
 //! declarations of the matching tools, so a client learns a large API on demand.
+//! `execution_result {id}` tells where a program `execute_code` kept paused is now (waiting,
+//! running, done, denied, failed) and, once done, gives its answer as `execute_code` would.
 //!
 //! The client's `notifications/cancelled` cancels the execution (and so every upstream call
 //! in flight, which are cancelled upstream in turn); progress of upstream calls is forwarded
@@ -32,7 +35,10 @@ use execbox_policy::{ApprovalRequest, AuditEvent, Enforcement};
 
 use super::approvals::{approval_form, approves, ElicitationApprover, NobodyNow};
 use super::catalog::Catalog;
-use super::pauses::{paused_answer, DurablePauses, PausedExecution};
+use super::pauses::{
+    no_execution, paused_answer, result_answer as answer, state_answer, DurablePauses,
+    PausedExecution, EXECUTION_RESULT,
+};
 use super::rounds::{Parked, Rounds, APPROVAL_INPUT};
 use super::upstream::Upstreams;
 
@@ -76,6 +82,9 @@ impl Default for CodeModeOptions {
 
 /// The most tools one `search_tools` call returns.
 const MAX_SEARCH_LIMIT: usize = 50;
+
+/// The longest execution id `execution_result` looks up.
+const MAX_ID_CHARS: usize = 100;
 
 /// The MCP server: a [`ServerHandler`] to serve over stdio or streamable HTTP (one clone per
 /// session). Cheap to clone.
@@ -147,7 +156,8 @@ impl CodeModeServer {
             .visible_to(&self.0.options.enforcement)
     }
 
-    /// The two tools, as `tools/list` answers.
+    /// The tools, as `tools/list` answers: `execute_code`, `search_tools`, and, when programs
+    /// can pause durably, `execution_result`.
     pub fn tool_definitions(&self) -> Vec<rmcp::model::Tool> {
         let execute_input = json!({
             "type": "object",
@@ -225,7 +235,33 @@ impl CodeModeServer {
                 .read_only(true)
                 .open_world(false),
         );
-        vec![execute, search]
+        if self.0.options.pauses.is_none() {
+            return vec![execute, search];
+        }
+        let result_input = json!({
+            "type": "object",
+            "properties": {
+                "id": {
+                    "type": "string",
+                    "description": "The executionId of an execute_code answer with status \"awaiting_approval\"."
+                }
+            },
+            "required": ["id"],
+            "additionalProperties": false
+        });
+        let mut result = rmcp::model::Tool::new(
+            EXECUTION_RESULT,
+            "Where a program that execute_code paused for a person's approval is now: \
+             waiting for approval, running, done, denied or failed; once done, its answer, \
+             exactly as execute_code gives one. You cannot approve it here.",
+            object(result_input),
+        );
+        result.annotations = Some(
+            ToolAnnotations::with_title("Get a paused program's result")
+                .read_only(true)
+                .open_world(false),
+        );
+        vec![execute, search, result]
     }
 
     /// Runs `execute_code` with `arguments`; `context` carries the client's cancellation
@@ -411,6 +447,37 @@ impl CodeModeServer {
         }
     }
 
+    /// Runs `execution_result` with `arguments`: the state of a program `execute_code` kept
+    /// paused for this principal; an unknown id and another principal's are answered alike.
+    async fn execution_result(&self, arguments: Option<JsonObject>) -> CallToolResult {
+        let Some(pauses) = &self.0.options.pauses else {
+            return input_error(&format!(
+                "{EXECUTION_RESULT} is not available: programs do not pause for approval here"
+            ));
+        };
+        let id = match arguments.as_ref().and_then(|a| a.get("id")) {
+            Some(Value::String(id)) => id.clone(),
+            Some(_) => {
+                return input_error(
+                    "`id` must be a string: the executionId of an execute_code answer",
+                )
+            }
+            None => return input_error("missing `id`: the executionId of an execute_code answer"),
+        };
+        // Ids are short: anything longer names nothing, and is not echoed whole.
+        if id.chars().count() > MAX_ID_CHARS {
+            return no_execution(&execbox_host::one_line(&id, MAX_ID_CHARS));
+        }
+        let principal = self.0.options.enforcement.principal().name();
+        match pauses.state(&id, principal).await {
+            Ok(Some(state)) => state_answer(&id, state, self.0.options.max_output_chars),
+            Ok(None) => no_execution(&id),
+            Err(why) => input_error(&format!(
+                "execution {id} cannot be read now ({why}); try again later"
+            )),
+        }
+    }
+
     async fn search_tools(&self, arguments: Option<JsonObject>) -> CallToolResult {
         let query = match arguments.as_ref().and_then(|a| a.get("query")) {
             Some(Value::String(q)) => q.clone(),
@@ -522,19 +589,6 @@ fn describe(catalog: &Catalog, options: &CodeModeOptions) -> String {
     )
 }
 
-/// `execute_code`'s answer for `result`: the model-facing answer every SDK gives too
-/// ([`execbox_host::model_answer`]).
-fn answer(result: &execbox_host::ExecuteResult, max_chars: usize) -> CallToolResult {
-    let answer = execbox_host::model_answer(result, max_chars);
-    let mut out = if answer.ok {
-        CallToolResult::success(vec![ContentBlock::text(answer.text)])
-    } else {
-        CallToolResult::error(vec![ContentBlock::text(answer.text)])
-    };
-    out.structured_content = Some(answer.structured);
-    out
-}
-
 impl ServerHandler for CodeModeServer {
     fn get_info(&self) -> ServerConfig {
         let mut config = ServerConfig::new(
@@ -578,11 +632,19 @@ impl ServerHandler for CodeModeServer {
                     .await)
             }
             SEARCH_TOOLS => self.search_tools(request.arguments).await,
+            EXECUTION_RESULT if self.0.options.pauses.is_some() => {
+                self.execution_result(request.arguments).await
+            }
             other => {
+                let tools: Vec<String> = self
+                    .tool_definitions()
+                    .into_iter()
+                    .map(|t| t.name.to_string())
+                    .collect();
                 return Err(ErrorData::invalid_params(
-                    format!("no tool {other:?}; the tools are {EXECUTE_CODE} and {SEARCH_TOOLS}"),
+                    format!("no tool {other:?}; the tools are {}", tools.join(", ")),
                     None,
-                ))
+                ));
             }
         };
         Ok(result.into())

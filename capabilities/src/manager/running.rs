@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use execbox_host::{trace, Schema};
 use execbox_policy::{AuditEvent, Principal};
+use execbox_protocol::ErrorCode;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -14,7 +15,7 @@ use super::{err, CapabilityManager};
 use crate::config::{CapabilityDef, ExecutorKind};
 use crate::external_executor::{self as external, ExternalRun};
 use crate::outcome::RunOutcome;
-use crate::programs::ProgramToolSet;
+use crate::programs::{ProgramToolSet, PROGRAM_ERROR};
 use crate::records::{
     now_ms, CapabilityError, CapabilityErrorCode, ExecutionEventKind, ExecutionOutcome,
     ExecutionRecord, ExecutionStatus,
@@ -77,7 +78,10 @@ impl CapabilityManager {
         // cancelled) is the stop. A run that completed meanwhile keeps its result.
         let stop_requested = self.live().get(id).is_some_and(|l| l.stop_requested);
         let outcome = match outcome {
-            RunOutcome::Failed(_) | RunOutcome::TimedOut(_) | RunOutcome::Paused { .. }
+            RunOutcome::Failed(_)
+            | RunOutcome::TimedOut(_)
+            | RunOutcome::ProgramFailed { .. }
+            | RunOutcome::Paused { .. }
                 if stop_requested =>
             {
                 RunOutcome::Stopped
@@ -328,6 +332,25 @@ impl Ending {
                 CapabilityErrorCode::ExecutionFailed,
                 message,
             ),
+            // Its answer is rebuilt from the program's error, kept beside the record's.
+            RunOutcome::ProgramFailed { error, message } => {
+                let (status, code) = match error.code {
+                    ErrorCode::Timeout => (
+                        ExecutionStatus::Timeout,
+                        CapabilityErrorCode::ExecutionTimeout,
+                    ),
+                    _ => (
+                        ExecutionStatus::Failed,
+                        CapabilityErrorCode::ExecutionFailed,
+                    ),
+                };
+                Ending {
+                    additional_context: Some(
+                        serde_json::json!({ PROGRAM_ERROR: error }),
+                    ),
+                    ..failed(status, code, message)
+                }
+            }
             RunOutcome::TimedOut(message) => failed(
                 ExecutionStatus::Timeout,
                 CapabilityErrorCode::ExecutionTimeout,

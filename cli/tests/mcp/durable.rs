@@ -259,3 +259,207 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
     mcp.stop().await?;
     Ok(())
 }
+
+/// `execution_result {id}`'s answer, through `mcp`.
+async fn execution_result(mcp: &Mcp, id: &str) -> Result<Answer, String> {
+    Ok(answer(
+        mcp.call("execution_result", json!({ "id": id })).await?,
+    ))
+}
+
+pub(crate) async fn execution_result_gives_an_approved_program_its_answer_for_its_principal_only(
+    h: Harness,
+) -> Result<(), String> {
+    let mut alpha = h.upstream("alpha");
+    alpha["requireApproval"] = json!(["add"]);
+    let config = h.config(json!({ "alpha": alpha }));
+    let config = config.to_str().unwrap();
+    let policy = h.write(
+        "policy.yaml",
+        "version: 1\nprincipals:\n  alice: { permissions: [\"alpha:*\"] }\n  \
+         bob: { permissions: [\"alpha:*\"] }\n  ops: { permissions: [\"executions:approve\"] }\n",
+    );
+    let policy = policy.to_str().unwrap();
+    let db = h.dir.join("state.db");
+    let db = db.to_str().unwrap();
+    let as_principal = |who: &'static str| {
+        [
+            "--config",
+            config,
+            "--db",
+            db,
+            "--policy",
+            policy,
+            "--principal",
+            who,
+        ]
+    };
+    let alice = h.start_approving(&as_principal("alice"), None).await?;
+
+    // Listed, read-only, beside the other two.
+    let tools = alice
+        .client
+        .list_all_tools()
+        .await
+        .map_err(|e| e.to_string())?;
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    check!(
+        names == ["execute_code", "search_tools", "execution_result"],
+        "{names:?}"
+    );
+    let read_only = tools
+        .iter()
+        .find(|t| t.name == "execution_result")
+        .and_then(|t| t.annotations.as_ref())
+        .and_then(|a| a.read_only_hint);
+    check!(read_only == Some(true), "{tools:?}");
+
+    // The paused answer names the execution and the tool to call later.
+    let paused = alice.exec(PROGRAM).await?;
+    let id = paused.structured["executionId"]
+        .as_str()
+        .ok_or("no executionId")?
+        .to_owned();
+    let message = paused.structured["message"].as_str().unwrap_or_default();
+    check!(
+        message.contains(&format!("execution_result {{\"id\": \"{id}\"}}")),
+        "{message}"
+    );
+
+    // Before approval: it waits, which is no error.
+    let waiting = execution_result(&alice, &id).await?;
+    check!(!waiting.is_error, "{}", waiting.text);
+    check!(
+        waiting.structured["status"] == json!("awaiting_approval")
+            && waiting.structured["executionId"] == json!(id)
+            && waiting.structured["waitingFor"]["tool"] == json!("alpha.add"),
+        "{}",
+        waiting.structured
+    );
+
+    // Another principal, and an id nobody has, get one refusal: ids cannot be probed.
+    let bob = h.start_approving(&as_principal("bob"), None).await?;
+    let theirs = execution_result(&bob, &id).await?;
+    let unknown = execution_result(&alice, "cap_0_00000000").await?;
+    check!(
+        theirs.is_error && unknown.is_error,
+        "{theirs:?} {unknown:?}"
+    );
+    check!(
+        theirs
+            .text
+            .starts_with(&format!("no execution {id} for you"))
+            && theirs.text.replace(&id, "ID") == unknown.text.replace("cap_0_00000000", "ID"),
+        "{}\n{}",
+        theirs.text,
+        unknown.text
+    );
+    bob.stop().await?;
+
+    // Approved out of band: the model gets the program's answer, as execute_code gives one.
+    let (status, done, stderr) = execbox(
+        &h,
+        &[
+            "executions",
+            "approve",
+            &id,
+            "--call",
+            "2",
+            "--db",
+            db,
+            "--mcp-config",
+            config,
+            "--policy",
+            policy,
+            "--principal",
+            "ops",
+            "--json",
+        ],
+    )
+    .await?;
+    check!(status == Some(0), "{done}\n{stderr}");
+    let result = execution_result(&alice, &id).await?;
+    let expected = json!({"ok": true, "result": done["result"], "logs": ["before the sum"]});
+    check!(!result.is_error, "{}", result.text);
+    check!(result.structured == expected, "{}", result.structured);
+    check!(
+        result.text == serde_json::to_string(&expected).unwrap(),
+        "{}",
+        result.text
+    );
+    check!(
+        result.structured["result"]["sum"] == json!(5),
+        "{}",
+        result.text
+    );
+
+    // A program that fails after its approved call: the failure, in execute_code's shape.
+    let failing = alice
+        .exec("await alpha.add({ a: 1, b: 1 });\nnull.boom")
+        .await?;
+    let failing_id = failing.structured["executionId"]
+        .as_str()
+        .ok_or("no executionId")?
+        .to_owned();
+    let (status, _, stderr) = execbox(
+        &h,
+        &[
+            "executions",
+            "approve",
+            &failing_id,
+            "--call",
+            "1",
+            "--db",
+            db,
+            "--mcp-config",
+            config,
+            "--policy",
+            policy,
+            "--principal",
+            "ops",
+        ],
+    )
+    .await?;
+    check!(status == Some(1), "{stderr}");
+    let failed = execution_result(&alice, &failing_id).await?;
+    let direct = alice.exec("null.boom").await?;
+    check!(failed.is_error, "{}", failed.text);
+    check!(
+        failed.structured["error"]["code"] == json!("runtime_error")
+            && failed.structured["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("TypeError") && m.contains("'boom' of null")),
+        "{}",
+        failed.text
+    );
+    check!(
+        failed
+            .structured
+            .as_object()
+            .map(|o| o.keys().collect::<Vec<_>>())
+            == direct
+                .structured
+                .as_object()
+                .map(|o| o.keys().collect::<Vec<_>>()),
+        "{}\n{}",
+        failed.text,
+        direct.text
+    );
+    alice.stop().await?;
+
+    // With --no-pause there is nothing to read: the tool is not listed.
+    let plain = h
+        .start_approving(&["--config", config, "--no-pause"], None)
+        .await?;
+    let tools = plain
+        .client
+        .list_all_tools()
+        .await
+        .map_err(|e| e.to_string())?;
+    check!(
+        !tools.iter().any(|t| t.name == "execution_result"),
+        "{tools:?}"
+    );
+    plain.stop().await?;
+    Ok(())
+}
