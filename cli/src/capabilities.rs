@@ -15,7 +15,7 @@ use execbox_policy::StoreLocation;
 use serde_json::{json, Value};
 
 use crate::args::{CapabilitiesCommand, CapabilityArgs, ExecutionsCommand};
-use crate::programs::McpPrograms;
+use crate::programs::{approvable, McpPrograms};
 use crate::signals::StopSignals;
 
 /// The roots the flags and the working directory give.
@@ -354,6 +354,7 @@ fn decide(
     let runtime = runtime()?;
     runtime.block_on(async move {
         let (config, tools) = mcp;
+        let named_files = (config.clone(), tools.clone());
         let programs = McpPrograms::new(enforcement.policy().cloned(), config, tools);
         let options = ManagerOptions {
             enforcement,
@@ -367,6 +368,18 @@ fn decide(
                 reason: reason.clone(),
             },
         };
+        // A paused program of `execbox mcp` needs the files it was served with: without
+        // them (or with others) approving it is a usage error, and it stays waiting.
+        if deny.is_none() {
+            if let Ok(record) = manager.get(&id).await {
+                if let Err(message) =
+                    approvable(&record, named_files.0.as_ref(), named_files.1.as_ref())
+                {
+                    manager.store().close().await;
+                    anyhow::bail!(message);
+                }
+            }
+        }
         let named = match named_call(&manager, &id, call, &decision).await {
             Ok(Some(named)) => named,
             Ok(None) => {

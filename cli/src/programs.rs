@@ -121,6 +121,72 @@ fn confirmed(
     }
 }
 
+/// Whether an approver may approve `record` with the files named (`--mcp-config`,
+/// `--mcp-tools`): anything but a paused program of `execbox mcp` may; such a program only
+/// with the config and tools file it was served with, unchanged. `Err`: a usage error naming
+/// the flags it needs, the execution left waiting.
+pub fn approvable(
+    record: &ExecutionRecord,
+    config: Option<&PathBuf>,
+    tools: Option<&PathBuf>,
+) -> Result<(), String> {
+    if record.capability_type != PROGRAM_TYPE
+        || record.executor != FRONT_END
+        || record.status != ExecutionStatus::AwaitingApproval
+    {
+        return Ok(());
+    }
+    // An unreadable origin is the resume's to report.
+    let Some(origin) = record
+        .params
+        .get("origin")
+        .and_then(|o| serde_json::from_value::<Origin>(o.clone()).ok())
+    else {
+        return Ok(());
+    };
+    let problems: Vec<String> = [
+        confirmed(
+            "MCP config",
+            "--mcp-config",
+            origin.config.as_ref(),
+            origin.config_sha256.as_ref(),
+            config,
+        ),
+        confirmed(
+            "tools file",
+            "--mcp-tools",
+            origin.tools.as_ref(),
+            origin.tools_sha256.as_ref(),
+            tools,
+        ),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let id = &record.execution_id;
+    let mut flags = String::new();
+    if let Some(config) = &origin.config {
+        flags.push_str(&format!(" --mcp-config {}", config.display()));
+    }
+    if let Some(tools) = &origin.tools {
+        flags.push_str(&format!(" --mcp-tools {}", tools.display()));
+    }
+    let needs = match flags.is_empty() {
+        true => "no --mcp-config nor --mcp-tools".to_string(),
+        false => format!("`execbox executions approve {id}{flags}`"),
+    };
+    Err(format!(
+        "execution `{id}` is an `{}` program paused by `execbox mcp`; approving it starts the \
+         MCP servers and tools it was served with, so it needs {needs} ({}). Nothing was \
+         decided: it is still waiting for approval",
+        record.capability,
+        problems.join("; ")
+    ))
+}
+
 /// `execbox mcp`'s keeper of paused programs: the state database, opened when the first
 /// program pauses (a server whose programs never pause never touches it).
 #[derive(Clone)]

@@ -115,9 +115,22 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
         &["executions", "approve", &id, "--call", "2", "--db", db],
     )
     .await?;
+    // A usage error naming the flag and the file, not a failure: it still waits.
     check!(
-        status == Some(1) && stderr.contains(&format!("confirm with --mcp-config {config_path}")),
+        status == Some(2)
+            && stderr.contains(&format!(
+                "needs `execbox executions approve {id} --mcp-config {config_path}`"
+            ))
+            && stderr.contains("confirm with --mcp-config")
+            && stderr.contains("still waiting for approval")
+            && !stderr.contains("EXECUTION_FAILED")
+            && !stderr.contains("failed"),
         "{stderr}"
+    );
+    let (status, shown, stderr) = execbox(&h, &["executions", "show", &id, "--db", db]).await?;
+    check!(
+        status == Some(0) && shown["status"] == json!("awaiting_approval"),
+        "{shown}\n{stderr}"
     );
     let other = h.write("other.json", "{\"mcpServers\": {}}");
     let other = other.to_str().unwrap();
@@ -136,7 +149,10 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
         ],
     )
     .await?;
-    check!(status == Some(1) && stderr.contains("not "), "{stderr}");
+    check!(
+        status == Some(2) && stderr.contains(&format!("not {other}")),
+        "{stderr}"
+    );
     check!(calls(&h, "add") == 0, "{}", h.marks());
 
     // Approved from a shell: it runs to its end here, each upstream call made once, the
@@ -204,7 +220,9 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
     )
     .await?;
     check!(
-        status == Some(1) && stderr.contains("changed since it was served"),
+        status == Some(2)
+            && stderr.contains("changed since it was served")
+            && !stderr.contains("EXECUTION_FAILED"),
         "{stderr}"
     );
     std::fs::write(&config, original).unwrap();
