@@ -17,14 +17,36 @@
 //!
 //! | JSON Schema | TypeScript |
 //! |---|---|
-//! | `string`, `number`/`integer`, `boolean`, `null` | `string`, `number`, `boolean`, `null` |
+//! | `string`, `number`/`integer`, `boolean`, `null` | `string`, `number` (`integer`: and `@integer`), `boolean`, `null` |
 //! | `array` with `items` / `prefixItems` | `T[]` / `[A, B]`; `unknown[]` without either |
-//! | `object` with `properties` | `{ a: A; b?: B; }` (not `required` → `?`), one member per line |
+//! | `object` with `properties` | `{ a: A; b?: B; }` (not `required` → `?`), one member per line; a last line `/* no other properties */` with `additionalProperties: false` |
 //! | `object` without `properties` | `Record<string, T>` from `additionalProperties` (`unknown` by default, `never` if `false`) |
 //! | `enum`, `const` | union of literals (objects and arrays in them → `unknown`) |
 //! | `anyOf`, `oneOf` / `allOf` | union / intersection |
 //! | `type: [..]`, `nullable: true` | union, `\| null` |
 //! | `$ref`, `true`, anything else | `unknown`; `false` → `never` |
+//!
+//! What validation enforces that the type cannot say becomes JSDoc tags named after the
+//! keywords, one per line, in a property's JSDoc:
+//!
+//! ```text
+//!   /**
+//!    * How many to fetch.
+//!    * @integer
+//!    * @minimum 1
+//!    * @maximum 100
+//!    */
+//!   limit?: number;
+//! ```
+//!
+//! They are `@integer`, `@minimum`, `@exclusiveMinimum`, `@maximum`, `@exclusiveMaximum`,
+//! `@multipleOf`, `@minLength`, `@maxLength`, `@format` (of strings), `@pattern`,
+//! `@minItems`, `@maxItems`, `@uniqueItems`, `@minProperties` and `@maxProperties`. The tags
+//! of a part of a value share one line, the part named first: `@items @integer @minimum 0`
+//! (each element), `@items[1] ...` (a tuple's second), `@additionalProperties ...` (a
+//! record's values), `@anyOf[1] ...` (a union's member, when members' tags differ). Those of
+//! the input and of the result are lines of the function's JSDoc: `@param input ...`,
+//! `@returns @integer @minimum 0`.
 //!
 //! Property names that are not identifiers are quoted; `description`s become JSDoc. Nesting
 //! deeper than [`MAX_TYPE_DEPTH`] becomes `unknown`. A tool without an input schema takes
@@ -85,6 +107,19 @@ pub fn provider_declaration(
     let _ = writeln!(out, "declare namespace {provider} {{");
     for tool in tools {
         let mut doc = tool.description.unwrap_or_default().trim().to_string();
+        let subjects = [
+            ("@param input", tool.input_schema),
+            ("@returns", tool.output_schema),
+        ];
+        for (subject, schema) in subjects {
+            let tags = schema.map(|s| constraints(s, 0)).unwrap_or_default();
+            if !tags.is_empty() {
+                if !doc.is_empty() {
+                    doc.push('\n');
+                }
+                let _ = write!(doc, "{subject} {}", tags.join(" "));
+            }
+        }
         for (code, when) in tool.errors {
             if !doc.is_empty() {
                 doc.push('\n');
@@ -367,9 +402,12 @@ fn object_type(obj: &Map<String, Value>, indent: usize, depth: usize) -> Ty {
     let pad = INDENT.repeat(indent + 1);
     let mut out = String::from("{\n");
     for (name, schema) in properties {
-        if let Some(Value::String(d)) = schema.get("description") {
-            out.push_str(&doc_comment(d, indent + 1));
-        }
+        let mut doc: Vec<String> = match schema.get("description") {
+            Some(Value::String(d)) if !d.trim().is_empty() => vec![d.trim().to_string()],
+            _ => Vec::new(),
+        };
+        doc.extend(constraints(schema, depth + 1));
+        out.push_str(&doc_comment(&doc.join("\n"), indent + 1));
         let key = if is_identifier(name) {
             name.clone()
         } else {
@@ -385,6 +423,8 @@ fn object_type(obj: &Map<String, Value>, indent: usize, depth: usize) -> Ty {
     }
     if matches!(additional, Some(Value::Object(_))) {
         let _ = writeln!(out, "{pad}[key: string]: unknown;");
+    } else if is_closed(obj) {
+        let _ = writeln!(out, "{pad}{CLOSED}");
     }
     out.push_str(&INDENT.repeat(indent));
     out.push('}');
@@ -399,6 +439,182 @@ fn literal(value: &Value) -> Ty {
         }
         Value::Array(_) | Value::Object(_) => Ty::unknown(),
     }
+}
+
+/// The line that ends the members of an object admitting no others.
+const CLOSED: &str = "/* no other properties */";
+
+/// Whether an object with `properties` admits no other property: `additionalProperties: false`
+/// (without `patternProperties`), or `unevaluatedProperties: false` with no subschema that
+/// could evaluate more.
+fn is_closed(obj: &Map<String, Value>) -> bool {
+    if obj.contains_key("patternProperties") {
+        return false;
+    }
+    let no = Some(&Value::Bool(false));
+    obj.get("additionalProperties") == no
+        || (obj.get("unevaluatedProperties") == no
+            && [
+                "allOf",
+                "anyOf",
+                "oneOf",
+                "if",
+                "dependentSchemas",
+                "$ref",
+                "$dynamicRef",
+            ]
+            .iter()
+            .all(|key| !obj.contains_key(*key)))
+}
+
+/// What validation enforces of `schema` that its TypeScript type cannot say, as JSDoc tags
+/// named after their keywords, in a fixed order: `@integer`, `@minimum 1`,
+/// `@exclusiveMaximum 10`, `@multipleOf 5`, `@minLength 1`, `@format date-time`,
+/// `@pattern ^[a-z]+$`, `@minItems 1`, `@uniqueItems`, `@minProperties 1`, ...
+///
+/// The tags of a part of the value are one entry, the part named first: `@items @integer`
+/// (every element), `@items[1] @maxLength 3` (a tuple's second), `@additionalProperties
+/// @format uri` (a record's values), `@anyOf[1] @minLength 1` (a union's member, when its
+/// members' tags differ; otherwise the member's tags are the value's). Not included: the
+/// members of an object, which carry their own JSDoc, and a closed object, which says so
+/// among its members ([`CLOSED`]). `enum` and `const` are literal types and need no tag.
+fn constraints(schema: &Value, depth: usize) -> Vec<String> {
+    let Value::Object(obj) = schema else {
+        return Vec::new();
+    };
+    if depth >= MAX_TYPE_DEPTH
+        || obj.contains_key("$ref")
+        || obj.contains_key("$dynamicRef")
+        || obj.contains_key("const")
+        || matches!(obj.get("enum"), Some(Value::Array(_)))
+    {
+        return Vec::new();
+    }
+    let types: Option<Vec<&str>> = match obj.get("type") {
+        Some(Value::String(t)) => Some(vec![t.as_str()]),
+        Some(Value::Array(ts)) => Some(ts.iter().filter_map(Value::as_str).collect()),
+        _ => None,
+    };
+    let may_be = |t: &str| types.as_ref().is_none_or(|ts| ts.contains(&t));
+    let number = |key: &str| obj.get(key).filter(|v| v.is_number()).map(Value::to_string);
+    let mut tags = Vec::new();
+    if types
+        .as_ref()
+        .is_some_and(|ts| ts.contains(&"integer") && !ts.contains(&"number"))
+    {
+        tags.push("@integer".to_string());
+    }
+    for (bound, exclusive) in [
+        ("minimum", "exclusiveMinimum"),
+        ("maximum", "exclusiveMaximum"),
+    ] {
+        match (number(bound), obj.get(exclusive)) {
+            // Draft 4: `exclusiveMinimum: true` makes `minimum` itself exclusive.
+            (Some(n), Some(Value::Bool(true))) => tags.push(format!("@{exclusive} {n}")),
+            (n, _) => {
+                if let Some(n) = n {
+                    tags.push(format!("@{bound} {n}"));
+                }
+                if let Some(n) = number(exclusive) {
+                    tags.push(format!("@{exclusive} {n}"));
+                }
+            }
+        }
+    }
+    for key in ["multipleOf", "minLength", "maxLength"] {
+        if let Some(n) = number(key) {
+            tags.push(format!("@{key} {n}"));
+        }
+    }
+    // Formats of numbers (`int32`, `double`, schemars' `uint8`) say no more than the tags.
+    if let (true, Some(Value::String(format))) = (may_be("string"), obj.get("format")) {
+        tags.push(format!("@format {}", as_written(format)));
+    }
+    if let Some(Value::String(pattern)) = obj.get("pattern") {
+        tags.push(format!("@pattern {}", as_written(pattern)));
+    }
+    for key in ["minItems", "maxItems"] {
+        if let Some(n) = number(key) {
+            tags.push(format!("@{key} {n}"));
+        }
+    }
+    if obj.get("uniqueItems") == Some(&Value::Bool(true)) {
+        tags.push("@uniqueItems".to_string());
+    }
+    for key in ["minProperties", "maxProperties"] {
+        if let Some(n) = number(key) {
+            tags.push(format!("@{key} {n}"));
+        }
+    }
+    let mut part = |subject: String, schema: &Value| {
+        let inner = constraints(schema, depth + 1);
+        if !inner.is_empty() {
+            tags.push(format!("{subject} {}", inner.join(" ")));
+        }
+    };
+    if may_be("array") {
+        match (obj.get("prefixItems"), obj.get("items")) {
+            (Some(Value::Array(items)), _) | (None, Some(Value::Array(items))) => {
+                for (i, item) in items.iter().enumerate() {
+                    part(format!("@items[{i}]"), item);
+                }
+            }
+            (_, Some(items)) => part("@items".to_string(), items),
+            _ => {}
+        }
+    }
+    let has_properties = matches!(obj.get("properties"), Some(Value::Object(p)) if !p.is_empty());
+    if let (true, false, Some(values)) = (
+        may_be("object"),
+        has_properties,
+        obj.get("additionalProperties"),
+    ) {
+        part("@additionalProperties".to_string(), values);
+    }
+    for key in ["anyOf", "oneOf"] {
+        let Some(Value::Array(members)) = obj.get(key) else {
+            continue;
+        };
+        let each: Vec<Vec<String>> = members.iter().map(|m| constraints(m, depth + 1)).collect();
+        let mut distinct: Vec<&Vec<String>> = Vec::new();
+        for member in each.iter().filter(|t| !t.is_empty()) {
+            if !distinct.contains(&member) {
+                distinct.push(member);
+            }
+        }
+        if distinct.len() <= 1 {
+            tags.extend(distinct.into_iter().flatten().cloned());
+        } else {
+            for (i, member) in each.iter().enumerate().filter(|(_, t)| !t.is_empty()) {
+                tags.push(format!("@{key}[{i}] {}", member.join(" ")));
+            }
+        }
+    }
+    if let Some(Value::Array(members)) = obj.get("allOf") {
+        for member in members {
+            tags.extend(constraints(member, depth + 1));
+        }
+    }
+    let mut seen = HashSet::new();
+    tags.retain(|tag| seen.insert(tag.clone()));
+    tags
+}
+
+/// A pattern or format as written, or as a JSON string when it would not read back from a
+/// JSDoc line as written (empty, blank at either end, or with a line break or control).
+fn as_written(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text.trim() == text
+        && !text
+            .chars()
+            .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'));
+    if plain {
+        return text.to_string();
+    }
+    Value::String(text.to_string())
+        .to_string()
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
 }
 
 /// The deepest nesting [`shape_of`] writes out.
@@ -695,7 +911,7 @@ mod tests {
         });
         assert_eq!(
             ts(schema),
-            "{\n  /** What to look for */\n  query: string;\n  \"max-results\"?: number;\n  filter?: {\n    lang?: \"en\" | \"de\";\n    [key: string]: unknown;\n  };\n}"
+            "{\n  /** What to look for */\n  query: string;\n  /** @integer */\n  \"max-results\"?: number;\n  filter?: {\n    lang?: \"en\" | \"de\";\n    [key: string]: unknown;\n  };\n}"
         );
         assert_eq!(ts(json!({"type": "object"})), "Record<string, unknown>");
         assert_eq!(
@@ -705,6 +921,268 @@ mod tests {
         assert_eq!(
             ts(json!({"type": "object", "additionalProperties": false})),
             "Record<string, never>"
+        );
+    }
+
+    #[test]
+    fn an_integer_property_says_it_is_one_with_its_bounds_in_its_jsdoc() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "limit": {
+                    "type": "integer", "minimum": 1, "maximum": 100,
+                    "description": "How many to fetch."
+                },
+                "page": {"type": ["integer", "null"]},
+                "ratio": {"type": ["integer", "number"], "exclusiveMinimum": 0, "exclusiveMaximum": 1}
+            }
+        });
+        assert_eq!(
+            ts(schema),
+            "{
+  /**
+   * How many to fetch.
+   * @integer
+   * @minimum 1
+   * @maximum 100
+   */
+  limit?: number;
+  /** @integer */
+  page?: number | null;
+  /**
+   * @exclusiveMinimum 0
+   * @exclusiveMaximum 1
+   */
+  ratio?: number;
+}"
+        );
+    }
+
+    /// The tags of one property, as `/** ... */` lines joined by newlines.
+    fn tags_of(property: Value) -> String {
+        let text = ts(json!({"type": "object", "properties": {"p": property}}));
+        let doc: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| (l.starts_with("/**") || l.starts_with('*')) && *l != "*/")
+            .map(|l| {
+                l.trim_start_matches("/**")
+                    .trim_start_matches('*')
+                    .trim_end_matches("*/")
+                    .trim()
+            })
+            .filter(|l| !l.is_empty())
+            .collect();
+        doc.join("\n")
+    }
+
+    #[test]
+    fn numbers_strings_and_their_formats_are_tagged_as_validation_checks_them() {
+        assert_eq!(
+            tags_of(json!({"type": "number", "multipleOf": 0.5, "maximum": 10})),
+            "@maximum 10\n@multipleOf 0.5"
+        );
+        // Draft 4 writes an exclusive bound as a boolean beside it.
+        assert_eq!(
+            tags_of(
+                json!({"type": "integer", "minimum": 0, "exclusiveMinimum": true,
+                           "maximum": 9, "exclusiveMaximum": false})
+            ),
+            "@integer\n@exclusiveMinimum 0\n@maximum 9"
+        );
+        assert_eq!(
+            tags_of(json!({"type": "string", "minLength": 1, "maxLength": 80,
+                           "format": "date-time", "pattern": "^[^@]+@[^@]+$"})),
+            "@minLength 1\n@maxLength 80\n@format date-time\n@pattern ^[^@]+@[^@]+$"
+        );
+        // A number's format (schemars' `uint32`) says nothing more than its tags.
+        assert_eq!(
+            tags_of(json!({"type": "integer", "format": "uint32", "minimum": 0})),
+            "@integer\n@minimum 0"
+        );
+        // A pattern that would not read back as written is a JSON string; `*/` cannot end
+        // the comment.
+        assert_eq!(
+            tags_of(json!({"type": "string", "pattern": "a\nb "})),
+            r#"@pattern "a\nb ""#
+        );
+        assert_eq!(
+            tags_of(json!({"type": "string", "pattern": "^a*/b$"})),
+            r"@pattern ^a*\/b$"
+        );
+        // Literals say it all; `$ref` and anything unknown say nothing.
+        assert_eq!(
+            tags_of(json!({"type": "integer", "enum": [1, 2], "minimum": 1})),
+            ""
+        );
+        assert_eq!(tags_of(json!({"type": "string", "const": "a"})), "");
+        assert_eq!(tags_of(json!({"$ref": "#/$defs/n", "minimum": 1})), "");
+        assert_eq!(tags_of(json!({"type": "string", "default": "x"})), "");
+    }
+
+    #[test]
+    fn arrays_tag_their_counts_and_their_items_after_items() {
+        assert_eq!(
+            tags_of(json!({
+                "type": "array", "minItems": 1, "maxItems": 5, "uniqueItems": true,
+                "items": {"type": "integer", "minimum": 0}
+            })),
+            "@minItems 1\n@maxItems 5\n@uniqueItems\n@items @integer @minimum 0"
+        );
+        assert_eq!(
+            tags_of(json!({
+                "type": "array",
+                "items": {"type": "array", "minItems": 2, "items": {"type": "integer"}}
+            })),
+            "@items @minItems 2 @items @integer"
+        );
+        assert_eq!(
+            tags_of(
+                json!({"prefixItems": [{"type": "string"}, {"type": "integer", "maximum": 3}]})
+            ),
+            "@items[1] @integer @maximum 3"
+        );
+        assert_eq!(
+            tags_of(json!({"type": "array", "uniqueItems": false, "items": {"type": "string"}})),
+            ""
+        );
+        // An array of objects: each member of the element carries its own tags.
+        assert_eq!(
+            ts(json!({
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["id"],
+                    "properties": {"id": {"type": "integer"}},
+                    "additionalProperties": false
+                }
+            })),
+            "{\n  /** @integer */\n  id: number;\n  /* no other properties */\n}[]"
+        );
+    }
+
+    #[test]
+    fn a_closed_object_says_so_among_its_members() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "filter": {
+                    "type": "object",
+                    "properties": {"lang": {"type": "string"}},
+                    "additionalProperties": false
+                }
+            },
+            "additionalProperties": false
+        });
+        assert_eq!(
+            ts(schema),
+            "{
+  query?: string;
+  filter?: {
+    lang?: string;
+    /* no other properties */
+  };
+  /* no other properties */
+}"
+        );
+        let open = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(ts(open), "{\n  a?: string;\n}");
+        let patterned = json!({
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "patternProperties": {"^x-": {}},
+            "additionalProperties": false
+        });
+        assert_eq!(ts(patterned), "{\n  a?: string;\n}");
+        let unevaluated = json!({
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "unevaluatedProperties": false
+        });
+        assert!(ts(unevaluated).contains(CLOSED));
+        assert_eq!(
+            tags_of(json!({
+                "type": "object", "minProperties": 1,
+                "additionalProperties": {"type": "string", "format": "uri"}
+            })),
+            "@minProperties 1\n@additionalProperties @format uri"
+        );
+    }
+
+    #[test]
+    fn union_members_lend_their_tags_unless_they_differ() {
+        // pydantic's `Optional[conint(ge=1)]`.
+        assert_eq!(
+            tags_of(json!({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]})),
+            "@integer\n@minimum 1"
+        );
+        assert_eq!(
+            tags_of(json!({"oneOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "minLength": 1},
+                {"type": "null"}
+            ]})),
+            "@oneOf[0] @integer @minimum 1\n@oneOf[1] @minLength 1"
+        );
+        assert_eq!(
+            tags_of(json!({"allOf": [{"type": "integer"}, {"maximum": 9}, {"type": "integer"}]})),
+            "@integer\n@maximum 9"
+        );
+    }
+
+    #[test]
+    fn a_tools_own_input_and_result_constraints_are_in_its_jsdoc() {
+        let input = json!({
+            "type": "object", "minProperties": 1,
+            "properties": {"a": {"type": "string"}},
+            "additionalProperties": false
+        });
+        let output = json!({"type": "integer", "minimum": 0});
+        let text = provider_declaration(
+            "calc",
+            None,
+            &[ToolDeclaration {
+                safe_name: "count",
+                description: None,
+                input_schema: Some(&input),
+                output_schema: Some(&output),
+                errors: &[],
+                remarks: &[],
+                result_type: None,
+                observed: None,
+            }],
+        );
+        assert_eq!(
+            text,
+            "declare namespace calc {
+  /**
+   * @param input @minProperties 1
+   * @returns @integer @minimum 0
+   */
+  function count(input: {
+    a?: string;
+    /* no other properties */
+  }): Promise<number>;
+}"
+        );
+        let text = provider_declaration(
+            "calc",
+            None,
+            &[ToolDeclaration {
+                safe_name: "count",
+                description: Some("Counts."),
+                input_schema: None,
+                output_schema: Some(&output),
+                errors: &[],
+                remarks: &[],
+                result_type: None,
+                observed: None,
+            }],
+        );
+        assert!(
+            text.contains("  /**\n   * Counts.\n   * @returns @integer @minimum 0\n   */\n"),
+            "{text}"
         );
     }
 
@@ -824,6 +1302,7 @@ declare namespace text {
   function word_count(input: {
     text: string;
   }): Promise<{
+    /** @integer */
     words?: number;
   }>;
   function ping(input?: unknown): Promise<unknown>;

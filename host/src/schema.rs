@@ -259,7 +259,16 @@ impl Schema {
         let parent = keyword_path.rsplit_once('/')?.0;
         let schema = self.source.pointer(parent)?;
         let ty = crate::declarations::schema_to_type(schema, 0);
-        let one_line = ty.split_whitespace().collect::<Vec<_>>().join(" ");
+        // On one line a JSDoc loses its leading stars: `/** N. @integer @minimum 1 */`.
+        let one_line = ty
+            .lines()
+            .map(|line| match line.trim() {
+                "*" => "",
+                line => line.strip_prefix("* ").unwrap_or(line),
+            })
+            .flat_map(str::split_whitespace)
+            .collect::<Vec<_>>()
+            .join(" ");
         if one_line == "unknown" || one_line.chars().count() > 200 {
             return None;
         }
@@ -477,6 +486,16 @@ mod tests {
                 json!({"properties": {"v": {"anyOf": [{"type": "string"}, {"type": "number"}]}}}),
                 json!({"v": true}),
                 "input.v must be of type string | number; got true",
+            ),
+            (
+                json!({"anyOf": [{
+                    "type": "object",
+                    "properties": {"n": {"type": "integer", "minimum": 1, "description": "N."}},
+                    "additionalProperties": false
+                }, {"type": "null"}]}),
+                json!(5),
+                "input must be of type { /** N. @integer @minimum 1 */ n?: number; \
+                 /* no other properties */ } | null; got 5",
             ),
         ];
         for (schema, instance, want) in cases {

@@ -116,6 +116,13 @@ mod tests {
             declarations.contains("The country to look up."),
             "{declarations}"
         );
+        // `u32`: what validation enforces of it, without schemars' `format: "uint32"`.
+        assert!(
+            declarations.contains(
+                "    /**\n     * @integer\n     * @minimum 0\n     */\n    limit?: number | null;"
+            ),
+            "{declarations}"
+        );
     }
 
     #[tokio::test]
