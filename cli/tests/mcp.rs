@@ -77,6 +77,7 @@ fn main() {
         http_needs_the_token_and_checks_host_and_origin,
         an_http_upstream_works_like_a_stdio_one,
         sigterm_and_closing_stdin_stop_the_upstreams,
+        a_client_leaving_after_initialize_reports_no_upstream_we_stopped_as_dead,
         a_policy_hides_and_refuses_the_tools_a_principal_lacks,
         approvals_are_asked_of_the_client_user_and_rate_limits_apply,
         without_elicitation_a_call_needing_approval_is_refused,
@@ -1095,6 +1096,38 @@ async fn a_setsid_grandchild_of_an_upstream_is_gone_after_exit(h: Harness) -> Re
     check!(
         h.wait_for(|_| !alive(grandchild)).await,
         "the setsid grandchild {grandchild} outlived execbox mcp"
+    );
+    Ok(())
+}
+
+async fn a_client_leaving_after_initialize_reports_no_upstream_we_stopped_as_dead(
+    h: Harness,
+) -> Result<(), String> {
+    // A real crash is still reported.
+    let config = h.config(json!({"crash": h.upstream("crash")}));
+    let mcp = h.start(&["--config", config.to_str().unwrap()]).await?;
+    check!(
+        h.wait_for(|h| h
+            .stderr()
+            .contains("upstream \"crash\" is unavailable: exited with status 3"))
+            .await,
+        "{}",
+        h.stderr()
+    );
+    check!(mcp.stop().await?.success(), "exit status");
+
+    // A client that leaves right after `initialize`: alpha may have started or not, mute
+    // certainly has not; execbox stops both, and says nothing of either.
+    let config = h.config(json!({"alpha": h.upstream("alpha"), "mute": h.upstream("mute")}));
+    let before = h.stderr().len();
+    let mcp = h.start(&["--config", config.to_str().unwrap()]).await?;
+    check!(mcp.stop().await?.success(), "exit status");
+    let stderr = h.stderr()[before..].to_owned();
+    check!(
+        !stderr.contains("killed by signal")
+            && !stderr.contains("is unavailable")
+            && !stderr.contains("ERROR"),
+        "{stderr}"
     );
     Ok(())
 }

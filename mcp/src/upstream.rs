@@ -122,6 +122,9 @@ struct Hub {
     settled: AtomicUsize,
     /// The grants that name an upstream tool by its name in the index.
     aliases: PermissionAliases,
+    /// Cancelled by [`Upstreams::shutdown`]: a server still starting then is stopped (its
+    /// process group killed) and reported as nothing, for execbox stopped it.
+    stopping: tokio_util::sync::CancellationToken,
 }
 
 struct Slot {
@@ -206,6 +209,7 @@ impl Upstreams {
             options,
             settled: AtomicUsize::new(0),
             aliases: PermissionAliases::new(),
+            stopping: tokio_util::sync::CancellationToken::new(),
         };
         let catalog = hub.build()?;
         *hub.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
@@ -217,20 +221,36 @@ impl Upstreams {
             let options = hub.options.clone();
             let aliases = hub.aliases.clone();
             let weak: Weak<Hub> = Arc::downgrade(&hub);
+            let stopping = hub.stopping.clone();
             tokio::spawn(async move {
-                let link = connect(index, &server, events.clone(), sinks, &options, aliases).await;
-                if let Err(why) = &link {
-                    eprintln!(
-                        "execbox mcp: upstream {:?} is unavailable: {why}; the other servers \
-                         keep working",
-                        server.name
-                    );
-                }
+                // A shutdown drops a start in progress: its process group is killed with it,
+                // and what that does to the start is ours, not the server's failure.
+                let link = tokio::select! {
+                    link = connect(index, &server, events.clone(), sinks, &options, aliases) => link,
+                    () = stopping.cancelled() => Err("execbox mcp stopped before it started".into()),
+                };
                 let Some(hub) = weak.upgrade() else { return };
-                *hub.slots[index]
-                    .link
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner()) = Some(link);
+                {
+                    let mut slot = hub.slots[index]
+                        .link
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner());
+                    match &link {
+                        // Started as the shutdown began: stopped here, under the slot's lock,
+                        // unless the shutdown found it (it reads the slots after cancelling).
+                        Ok(link) if stopping.is_cancelled() => link.abandon(),
+                        Ok(_) => {}
+                        Err(why) if stopping.is_cancelled() => {
+                            tracing::debug!(server = %server.name, "stopped while starting: {why}");
+                        }
+                        Err(why) => eprintln!(
+                            "execbox mcp: upstream {:?} is unavailable: {why}; the other servers \
+                             keep working",
+                            server.name
+                        ),
+                    }
+                    *slot = Some(link);
+                }
                 let _ = events.send(Event::Settled);
             });
         }
@@ -304,8 +324,11 @@ impl Upstreams {
     }
 
     /// Stops every upstream: closes its connection, gives a process a second to exit, then
-    /// kills its process group. Calls in flight fail.
+    /// kills its process group; one still starting is stopped at once. Calls in flight fail.
+    /// Nothing it stops is reported as having failed.
     pub async fn shutdown(&self) {
+        // First: a server that finishes starting from now on stops itself (see `launch`).
+        self.0.stopping.cancel();
         let links: Vec<Arc<Link>> = self.0.slots.iter().filter_map(Slot::ready).collect();
         for link in &links {
             link.stopping.store(true, Ordering::SeqCst);
