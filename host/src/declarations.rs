@@ -582,7 +582,19 @@ fn constraints(schema: &Value, depth: usize) -> Vec<String> {
                 distinct.push(member);
             }
         }
-        if distinct.len() <= 1 {
+        // A member's tags are the value's only when every other member is either tagged
+        // alike or of a type they cannot be confused with (`null` beside a bounded number);
+        // beside a plain `number`, `@integer` would claim more than validation checks.
+        let lend = distinct.len() <= 1
+            && members.iter().zip(&each).all(|(member, tags)| {
+                !tags.is_empty()
+                    || members
+                        .iter()
+                        .zip(&each)
+                        .filter(|(_, t)| !t.is_empty())
+                        .all(|(tagged, _)| disjoint_types(member, tagged))
+            });
+        if lend {
             tags.extend(distinct.into_iter().flatten().cloned());
         } else {
             for (i, member) in each.iter().enumerate().filter(|(_, t)| !t.is_empty()) {
@@ -598,6 +610,29 @@ fn constraints(schema: &Value, depth: usize) -> Vec<String> {
     let mut seen = HashSet::new();
     tags.retain(|tag| seen.insert(tag.clone()));
     tags
+}
+
+/// Whether no value can match both `a`'s and `b`'s `type` (each must name one; `integer` is
+/// a `number`).
+fn disjoint_types(a: &Value, b: &Value) -> bool {
+    fn types(schema: &Value) -> Option<Vec<&str>> {
+        let mut out: Vec<&str> = match schema.get("type")? {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => return None,
+        };
+        if out.contains(&"integer") {
+            out.push("number");
+        }
+        if out.contains(&"number") {
+            out.push("integer");
+        }
+        Some(out)
+    }
+    match (types(a), types(b)) {
+        (Some(a), Some(b)) => !a.iter().any(|t| b.contains(t)),
+        _ => false,
+    }
 }
 
 /// A pattern or format as written, or as a JSON string when it would not read back from a
@@ -1124,6 +1159,15 @@ mod tests {
                 {"type": "null"}
             ]})),
             "@oneOf[0] @integer @minimum 1\n@oneOf[1] @minLength 1"
+        );
+        // Beside a plain number, the integer's tags are its own, not the value's.
+        assert_eq!(
+            tags_of(json!({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "number"}]})),
+            "@anyOf[0] @integer @minimum 1"
+        );
+        assert_eq!(
+            tags_of(json!({"anyOf": [{"type": "string", "minLength": 2}, {}]})),
+            "@anyOf[0] @minLength 2"
         );
         assert_eq!(
             tags_of(json!({"allOf": [{"type": "integer"}, {"maximum": 9}, {"type": "integer"}]})),
