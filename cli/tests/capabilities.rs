@@ -1012,6 +1012,105 @@ fn the_examples_run_through_the_cli() {
         .contains("EXECUTION_FAILED: a report needs at least one item"));
 }
 
+/// `git ARGS` in `dir`, which must succeed; its stdout.
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        support::cli::text(&out.stderr)
+    );
+    support::cli::text(&out.stdout)
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_readme_capability_run_leaves_a_git_checkout_clean() {
+    let temp = support::temp::TempDir::new("git-clean");
+    let repo = temp.join("repo");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/capabilities");
+    copy_dir(
+        std::path::Path::new(example),
+        &repo.join("examples/capabilities"),
+    );
+    std::fs::create_dir_all(repo.join("empty")).unwrap();
+    std::fs::write(repo.join("empty/README"), "a project without .execbox/\n").unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "."]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-q",
+            "-m",
+            "x",
+        ],
+    );
+    // The README's command, from the top of the repository (the state in the project).
+    let out = support::cli::command(&[
+        "capabilities",
+        "run",
+        "word-stats",
+        "--params",
+        r#"{"text": "the cat saw the dog"}"#,
+        "--project",
+        "examples/capabilities",
+    ])
+    .current_dir(&repo)
+    .env("EXECBOX_HOME", temp.join("home"))
+    .stdin(std::process::Stdio::null())
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", support::cli::text(&out.stderr));
+    assert!(repo
+        .join("examples/capabilities/.execbox/state.db")
+        .exists());
+    // A project whose .execbox/ execbox creates for its state: all of it is ignored.
+    let out = support::cli::command(&["executions", "list", "--project", "empty"])
+        .current_dir(&repo)
+        .env("EXECBOX_HOME", temp.join("home"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", support::cli::text(&out.stderr));
+    assert!(repo.join("empty/.execbox/state.db").exists());
+    assert_eq!(
+        git(&repo, &["status", "--porcelain", "--untracked-files=all"]),
+        ""
+    );
+    // The capabilities beside the state are not ignored.
+    std::fs::write(
+        repo.join("examples/capabilities/.execbox/capabilities/word-stats/new.js"),
+        "1",
+    )
+    .unwrap();
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        "?? examples/capabilities/.execbox/capabilities/word-stats/new.js\n"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn params_cannot_reach_the_program_past_the_input_schema_through_proto() {
     let roots = Roots::new("proto");

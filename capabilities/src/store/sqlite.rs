@@ -90,12 +90,14 @@ impl SqliteStore {
         let path = path.as_ref();
         let fail = |e: rusqlite::Error| store_error(path, e);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let created = !dir.exists();
             std::fs::create_dir_all(dir).map_err(|e| {
                 store_error(
                     path,
                     format!("cannot create its folder {}: {e}", dir.display()),
                 )
             })?;
+            keep_out_of_git(dir, created);
         }
         let mut conn = Connection::open(path).map_err(fail)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
@@ -578,6 +580,37 @@ impl SqliteStore {
             .map_err(|e| self.fail(e))?;
         rows.collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.fail(e))
+    }
+}
+
+/// The `.gitignore` execbox writes in a project's `.execbox/` folder that holds only its
+/// state (execbox created the folder for it): everything in it.
+const GITIGNORE_ALL: &str = "# Written by execbox: its state, not for version control.\n*\n";
+
+/// The `.gitignore` execbox writes in a project's `.execbox/` folder that was there before
+/// (it holds capabilities and executors, which are for version control): the state files.
+const GITIGNORE_STATE: &str = "# Written by execbox: its state, not for version control (the \
+capabilities and executors beside it are).\n/.gitignore\n/state.db\n/state.db-*\n";
+
+/// Keeps a project's state out of version control, as Python's venvs and pytest's caches do:
+/// in a folder named `.execbox` without a `.gitignore`, writes one ignoring everything when
+/// execbox just `created` the folder, else the state files only. A failure is logged, never
+/// an error: the state works the same without it.
+fn keep_out_of_git(dir: &Path, created: bool) {
+    if dir.file_name().is_none_or(|n| n != ".execbox") {
+        return;
+    }
+    let ignore = dir.join(".gitignore");
+    if ignore.exists() {
+        return;
+    }
+    let text = if created {
+        GITIGNORE_ALL
+    } else {
+        GITIGNORE_STATE
+    };
+    if let Err(e) = std::fs::write(&ignore, text) {
+        tracing::warn!("cannot write {}: {e}", ignore.display());
     }
 }
 
