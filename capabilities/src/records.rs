@@ -118,7 +118,8 @@ pub enum CapabilityErrorCode {
     InvalidCapabilityConfig,
     /// An executor.yaml is malformed (from `check`).
     InvalidExecutorConfig,
-    /// The request is invalid: params failing `input_schema`, a bad filter, nesting too deep.
+    /// The request is invalid: params failing `input_schema`, a bad filter, nesting too deep,
+    /// or an approval of a paused program whose tools cannot be started (it stays paused).
     InvalidRequest,
     /// The caller lacks a permission the capability requires.
     PermissionDenied,

@@ -599,11 +599,12 @@ impl CapabilityManager {
             .tools(&record.executor, &origin)
             .await
             .map_err(|why| {
+                // Nothing failed: the execution waits on, and the approval can be sent again.
                 err(
-                    CapabilityErrorCode::ExecutionFailed,
+                    CapabilityErrorCode::InvalidRequest,
                     format!(
-                        "the tools of execution `{id}` cannot be started, so it stays paused \
-                         (decide again once they can): {why}"
+                        "the tools of execution `{id}` cannot be started, so it stays paused, \
+                         awaiting approval (decide again once they can): {why}"
                     ),
                 )
             })?;

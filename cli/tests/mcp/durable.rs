@@ -228,6 +228,46 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
     std::fs::write(&config, original).unwrap();
     check!(calls(&h, "add") == 1, "{}", h.marks());
 
+    // Tools that cannot be started (here: an origin the record no longer reads) leave it
+    // paused, and say so: nothing failed.
+    let paused = pause_and_kill(&h, &flags).await?;
+    let unstartable = paused.structured["executionId"]
+        .as_str()
+        .ok_or("no executionId")?
+        .to_owned();
+    {
+        let conn = rusqlite::Connection::open(db).map_err(|e| e.to_string())?;
+        conn.execute(
+            "UPDATE executions SET params = json_set(params, '$.origin.startupTimeoutSecs', 'soon') WHERE id = ?1",
+            [&unstartable],
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let (status, _, stderr) = execbox(
+        &h,
+        &[
+            "executions",
+            "approve",
+            &unstartable,
+            "--call",
+            "2",
+            "--db",
+            db,
+            "--mcp-config",
+            config_path,
+        ],
+    )
+    .await?;
+    check!(
+        status == Some(1)
+            && stderr.contains("stays paused, awaiting approval")
+            && !stderr.contains("EXECUTION_FAILED"),
+        "{stderr}"
+    );
+    let (_, shown, _) = execbox(&h, &["executions", "show", &unstartable, "--db", db]).await?;
+    check!(shown["status"] == json!("awaiting_approval"), "{shown}");
+    check!(calls(&h, "add") == 1, "{}", h.marks());
+
     // Denied: it fails naming the denial, and add never runs.
     let paused = pause_and_kill(&h, &flags).await?;
     let id = paused.structured["executionId"]
@@ -259,7 +299,7 @@ pub(crate) async fn a_program_nobody_can_approve_now_waits_for_an_operator(
         "{denied}"
     );
     check!(
-        calls(&h, "echo") == 3 && calls(&h, "add") == 1,
+        calls(&h, "echo") == 4 && calls(&h, "add") == 1,
         "{}",
         h.marks()
     );
