@@ -512,11 +512,14 @@ fn report(id: &str, outcome: &ExecutionOutcome, json: bool) -> ExitCode {
         out(&pretty(result));
     }
     if let Some(pending) = &outcome.pending_approval {
+        // Not a failure: it waits, and this is the command that decides it.
         eprintln!(
-            "execbox: {id} awaiting_approval: call {} ({}) needs approval; decide with \
-              `execbox executions approve {id}` or `execbox executions deny {id} --reason TEXT` \
-              (by a principal holding `{}`)",
-            pending.call, pending.tool, pending.permission
+            "execbox: {id} awaiting_approval: call {n} ({}) needs approval, and has not run; \
+              decide with `execbox executions approve {id} --call {n}` or `execbox executions \
+              deny {id} --call {n} --reason TEXT` (by a principal holding `{}`)",
+            pending.tool,
+            pending.permission,
+            n = pending.call
         );
     } else if let (false, Some(e)) = (outcome.success, &outcome.error) {
         eprintln!(

@@ -1012,6 +1012,54 @@ fn the_examples_run_through_the_cli() {
         .contains("EXECUTION_FAILED: a report needs at least one item"));
 }
 
+#[test]
+fn a_paused_run_is_reported_waiting_with_the_command_that_decides_it() {
+    let roots = Roots::new("paused-cli");
+    let dir = roots.project.capability(
+        "notify",
+        &script_yaml("notify", "tools: tools.yaml\n"),
+        &[(
+            "index.js",
+            "console.log('before'); await mail.send({ to: 'bob' })",
+        )],
+    );
+    std::fs::write(
+        dir.join("tools.yaml"),
+        "version: 1\nproviders:\n  mail:\n    tools:\n      send:\n        command: /bin/sh\n        args: [\"-c\", \"cat >/dev/null; echo '{\\\"sent\\\": 7}'\"]\n        requires_approval: true\n",
+    )
+    .unwrap();
+    let project = roots.project_dir();
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--project", project.to_str().unwrap()]);
+        support::cli::command(&all)
+            .env("EXECBOX_HOME", &roots.global.0)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["capabilities", "run", "notify"]);
+    let stderr = support::cli::text(&out.stderr);
+    assert!(
+        stderr.contains("awaiting_approval: call 1 (mail.send) needs approval, and has not run")
+            && !stderr.contains("failed")
+            && !stderr.contains("EXECUTION_FAILED"),
+        "{stderr}"
+    );
+    // The command it prints decides it, as printed, without a terminal.
+    let command = stderr
+        .split('`')
+        .find(|part| part.starts_with("execbox executions approve "))
+        .unwrap_or_else(|| panic!("no approve command in {stderr}"));
+    let args: Vec<&str> = command.split(' ').skip(1).collect();
+    let out = run(&args);
+    assert!(out.status.success(), "{}", support::cli::text(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!({"sent": 7})
+    );
+}
+
 /// `git ARGS` in `dir`, which must succeed; its stdout.
 fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
