@@ -1,0 +1,160 @@
+//! The fixture documents (OpenAPI 3.0 in YAML, 3.1 in JSON) loaded as providers the host
+//! accepts: names, schemas, skipped operations, filters.
+
+use std::path::Path;
+
+use execbox_host::{Schema, ToolSet};
+use execbox_openapi::{OpenApiConfig, OpenApiProvider, Operations};
+use serde_json::json;
+
+fn fixtures() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
+}
+
+fn load(file: &str, edit: impl FnOnce(&mut OpenApiConfig)) -> OpenApiProvider {
+    let mut config = OpenApiConfig::new(file);
+    config.base_url = Some("http://127.0.0.1:9".into());
+    edit(&mut config);
+    OpenApiProvider::load("api", &config, fixtures()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn check_host_accepts(p: &OpenApiProvider) {
+    for tool in p.provider().tools() {
+        for schema in [tool.get_input_schema(), tool.get_output_schema()]
+            .into_iter()
+            .flatten()
+        {
+            Schema::compile(schema).unwrap_or_else(|e| panic!("{}: {e}", tool.name()));
+        }
+    }
+    ToolSet::new(vec![p.provider().clone()]).unwrap();
+}
+
+#[test]
+fn an_openapi_3_0_yaml_document_becomes_tools() {
+    let p = load("petstore-3.0.yaml", |_| {});
+    let names: Vec<(String, String)> = p.tool_names();
+    let safe: Vec<&str> = names.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        safe,
+        [
+            "pets_list",
+            "pets_create",
+            "pets_get",
+            "pets_delete",
+            "get_status"
+        ]
+    );
+    assert_eq!(names[0].1, "pets/list");
+    assert!(p.skipped().is_empty(), "{:?}", p.skipped());
+    let get = &p.provider().tools()[2];
+    assert_eq!(
+        get.get_description(),
+        Some("Get a pet\n\n`GET /pets/{petId}`")
+    );
+    assert_eq!(
+        get.get_input_schema().unwrap()["required"],
+        json!(["petId"])
+    );
+    // 3.0 `nullable` became a JSON Schema null type; the recursive Pet is bounded.
+    let out = get.get_output_schema().unwrap().to_string();
+    assert!(out.contains(r#""tag":{"type":["string","null"]}"#), "{out}");
+    assert!(
+        out.contains("Pet (recursive; not expanded further)"),
+        "{out}"
+    );
+    assert_eq!(
+        p.provider().get_description(),
+        Some("Petstore: A small pet store, for execbox's OpenAPI tests.")
+    );
+    check_host_accepts(&p);
+}
+
+#[test]
+fn an_openapi_3_1_json_document_becomes_tools() {
+    let p = load("tracker-3.1.json", |_| {});
+    let names = p.tool_names();
+    assert_eq!(
+        names[0],
+        (
+            "issues_create_comment".to_string(),
+            "issues/create-comment".to_string()
+        )
+    );
+    let create = &p.provider().tools()[0];
+    let input = create.get_input_schema().unwrap();
+    let keys: Vec<&String> = input["properties"].as_object().unwrap().keys().collect();
+    // The query parameter named `body` yields to the request body.
+    assert_eq!(keys, ["owner", "number", "body_query", "X-Trace", "body"]);
+    assert_eq!(input["required"], json!(["owner", "number", "body"]));
+    // The one operation with a multipart body is left out, saying why.
+    assert_eq!(p.skipped().len(), 1);
+    assert_eq!(p.skipped()[0].operation, "POST /upload");
+    assert!(p.skipped()[0].reason.contains("multipart/form-data"));
+    // `+json` media types give the output schema.
+    let search = p
+        .provider()
+        .tools()
+        .iter()
+        .find(|t| t.name() == "search")
+        .unwrap();
+    assert_eq!(search.get_output_schema(), Some(&json!({"type": "object"})));
+    check_host_accepts(&p);
+}
+
+#[test]
+fn include_and_exclude_filter_by_operation_id_and_tag() {
+    let p = load("petstore-3.0.yaml", |c| {
+        c.operations = Operations {
+            include: vec!["pets".into()],
+            exclude: vec!["*delete*".into()],
+        }
+    });
+    let names: Vec<String> = p.tool_names().into_iter().map(|(s, _)| s).collect();
+    assert_eq!(names, ["pets_list", "pets_create", "pets_get"]);
+}
+
+#[test]
+fn documents_that_cannot_be_used_are_refused_with_what_to_do() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(
+        dir.join("swagger.json"),
+        r#"{"swagger": "2.0", "paths": {}}"#,
+    )
+    .unwrap();
+    let err = OpenApiProvider::load("api", &OpenApiConfig::new("swagger.json"), dir)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("swagger.json: is Swagger 2.0") && err.contains("convert it to OpenAPI 3"),
+        "{err}"
+    );
+    let err = OpenApiProvider::load("api", &OpenApiConfig::new("missing.json"), dir)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("cannot read the OpenAPI document"), "{err}");
+    let err = OpenApiProvider::load(
+        "api",
+        &OpenApiConfig::new("https://example.com/api.json"),
+        dir,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("openapi: ") && err.contains("not supported yet"),
+        "{err}"
+    );
+    // No base_url and a relative server: say what to set.
+    std::fs::write(
+        dir.join("relative.yaml"),
+        "openapi: 3.0.0\nservers: [{url: /v3}]\npaths: {}\n",
+    )
+    .unwrap();
+    let err = OpenApiProvider::load("api", &OpenApiConfig::new("relative.yaml"), dir)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("base_url: is not set, and the document's first server cannot be used"),
+        "{err}"
+    );
+}
