@@ -192,11 +192,12 @@ impl Connection {
             otel.status_code = tracing::field::Empty,
         );
         let result = self.execute_as(id, request).instrument(span.clone()).await;
-        trace::record_outcome(
-            &span,
-            result.error().map(|e| e.code.as_str()),
-            result.duration_ms,
-        );
+        let outcome = if result.paused.is_some() {
+            Some(trace::AWAITING_APPROVAL)
+        } else {
+            result.error().map(|e| e.code.as_str())
+        };
+        trace::record_outcome(&span, outcome, result.duration_ms);
         result
     }
 

@@ -52,13 +52,105 @@ pub fn current() -> Option<String> {
         .and_then(|propagator| propagator.traceparent(&tracing::Span::current()))
 }
 
-/// Records how the work of `span` ended: `execbox.outcome` (`ok`, or the wire error code
-/// `error` names), `execbox.duration_ms`, and `otel.status_code = "error"` on a failure. The
-/// span must declare the three fields.
+/// The outcome of an execution that paused at a call waiting for approval: recorded by
+/// [`record_outcome`] as the span's outcome, without an error status.
+pub const AWAITING_APPROVAL: &str = "awaiting_approval";
+
+/// Records how the work of `span` ended: `execbox.outcome` (`ok`, the wire error code `error`
+/// names, or [`AWAITING_APPROVAL`] for a pause), `execbox.duration_ms`, and
+/// `otel.status_code = "error"` on a failure (never on a pause). The span must declare the
+/// three fields.
 pub fn record_outcome(span: &tracing::Span, error: Option<&str>, duration_ms: u64) {
+    if error == Some(AWAITING_APPROVAL) {
+        // A pause is not a failure: the span says where it stopped, with no error status.
+        span.record("execbox.outcome", AWAITING_APPROVAL);
+        span.record("execbox.duration_ms", duration_ms);
+        return;
+    }
     span.record("execbox.outcome", error.unwrap_or("ok"));
     span.record("execbox.duration_ms", duration_ms);
     if error.is_some() {
         span.record("otel.status_code", "error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    use super::*;
+
+    /// Every field value recorded on a span after its creation, as `name=value`.
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<String>>>);
+
+    impl Visit for Recorded {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("{}={value:?}", field.name()));
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("{}={value}", field.name()));
+        }
+    }
+
+    impl Subscriber for Recorded {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, values: &Record<'_>) {
+            values.record(&mut self.clone());
+        }
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, _: &Event<'_>) {}
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    fn recorded(error: Option<&str>) -> Vec<String> {
+        let recorder = Recorded::default();
+        tracing::subscriber::with_default(recorder.clone(), || {
+            let span = tracing::info_span!(
+                "execbox.execution",
+                execbox.outcome = tracing::field::Empty,
+                execbox.duration_ms = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+            );
+            record_outcome(&span, error, 7);
+        });
+        let fields = recorder.0.lock().unwrap().clone();
+        fields
+    }
+
+    #[test]
+    fn a_failure_has_an_error_status_and_a_pause_does_not() {
+        assert_eq!(
+            recorded(None),
+            ["execbox.outcome=ok", "execbox.duration_ms=7"]
+        );
+        assert_eq!(
+            recorded(Some("timeout")),
+            [
+                "execbox.outcome=timeout",
+                "execbox.duration_ms=7",
+                "otel.status_code=error"
+            ]
+        );
+        assert_eq!(
+            recorded(Some(AWAITING_APPROVAL)),
+            ["execbox.outcome=awaiting_approval", "execbox.duration_ms=7"]
+        );
     }
 }

@@ -100,7 +100,7 @@ impl CapabilityManager {
                     Ok(()) => {
                         trace::record_outcome(
                             &tracing::Span::current(),
-                            Some(ExecutionStatus::AwaitingApproval.as_str()),
+                            Some(trace::AWAITING_APPROVAL),
                             started.elapsed().as_millis() as u64,
                         );
                         return;
