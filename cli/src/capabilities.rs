@@ -501,7 +501,8 @@ async fn wait_and_report(
 }
 
 /// Prints an outcome as `capabilities run` does: the logs on stderr, the result (or the
-/// whole outcome with `json`) on stdout, a failure or a pause on stderr; 0 when it completed.
+/// whole outcome with `json`) on stdout, a failure or a pause on stderr; 0 when it completed,
+/// 1 when it failed, [`AWAITING_APPROVAL_EXIT`] when it waits for approval.
 fn report(id: &str, outcome: &ExecutionOutcome, json: bool) -> ExitCode {
     for line in &outcome.logs {
         eprintln!("{line}");
@@ -529,10 +530,16 @@ fn report(id: &str, outcome: &ExecutionOutcome, json: bool) -> ExitCode {
     }
     if outcome.success {
         ExitCode::SUCCESS
+    } else if outcome.pending_approval.is_some() {
+        ExitCode::from(AWAITING_APPROVAL_EXIT)
     } else {
         ExitCode::from(1)
     }
 }
+
+/// `capabilities run`'s exit status for an execution waiting for approval: not a failure (1),
+/// and not done (0).
+const AWAITING_APPROVAL_EXIT: u8 = 3;
 
 /// Runs one store read to its end on a small runtime of its own.
 fn block_on<T>(read: impl std::future::Future<Output = T>) -> T {

@@ -1040,6 +1040,8 @@ fn a_paused_run_is_reported_waiting_with_the_command_that_decides_it() {
     };
     let out = run(&["capabilities", "run", "notify"]);
     let stderr = support::cli::text(&out.stderr);
+    // Waiting is not failing: its own exit status, 3.
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(
         stderr.contains("awaiting_approval: call 1 (mail.send) needs approval, and has not run")
             && !stderr.contains("failed")
