@@ -55,7 +55,7 @@ pub use document::{Document, MAX_DOCUMENT_BYTES};
 pub use error::OpenApiError;
 pub use http::{MAX_REDIRECTS, QUOTED_BODY_BYTES};
 pub use operations::Skipped;
-pub use schema::{MAX_DEPTH, MAX_RECURSION, MAX_SCHEMA_NODES};
+pub use schema::{MAX_DEPTH, MAX_RECURSION, MAX_REF_NESTING, MAX_SCHEMA_NODES};
 
 /// An OpenAPI provider, built: the host's [`Provider`] and the operations left out.
 #[derive(Debug)]

@@ -7,7 +7,9 @@
 //! - **recursion**: a schema met again inside itself (`Node.children: Node[]`) is expanded
 //!   again at most [`MAX_RECURSION`] times, then becomes `{}` (any value) with a description
 //!   saying so;
-//! - **depth**: past [`MAX_DEPTH`] nested schemas, `{}`;
+//! - **depth**: past [`MAX_DEPTH`] nested schemas, `{}`; a `$ref` inside
+//!   [`MAX_REF_NESTING`] expanded `$ref`s becomes `{}` with a description naming it (an issue's
+//!   repository's owner is expanded; that owner's own references are not);
 //! - **size**: past [`MAX_SCHEMA_NODES`] schema objects in one tool's schema, further `$ref`s
 //!   become `{}` with a description naming the schema left out.
 //!
@@ -27,7 +29,10 @@ pub const MAX_RECURSION: usize = 2;
 pub const MAX_DEPTH: usize = 48;
 
 /// How many schema objects one tool's schema may hold before further `$ref`s become `{}`.
-pub const MAX_SCHEMA_NODES: usize = 20_000;
+pub const MAX_SCHEMA_NODES: usize = 1_500;
+
+/// How many `$ref`s may be expanded one inside another before the next becomes `{}`.
+pub const MAX_REF_NESTING: usize = 3;
 
 /// Keywords whose value is one schema.
 const ONE: &[&str] = &[
@@ -178,6 +183,11 @@ impl<'d> Inliner<'d> {
         if seen > MAX_RECURSION {
             return any(&format!("{name} (recursive; not expanded further)"));
         }
+        if self.stack.len() >= MAX_REF_NESTING {
+            return any(&format!(
+                "{name} (not expanded: inside {MAX_REF_NESTING} other expanded schemas)"
+            ));
+        }
         if self.nodes > MAX_SCHEMA_NODES {
             return any(&format!("{name} (not expanded: the schema is too large)"));
         }
@@ -293,7 +303,7 @@ mod tests {
         let a = Inliner::new(&d).schema(&json!({"$ref": "#/components/schemas/A"}));
         assert!(a
             .to_string()
-            .contains("A (recursive; not expanded further)"));
+            .contains("(not expanded: inside 3 other expanded schemas)"));
     }
 
     #[test]

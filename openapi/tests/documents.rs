@@ -158,3 +158,47 @@ fn documents_that_cannot_be_used_are_refused_with_what_to_do() {
         "{err}"
     );
 }
+
+#[test]
+fn the_host_declares_the_tools_with_their_upstream_names() {
+    let p = load("tracker-3.1.json", |_| {});
+    let set = ToolSet::new(vec![p.into_provider()]).unwrap();
+    let text = set.declarations();
+    assert!(text.contains("declare namespace api"), "{text}");
+    assert!(text.contains("function issues_create_comment("), "{text}");
+    assert!(text.contains("body_query?: string"), "{text}");
+    assert!(text.contains("Create an issue comment"), "{text}");
+    // The original name travels with the safe one, for the runner's alias.
+    let tool = &set.manifests()[0].tools[0];
+    assert_eq!(tool.safe_name, "issues_create_comment");
+    assert_eq!(tool.original_name.as_deref(), Some("issues/create-comment"));
+}
+
+/// Loads the document at `EXECBOX_OPENAPI_DOC` (GitHub's description, say) and prints how
+/// long it took and how many tools it made: `cargo test --release -p execbox-openapi --test
+/// documents -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs EXECBOX_OPENAPI_DOC, a large document to time"]
+fn a_large_document_loads() {
+    let path = std::env::var("EXECBOX_OPENAPI_DOC").expect("EXECBOX_OPENAPI_DOC names a document");
+    let started = std::time::Instant::now();
+    let mut config = OpenApiConfig::new(&path);
+    config.base_url = Some("https://api.example.com".into());
+    let p = OpenApiProvider::load("api", &config, Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = started.elapsed();
+    let tools = p.provider().tools().len();
+    let bytes: usize = p
+        .provider()
+        .tools()
+        .iter()
+        .flat_map(|t| [t.get_input_schema(), t.get_output_schema()])
+        .flatten()
+        .map(|s| s.to_string().len())
+        .sum();
+    let set = ToolSet::new(vec![p.into_provider()]).unwrap();
+    println!(
+        "{tools} tools in {loaded:?} ({bytes} bytes of schemas); the host's tool set in {:?} more",
+        started.elapsed() - loaded
+    );
+    drop(set);
+}
