@@ -195,10 +195,25 @@ fn a_large_document_loads() {
         .flatten()
         .map(|s| s.to_string().len())
         .sum();
+    let peak_loaded = peak_rss();
     let set = ToolSet::new(vec![p.into_provider()]).unwrap();
     println!(
-        "{tools} tools in {loaded:?} ({bytes} bytes of schemas); the host's tool set in {:?} more",
-        started.elapsed() - loaded
+        "{tools} tools in {loaded:?} ({bytes} bytes of schemas), peak RSS {peak_loaded}; the \
+         host's tool set in {:?} more, peak RSS {}",
+        started.elapsed() - loaded,
+        peak_rss()
     );
     drop(set);
+}
+
+/// The process's peak resident set (`VmHWM`), as `/proc` says it.
+fn peak_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l[6..].trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
 }
