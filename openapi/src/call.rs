@@ -174,8 +174,9 @@ async fn call(
             shared.timeout.as_millis()
         ))),
     };
+    // A token the API refuses is not used again: the next call fetches a new one.
     if let (Err(e), Auth::OAuth2(source)) = (&response, &shared.auth) {
-        if e.message.contains("HTTP 401") {
+        if e.reason.as_deref() == Some("http_status") && e.message.contains(": HTTP 401 ") {
             source.forget().await;
         }
     }

@@ -259,3 +259,20 @@ async fn missing_secrets_and_plain_http_beyond_loopback_are_refused_at_load() {
     );
     assert_hidden(&err, "PLANTED");
 }
+
+#[tokio::test]
+async fn a_token_the_api_refuses_is_forgotten_and_fetched_again() {
+    set_client_secret();
+    let (api, addr, _, _) = start().await;
+    let p = provider(addr, |c| c.auth = Some(oauth(addr, "/token")));
+    let err = call(&p, "status", json!({"code": 401})).await.unwrap_err();
+    assert_eq!(err.reason.as_deref(), Some("http_status"));
+    assert_eq!(api.token_requests.load(Ordering::SeqCst), 1);
+    call(&p, "text", json!({})).await.unwrap();
+    assert_eq!(api.token_requests.load(Ordering::SeqCst), 2);
+    assert_eq!(api.last().headers["authorization"], "Bearer tok-2");
+    // Another status keeps the token.
+    let _ = call(&p, "status", json!({"code": 404})).await.unwrap_err();
+    call(&p, "text", json!({})).await.unwrap();
+    assert_eq!(api.token_requests.load(Ordering::SeqCst), 2);
+}
