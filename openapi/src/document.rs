@@ -216,6 +216,10 @@ mod tests {
         let doc = Document::from_slice(yaml, "a.yaml").unwrap();
         assert_eq!(doc.version(), "3.1.0");
         assert!(!doc.is_3_0());
+        // Unquoted status codes are keys like any other.
+        let yaml = b"openapi: 3.0.0\npaths:\n  /a:\n    get:\n      responses:\n        200: {description: ok}\n";
+        let doc = Document::from_slice(yaml, "a.yaml").unwrap();
+        assert!(doc.root().pointer("/paths/~1a/get/responses/200").is_some());
     }
 
     #[test]
