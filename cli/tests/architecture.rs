@@ -26,6 +26,7 @@ const CRATES: &[&str] = &[
     "http",
     "runner",
     "host",
+    "openapi",
     "policy",
     "pg",
     "capabilities",
@@ -121,6 +122,9 @@ const ARROWS: &[(&str, &[&str])] = &[
     ("execbox-pg", &[]),
     // The in-process executor (feature `inprocess`) links the runner's engine.
     ("execbox-host", &["execbox-protocol", "execbox-runner"]),
+    // OpenAPI documents as providers: over the core's provider API, with an HTTP client the
+    // core does not carry.
+    ("execbox-openapi", &["execbox-host"]),
     (
         "execbox-policy",
         &["execbox-protocol", "execbox-host", "execbox-pg"],
