@@ -42,7 +42,15 @@ test("the runners are locked down by the OS and inherit none of the application'
     const runners = childPids().filter((pid) => !others.has(pid));
     assert.ok(runners.length >= 1);
     for (const pid of runners) {
-      const fields = status(pid);
+      // The pool may be starting a runner now (a replacement, or a warm one): a runner locks
+      // itself down within moments of its start, before it reads anything, so wait for that
+      // state rather than catch one mid-start.
+      let fields = status(pid);
+      const deadline = Date.now() + 5000;
+      while (fields !== null && fields.Seccomp !== "2" && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        fields = status(pid);
+      }
       if (fields === null) continue;
       assert.equal(fields.Seccomp, "2", `runner ${pid}: ${JSON.stringify(fields)}`);
       assert.equal(fields.NoNewPrivs, "1");
