@@ -65,9 +65,3 @@ def check_name(name: Any) -> str:
             f"tool's name), not {name!r}"
         )
     return name
-
-
-def check_max_chars(max_chars: Any) -> int:
-    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-        raise ValueError(f"max_answer_chars must be a whole number of at least 1, not {max_chars!r}")
-    return max_chars

@@ -12,6 +12,14 @@ MAX_ANSWER_CHARS = 24_000
 """The default limit of ``Result.for_model``, as ``execbox mcp``'s ``execute_code``."""
 
 
+def check_max_chars(value: Any, name: str) -> int:
+    """``value`` when it is a limit of an answer's characters; else a ``ValueError`` naming
+    ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Location:
     """Where in the program an error was thrown."""
@@ -72,8 +80,7 @@ class Result:
         with its name, line and caret), with long log lines cut first and then the whole text
         cut at ``max_chars`` with a marker saying so; execbox's own notes always follow. The
         same text ``execbox mcp``'s ``execute_code`` and the Node SDK's ``forModel`` give."""
-        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-            raise ValueError(f"max_chars must be a whole number of at least 1, not {max_chars!r}")
+        check_max_chars(max_chars, "max_chars")
         error = None if self.error is None else (self.error.code, str(self.error))
         return _native.model_answer(self._value_json, error, list(self.logs), max_chars)
 

@@ -11,9 +11,9 @@ import warnings
 from typing import Any, Optional, Tuple
 
 from execbox import _native
-from execbox._code_tool import CodeTool, check_max_chars, check_name, input_schema
+from execbox._code_tool import CodeTool, check_name, input_schema
 from execbox._policy import Policy
-from execbox._result import MAX_ANSWER_CHARS, Result, _result
+from execbox._result import MAX_ANSWER_CHARS, Result, _result, check_max_chars
 from execbox._tools import JsonDefault, Tools, native_tools
 
 # A runner process is this interpreter, isolated (-I: no environment variables, no user site,
@@ -316,7 +316,7 @@ class Sandbox:
         ``handler`` runs a program and returns ``Result.for_model(max_answer_chars)``. The
         adapters of ``execbox.integrations`` make it a tool of an agent framework."""
         check_name(name)
-        check_max_chars(max_answer_chars)
+        check_max_chars(max_answer_chars, "max_answer_chars")
         description = _native.code_tool_description(self._tools, max_answer_chars, *self._limits)
         return CodeTool(
             name=name,
