@@ -82,6 +82,9 @@ pub struct ToolError {
     /// With a `reason` of `"rate_limited"`: milliseconds until the same call may be admitted
     /// (`error.retryAfterMs`).
     pub retry_after_ms: Option<u64>,
+    /// With a `reason` of `"http_status"`: the HTTP status an upstream answered
+    /// (`error.status`).
+    pub status: Option<u16>,
 }
 
 impl ToolError {
@@ -92,6 +95,7 @@ impl ToolError {
             message: message.into(),
             reason: None,
             retry_after_ms: None,
+            status: None,
         }
     }
 
@@ -104,6 +108,12 @@ impl ToolError {
     /// The same error, with the time after which a retry may be admitted.
     pub fn with_retry_after_ms(mut self, ms: u64) -> Self {
         self.retry_after_ms = Some(ms);
+        self
+    }
+
+    /// The same error, with the HTTP status an upstream answered (see [`ToolError::status`]).
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
         self
     }
 
@@ -140,6 +150,7 @@ impl From<ToolError> for ErrorBody {
         let mut body = ErrorBody::new(e.code, e.message);
         body.reason = e.reason;
         body.retry_after_ms = e.retry_after_ms;
+        body.status = e.status;
         body
     }
 }
@@ -151,6 +162,7 @@ impl From<ErrorBody> for ToolError {
             message: e.message,
             reason: e.reason,
             retry_after_ms: e.retry_after_ms,
+            status: e.status,
         }
     }
 }

@@ -355,7 +355,8 @@ async fn answer(
             )),
             None => ToolError::tool(format!("{label}: HTTP {} without a usable Location header", status_text(status))),
         }
-        .with_reason("http_status"));
+        .with_reason("http_status")
+        .with_status(status.as_u16()));
     }
     if !status.is_success() {
         let retry_after = if matches!(
@@ -379,7 +380,8 @@ async fn answer(
             status_text(status),
             quote_body(&body)
         ))
-        .with_reason("http_status");
+        .with_reason("http_status")
+        .with_status(status.as_u16());
         if let Some(ms) = retry_after {
             error = error.with_retry_after_ms(ms);
         }

@@ -70,6 +70,7 @@ async fn a_non_2xx_status_is_a_tool_error_naming_method_path_status_and_body() {
     let err = call(&p, "status", json!({"code": 404})).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::ToolError);
     assert_eq!(err.reason.as_deref(), Some("http_status"));
+    assert_eq!(err.status, Some(404));
     assert_eq!(err.retry_after_ms, None);
     assert!(
         err.message
@@ -93,6 +94,7 @@ async fn retry_after_on_429_and_503_sets_retry_after_ms() {
         .unwrap_err();
     assert_eq!(err.reason.as_deref(), Some("http_status"));
     assert_eq!(err.retry_after_ms, Some(7000));
+    assert_eq!(err.status, Some(429));
     assert!(
         err.message.contains("HTTP 429 Too Many Requests"),
         "{}",
@@ -156,6 +158,7 @@ async fn same_origin_redirects_are_followed_and_cross_origin_ones_refused() {
 
     let err = call(&p, "redirect_other", json!({})).await.unwrap_err();
     assert_eq!(err.reason.as_deref(), Some("http_status"));
+    assert!(matches!(err.status, Some(301..=308)), "{:?}", err.status);
     assert!(
         err.message.starts_with(
             "GET /redirect-other: HTTP 302 Found: the server redirected to another origin"

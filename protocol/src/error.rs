@@ -107,6 +107,10 @@ pub struct ErrorBody {
         skip_serializing_if = "Option::is_none"
     )]
     pub retry_after_ms: Option<u64>,
+    /// With a `reason` of `"http_status"`: the HTTP status the upstream answered (100-599).
+    /// Guest code reads it as `error.status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
 }
 
 /// A place in the program as the host sent it (after a Markdown fence is removed, line 1 is the
@@ -138,6 +142,7 @@ impl ErrorBody {
             location: None,
             reason: None,
             retry_after_ms: None,
+            status: None,
         }
     }
 

@@ -455,6 +455,11 @@ impl<'a> Fields<'a> {
             _ => None,
         };
         let retry_after_ms = obj.get("retryAfterMs").and_then(Value::as_u64);
+        let status = obj
+            .get("status")
+            .and_then(Value::as_u64)
+            .and_then(|s| u16::try_from(s).ok())
+            .filter(|s| (100..=599).contains(s));
         Ok(ErrorBody {
             code,
             message,
@@ -462,6 +467,7 @@ impl<'a> Fields<'a> {
             location,
             reason,
             retry_after_ms,
+            status,
         })
     }
 }

@@ -79,7 +79,7 @@
   // callId -> [resolve, reject] of the guest promise waiting for that call.
   const pending = new MapCtor();
   // Error objects this file created from trusted outcomes -> [code, message, reason,
-  // retryAfterMs] at creation. A WeakMap, not a property: the guest can neither read, copy
+  // retryAfterMs, status] at creation. A WeakMap, not a property: the guest can neither read, copy
   // nor forge the mark.
   const trusted = new WeakMapCtor();
 
@@ -93,15 +93,17 @@
     });
   }
 
-  // `reason` (a string) and `retryAfterMs` (a number) are optional, as on the wire.
-  function trustedError(code, message, reason, retryAfterMs) {
+  // `reason` (a string), `retryAfterMs` and `status` (numbers) are optional, as on the wire.
+  function trustedError(code, message, reason, retryAfterMs, status) {
     const error = new ErrorCtor(message);
     define(error, "code", code);
     if (typeof reason === "string") define(error, "reason", reason);
     else reason = undefined;
     if (typeof retryAfterMs === "number") define(error, "retryAfterMs", retryAfterMs);
     else retryAfterMs = undefined;
-    ReflectApply(WeakMapSet, trusted, [error, [code, message, reason, retryAfterMs]]);
+    if (typeof status === "number") define(error, "status", status);
+    else status = undefined;
+    ReflectApply(WeakMapSet, trusted, [error, [code, message, reason, retryAfterMs, status]]);
     return error;
   }
 
@@ -575,15 +577,15 @@
   }
 
   // Settles a pending call: ok with a value, or failed with a trusted code and message (and
-  // the refusal's reason and retry time when the host gave them); then sends what waits in
-  // the queue.
-  function settle(callId, ok, value, code, message, reason, retryAfterMs) {
+  // the refusal's reason, retry time and upstream status when the host gave them); then sends
+  // what waits in the queue.
+  function settle(callId, ok, value, code, message, reason, retryAfterMs, status) {
     const entry = ReflectApply(MapGet, pending, [callId]);
     if (entry === undefined) return false;
     ReflectApply(MapDelete, pending, [callId]);
     inflight--;
     if (ok) entry[0](value);
-    else entry[1](trustedError(code, message, reason, retryAfterMs));
+    else entry[1](trustedError(code, message, reason, retryAfterMs, status));
     pump();
     return true;
   }
@@ -606,14 +608,16 @@
     }
   }
 
-  // A rejection reason as [code, message, name, stack, reason, retryAfterMs]: trusted codes
-  // survive with their reason and retry time, everything else is runtime_error with the
-  // error's name and stack.
+  // A rejection reason as [code, message, name, stack, reason, retryAfterMs, status]: trusted
+  // codes survive with their reason, retry time and status, everything else is runtime_error
+  // with the error's name and stack.
   function describe(reason) {
     const mark = typeof reason === "object" && reason !== null
       ? ReflectApply(WeakMapGet, trusted, [reason])
       : undefined;
-    if (mark !== undefined) return own([mark[0], mark[1], undefined, undefined, mark[2], mark[3]]);
+    if (mark !== undefined) {
+      return own([mark[0], mark[1], undefined, undefined, mark[2], mark[3], mark[4]]);
+    }
     let message;
     try {
       const candidate = reason !== null && reason !== undefined ? reason.message : undefined;
@@ -634,7 +638,8 @@
         // A throwing getter: no name, no location.
       }
     }
-    return own(["runtime_error", wellFormed(message), name, stack, undefined, undefined]);
+    return own(["runtime_error", wellFormed(message), name, stack, undefined, undefined,
+      undefined]);
   }
 
   // ---- replay (installed only for an execute that carries `replay`) ----
@@ -686,7 +691,7 @@
   function fail(reason) {
     const described = describe(reason);
     return own(["error", described[0], described[1], described[2], described[3], described[4],
-      described[5]]);
+      described[5], described[6]]);
   }
 
   // When even describing the failure fails (a guest getter that throws, say), the program

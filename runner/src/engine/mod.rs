@@ -23,6 +23,7 @@ use execbox_protocol::{
     ToolCall, ToolResult,
 };
 use rquickjs::context::EvalOptions;
+use rquickjs::function::Args;
 use rquickjs::{Array, Context, Ctx, Function, JsLifetime, Object, Runtime, Value};
 
 use crate::hints;
@@ -452,16 +453,23 @@ impl Sandbox {
                         ))
                     }
                 },
-                Err(body) => hooks.settle.call::<_, Value>((
-                    call_id,
-                    false,
-                    undefined,
-                    body.code.as_str(),
-                    body.message.as_str(),
-                    body.reason.as_deref(),
-                    // A number the guest reads exactly (below 2^53).
-                    body.retry_after_ms.map(|ms| ms.min(1 << 53) as f64),
-                )),
+                Err(body) => {
+                    // More arguments than a tuple carries: pushed one by one.
+                    let mut args = Args::new(ctx.clone(), 8);
+                    let pushed = args
+                        .push_arg(call_id)
+                        .and_then(|()| args.push_arg(false))
+                        .and_then(|()| args.push_arg(undefined))
+                        .and_then(|()| args.push_arg(body.code.as_str()))
+                        .and_then(|()| args.push_arg(body.message.as_str()))
+                        .and_then(|()| args.push_arg(body.reason.as_deref()))
+                        // A number the guest reads exactly (below 2^53).
+                        .and_then(|()| {
+                            args.push_arg(body.retry_after_ms.map(|ms| ms.min(1 << 53) as f64))
+                        })
+                        .and_then(|()| args.push_arg(body.status.map(f64::from)));
+                    pushed.and_then(|()| hooks.settle.call_arg::<Value>(args))
+                }
             };
             if settled.is_err() {
                 let _ = ctx.catch();
@@ -1013,6 +1021,10 @@ fn error_body(
         error.retry_after_ms = retry
             .filter(|ms| ms.is_finite() && *ms >= 0.0)
             .map(|ms| ms.min(MAX_SAFE_INTEGER) as u64);
+        let status: Option<f64> = described.get(at + 6).ok().flatten();
+        error.status = status
+            .filter(|s| s.fract() == 0.0 && (100.0..=599.0).contains(s))
+            .map(|s| s as u16);
         return Some(error);
     }
     let name: Option<String> = described.get(at + 2).ok().flatten();
