@@ -50,6 +50,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => args.common.diagnostics.init(traces),
         Command::Completions(_) => {}
     }
+    // Every tools file this process reads may declare `openapi:` providers.
+    execbox_host::ToolsFile::register_kind(&execbox_openapi::OpenApiKind);
     let outcome = match cli.command {
         // With --listen, each session is served by `execbox runner` in stdio mode.
         Command::Runner(args) => execbox_runner::run(&args, || {

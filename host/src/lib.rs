@@ -62,6 +62,7 @@ mod pool;
 pub mod process_output;
 pub mod program;
 mod prompt;
+mod provider_kind;
 mod requirements;
 mod runner_process;
 mod schema;
@@ -96,6 +97,7 @@ pub use paused::{
 };
 pub use pool::{PoolOptions, PooledExecutor, Spawner};
 pub use prompt::{code_tool_description, model_prompt};
+pub use provider_kind::{KindError, ProviderKind};
 pub use requirements::{
     check_permission, parse_window, RateLimit, RateLimitError, ToolRequirements, MAX_WINDOW,
 };

@@ -60,6 +60,7 @@ use serde_saphyr::Spanned;
 use crate::command_tool::{CommandTool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use crate::names::check_provider_name;
 use crate::program;
+use crate::provider_kind::ProviderKind;
 use crate::requirements::{check_permission, parse_window, RateLimit};
 use crate::tool::{Provider, Tool};
 use crate::yaml::{self, Position, YamlError};
@@ -166,16 +167,45 @@ impl ToolsFile {
     /// Whether each command exists is left to its first call; [`ToolsFile::load_checked`]
     /// checks that too.
     pub fn load(path: impl AsRef<Path>) -> Result<Vec<Provider>, ToolsFileError> {
+        Self::load_with(path, &registered())
+    }
+
+    /// Makes `kind` read by [`ToolsFile::load`], [`ToolsFile::load_checked`] and
+    /// [`ToolsFile::parse`] in this process: a program linking `execbox-openapi` registers
+    /// its kind once at startup, and every tools file it reads (`execbox run`, `mcp`,
+    /// capabilities) may then declare `openapi:` providers. A kind whose marker is already
+    /// registered is not added twice.
+    pub fn register_kind(kind: &'static dyn ProviderKind) {
+        let mut kinds = KINDS.write().unwrap_or_else(|e| e.into_inner());
+        if !kinds.iter().any(|k| k.marker() == kind.marker()) {
+            kinds.push(kind);
+        }
+    }
+
+    /// [`ToolsFile::load`], also reading providers of the given [`ProviderKind`]s
+    /// (`openapi:` with `execbox-openapi`'s kind).
+    pub fn load_with(
+        path: impl AsRef<Path>,
+        kinds: &[&dyn ProviderKind],
+    ) -> Result<Vec<Provider>, ToolsFileError> {
         let path = path.as_ref();
-        let (providers, _) = Self::read(path)?;
+        let (providers, _) = Self::read(path, kinds)?;
         Ok(providers)
     }
 
     /// [`ToolsFile::load`], and every command must exist and be executable (resolved as when
     /// it runs: against the file's directory when it has a `/`, else on `PATH`).
     pub fn load_checked(path: impl AsRef<Path>) -> Result<Vec<Provider>, ToolsFileError> {
+        Self::load_checked_with(path, &registered())
+    }
+
+    /// [`ToolsFile::load_checked`], also reading providers of the given [`ProviderKind`]s.
+    pub fn load_checked_with(
+        path: impl AsRef<Path>,
+        kinds: &[&dyn ProviderKind],
+    ) -> Result<Vec<Provider>, ToolsFileError> {
         let path = path.as_ref();
-        let (providers, commands) = Self::read(path)?;
+        let (providers, commands) = Self::read(path, kinds)?;
         for c in commands {
             check_command(&c.command, c.path_env.as_deref()).map_err(|problem| {
                 ToolsFileError::Command {
@@ -191,10 +221,13 @@ impl ToolsFile {
         Ok(providers)
     }
 
-    fn read(path: &Path) -> Result<(Vec<Provider>, Vec<DeclaredCommand>), ToolsFileError> {
+    fn read(
+        path: &Path,
+        kinds: &[&dyn ProviderKind],
+    ) -> Result<(Vec<Provider>, Vec<DeclaredCommand>), ToolsFileError> {
         let text = read_text(path)?;
         let dir = yaml::base_dir(path);
-        Self::parse_all(&text, path, &dir)
+        Self::parse_all(&text, path, &dir, kinds)
     }
 
     /// Checks the text of a tools file. `path` is only used in error messages; relative
@@ -204,13 +237,24 @@ impl ToolsFile {
         path: &Path,
         base_dir: &Path,
     ) -> Result<Vec<Provider>, ToolsFileError> {
-        Ok(Self::parse_all(text, path, base_dir)?.0)
+        Self::parse_with(text, path, base_dir, &registered())
+    }
+
+    /// [`ToolsFile::parse`], also reading providers of the given [`ProviderKind`]s.
+    pub fn parse_with(
+        text: &str,
+        path: &Path,
+        base_dir: &Path,
+        kinds: &[&dyn ProviderKind],
+    ) -> Result<Vec<Provider>, ToolsFileError> {
+        Ok(Self::parse_all(text, path, base_dir, kinds)?.0)
     }
 
     fn parse_all(
         text: &str,
         path: &Path,
         base_dir: &Path,
+        kinds: &[&dyn ProviderKind],
     ) -> Result<(Vec<Provider>, Vec<DeclaredCommand>), ToolsFileError> {
         let invalid = |at: String, message: String| ToolsFileError::Invalid {
             path: path.to_path_buf(),
@@ -246,11 +290,37 @@ impl ToolsFile {
         for (pname, pdef) in file.providers.0 {
             let at = format!("providers.{pname}");
             check_provider_name(&pname).map_err(|reason| invalid(at.clone(), reason))?;
+            let ProviderDef {
+                description,
+                tools,
+                other,
+            } = pdef;
+            let Some(tools) = tools else {
+                let mut provider = kind_provider(&pname, other, kinds, path, base_dir)?;
+                if let Some(d) = description {
+                    provider = provider.description(d);
+                }
+                providers.push(provider);
+                continue;
+            };
+            if let Some((field, value)) = other.into_iter().next() {
+                let expected = ["description", "tools"];
+                let message = match kinds.iter().find(|k| k.fields().contains(&field.as_str())) {
+                    Some(kind) => format!(
+                        "`{field}` is a field of `{}` providers, and this provider has `tools`; \
+                         a provider has either `tools` or `{}`",
+                        kind.marker(),
+                        kind.marker()
+                    ),
+                    None => yaml::unknown_field_message(&field, &expected),
+                };
+                return Err(syntax_at(path, &format!("{at}: {message}"), &value));
+            }
             let mut provider = Provider::new(pname.clone());
-            if let Some(d) = pdef.description {
+            if let Some(d) = description {
                 provider = provider.description(d);
             }
-            for (tname, tdef) in pdef.tools.0 {
+            for (tname, tdef) in tools.0 {
                 let at = format!("{at}.tools.{tname}");
                 let command_text = &tdef.command.value;
                 if command_text.trim().is_empty() {
@@ -336,6 +406,173 @@ impl ToolsFile {
     }
 }
 
+/// The kinds [`ToolsFile::register_kind`] registered.
+static KINDS: std::sync::RwLock<Vec<&'static dyn ProviderKind>> =
+    std::sync::RwLock::new(Vec::new());
+
+fn registered() -> Vec<&'static dyn ProviderKind> {
+    KINDS.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// The fields every kind of provider shares, read by the host: the policy's requirements,
+/// applied to each of the provider's tools.
+const SHARED_FIELDS: [&str; 4] = [
+    "description",
+    "permissions",
+    "rate_limit",
+    "requires_approval",
+];
+
+/// Provider `name` of a [`ProviderKind`], told by its marker among `fields`.
+fn kind_provider(
+    name: &str,
+    fields: Vec<(String, Spanned<Value>)>,
+    kinds: &[&dyn ProviderKind],
+    path: &Path,
+    base_dir: &Path,
+) -> Result<Provider, ToolsFileError> {
+    let at = format!("providers.{name}");
+    let Some(kind) = kinds
+        .iter()
+        .find(|k| fields.iter().any(|(f, _)| f == k.marker()))
+    else {
+        let mut markers = vec!["`tools` (commands)".to_string()];
+        markers.extend(kinds.iter().map(|k| format!("`{}`", k.marker())));
+        if let Some((field, value)) = fields.iter().find(|(f, _)| f == "openapi") {
+            return Err(syntax_at(
+                path,
+                &format!(
+                    "{at}.{field}: OpenAPI providers are built by execbox-openapi, which this \
+                     program does not include; run it with the execbox command, or give the \
+                     provider `tools`"
+                ),
+                value,
+            ));
+        }
+        let message = match fields.first() {
+            None => format!("expected {}", markers.join(" or ")),
+            Some((field, _)) => {
+                let mut expected = vec!["tools"];
+                expected.extend(SHARED_FIELDS);
+                expected.extend(kinds.iter().flat_map(|k| k.fields().iter().copied()));
+                format!(
+                    "{}; a provider needs {}",
+                    yaml::unknown_field_message(field, &expected),
+                    markers.join(" or ")
+                )
+            }
+        };
+        return Err(match fields.first() {
+            Some((_, value)) => syntax_at(path, &format!("{at}: {message}"), value),
+            None => ToolsFileError::Invalid {
+                path: path.to_path_buf(),
+                at,
+                message,
+            },
+        });
+    };
+    let mut own = serde_json::Map::new();
+    let mut shared = Vec::new();
+    for (field, value) in &fields {
+        if SHARED_FIELDS.contains(&field.as_str()) {
+            shared.push((field.as_str(), value));
+        } else if kind.fields().contains(&field.as_str()) {
+            own.insert(field.clone(), value.value.clone());
+        } else {
+            let mut expected = kind.fields().to_vec();
+            expected.extend(SHARED_FIELDS);
+            return Err(syntax_at(
+                path,
+                &format!("{at}: {}", yaml::unknown_field_message(field, &expected)),
+                value,
+            ));
+        }
+    }
+    let spanned = |field: &str| fields.iter().find(|(f, _)| f == field).map(|(_, v)| v);
+    let built = kind.build(name, Value::Object(own), base_dir);
+    let provider = built.map_err(|e| {
+        let top = e.at.split('.').next().unwrap_or_default();
+        let full = if e.at.is_empty() {
+            at.clone()
+        } else {
+            format!("{at}.{}", e.at)
+        };
+        let message = format!("{full}: {}", e.message);
+        match spanned(top).or_else(|| spanned(kind.marker())) {
+            Some(value) => syntax_at(path, &message, value),
+            None => ToolsFileError::Syntax {
+                path: path.to_path_buf(),
+                message,
+                line: None,
+                column: None,
+            },
+        }
+    })?;
+    let mut permissions = Vec::new();
+    let mut rate_limit = None;
+    let mut requires_approval = false;
+    for (field, value) in shared {
+        let bad = |message: String| syntax_at(path, &format!("{at}.{field}: {message}"), value);
+        match field {
+            "permissions" => {
+                permissions = serde_json::from_value::<Vec<String>>(value.value.clone())
+                    .map_err(|_| bad("expected a list of permissions".into()))?;
+                for permission in &permissions {
+                    check_permission(permission).map_err(bad)?;
+                }
+            }
+            "rate_limit" => {
+                let def =
+                    serde_json::from_value::<RateLimitDef>(value.value.clone()).map_err(|_| {
+                        bad("expected a mapping like `{ requests: 100, window: 1h }`".into())
+                    })?;
+                let window = parse_window(&def.window).map_err(bad)?;
+                rate_limit =
+                    Some(RateLimit::new(def.requests, window).map_err(|e| bad(e.to_string()))?);
+            }
+            "requires_approval" => {
+                requires_approval = value
+                    .value
+                    .as_bool()
+                    .ok_or_else(|| bad("expected true or false".into()))?;
+            }
+            _ => {}
+        }
+    }
+    if permissions.is_empty() && rate_limit.is_none() && !requires_approval {
+        return Ok(provider);
+    }
+    let mut with = Provider::new(provider.name().to_string());
+    if let Some(d) = provider.get_description() {
+        with = with.description(d.to_string());
+    }
+    for tool in provider.tools() {
+        let mut tool = tool.clone();
+        if !permissions.is_empty() {
+            tool = tool.permissions(permissions.clone());
+        }
+        if let Some(limit) = &rate_limit {
+            tool = tool.rate_limit(*limit);
+        }
+        if requires_approval {
+            tool = tool.requires_approval(true);
+        }
+        with = with.tool(tool);
+    }
+    Ok(with)
+}
+
+/// A [`ToolsFileError::Syntax`] at where `value` was written.
+fn syntax_at(path: &Path, message: &str, value: &Spanned<Value>) -> ToolsFileError {
+    let location = value.referenced;
+    ToolsFileError::Syntax {
+        path: path.to_path_buf(),
+        message: message.to_string(),
+        line: usize::try_from(location.line()).ok().filter(|l| *l > 0),
+        column: usize::try_from(location.column()).ok().filter(|c| *c > 0),
+    }
+}
+
 fn read_text(path: &Path) -> Result<String, ToolsFileError> {
     let read_error = |source| ToolsFileError::Read {
         path: path.to_path_buf(),
@@ -401,11 +638,49 @@ struct FileDef {
     providers: OrderedMap<ProviderDef>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a provider mapping with `tools`")]
+/// A provider as written: `description`, and either `tools` (commands) or the fields of a
+/// [`ProviderKind`], each kept as YAML read into JSON with where it was written, to be checked
+/// once the file is read (which fields belong to which kind is not known while reading).
 struct ProviderDef {
     description: Option<String>,
-    tools: OrderedMap<ToolDef>,
+    tools: Option<OrderedMap<ToolDef>>,
+    /// Every other field, in document order.
+    other: Vec<(String, Spanned<Value>)>,
+}
+
+impl<'de> Deserialize<'de> for ProviderDef {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ProviderDef;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a provider mapping with `tools` or `openapi`")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut seen = HashSet::new();
+                let mut def = ProviderDef {
+                    description: None,
+                    tools: None,
+                    other: Vec::new(),
+                };
+                while let Some(key) = map.next_key::<Scalar>()? {
+                    if !seen.insert(key.0.clone()) {
+                        return Err(de::Error::custom(format!("duplicate key {:?}", key.0)));
+                    }
+                    match key.0.as_str() {
+                        "description" => def.description = Some(map.next_value()?),
+                        "tools" => def.tools = Some(map.next_value()?),
+                        _ => {
+                            let value = map.next_value::<Spanned<Value>>()?;
+                            def.other.push((key.0, value));
+                        }
+                    }
+                }
+                Ok(def)
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
 }
 
 #[derive(Deserialize)]

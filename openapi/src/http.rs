@@ -109,7 +109,7 @@ pub async fn read_bounded(
 }
 
 /// Whether a host is this machine (plain http is accepted for credentials there only).
-fn is_loopback(url: &Url) -> bool {
+pub(crate) fn is_loopback(url: &Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };

@@ -23,7 +23,9 @@
 //! - `operations.rs`: operations read into tools (names, the input object, the collision rule,
 //!   include/exclude);
 //! - `auth.rs`: credentials applied per request, OAuth2 tokens cached, the [`Redactor`];
-//! - `call.rs`: one call: URL, query styles, body, limits, redirects, answers and errors.
+//! - `call.rs`: one call: URL, query styles, body, limits, redirects, answers and errors;
+//! - `fetch.rs`: documents given by URL, fetched once within bounds;
+//! - `kind.rs`: [`OpenApiKind`], the tools file's `openapi:` providers.
 //!
 //! The guide, with the naming and collision rules and what is not supported yet, is
 //! docs/openapi.md.
@@ -33,7 +35,9 @@ mod call;
 mod config;
 mod document;
 mod error;
+mod fetch;
 mod http;
+mod kind;
 mod operations;
 mod schema;
 
@@ -53,6 +57,7 @@ pub use config::{
 };
 pub use document::{Document, MAX_DOCUMENT_BYTES};
 pub use error::OpenApiError;
+pub use kind::{config_from_json, OpenApiKind, FIELDS};
 pub use http::{MAX_REDIRECTS, QUOTED_BODY_BYTES};
 pub use operations::Skipped;
 pub use schema::{MAX_DEPTH, MAX_RECURSION, MAX_REF_NESTING, MAX_SCHEMA_NODES};
@@ -70,16 +75,11 @@ impl OpenApiProvider {
     pub fn load(name: &str, config: &OpenApiConfig, base_dir: &Path) -> Result<Self, OpenApiError> {
         config.check()?;
         let source = config.openapi.as_str();
-        if source.starts_with("https://") || source.starts_with("http://") {
-            return Err(OpenApiError::config(
-                "openapi",
-                format!(
-                    "{source:?}: loading a document from a URL is not supported yet; download it \
-                     and give its path"
-                ),
-            ));
-        }
-        let document = Document::from_path(&base_dir.join(source))?;
+        let document = if fetch::is_url(source) {
+            fetch::fetch_document(source, Duration::from_millis(config.timeout_ms))?
+        } else {
+            Document::from_path(&base_dir.join(source))?
+        };
         Self::from_document(name, &document, config, base_dir)
     }
 

@@ -1,0 +1,128 @@
+//! The tools file's `openapi:` providers: [`OpenApiKind`], the host's [`ProviderKind`] that
+//! reads the provider's fields into an [`OpenApiConfig`] and builds it.
+
+use std::path::Path;
+
+use execbox_host::{yaml, KindError, Provider, ProviderKind};
+use serde_json::Value;
+
+use crate::config::OpenApiConfig;
+use crate::error::OpenApiError;
+use crate::OpenApiProvider;
+
+/// Every field of an `openapi:` provider in a tools file.
+pub const FIELDS: &[&str] = &[
+    "openapi",
+    "base_url",
+    "auth",
+    "operations",
+    "headers",
+    "timeout_ms",
+    "max_response_bytes",
+];
+
+/// Reads `openapi:` providers of a tools file: give it to
+/// [`ToolsFile::load_with`](execbox_host::ToolsFile::load_with).
+///
+/// Operations left out of a provider (an unsupported body, a broken `$ref`) are reported on
+/// stderr through `tracing`, each with why.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenApiKind;
+
+impl ProviderKind for OpenApiKind {
+    fn marker(&self) -> &'static str {
+        "openapi"
+    }
+
+    fn fields(&self) -> &'static [&'static str] {
+        FIELDS
+    }
+
+    fn build(&self, name: &str, fields: Value, base_dir: &Path) -> Result<Provider, KindError> {
+        let config = config_from_json(fields)?;
+        let built = OpenApiProvider::load(name, &config, base_dir).map_err(kind_error)?;
+        for skipped in built.skipped() {
+            tracing::warn!(
+                provider = name,
+                "left out {}: {}",
+                skipped.operation,
+                skipped.reason
+            );
+        }
+        Ok(built.into_provider())
+    }
+}
+
+/// An [`OpenApiConfig`] from JSON shaped as the tools file writes it (what the SDKs give
+/// too); an error names the field's path (`auth.bearer`) and what was expected.
+pub fn config_from_json(fields: Value) -> Result<OpenApiConfig, KindError> {
+    serde_path_to_error::deserialize::<_, OpenApiConfig>(fields).map_err(|e| {
+        let at = e.path().to_string();
+        let at = if at == "." { String::new() } else { at };
+        KindError::new(at, plain(&e.into_inner().to_string()))
+    })
+}
+
+/// An [`OpenApiError`] as the field it names and the message.
+pub fn kind_error(e: OpenApiError) -> KindError {
+    match e {
+        OpenApiError::Config { field, message } => KindError::new(field, message),
+        other => KindError::new("openapi", other.to_string()),
+    }
+}
+
+/// serde's message, in the tools file's words: an unknown field or kind gets a "did you
+/// mean", and no Rust type is named.
+fn plain(message: &str) -> String {
+    for (prefix, what) in [("unknown field `", "field"), ("unknown variant `", "kind")] {
+        let Some(rest) = message.strip_prefix(prefix) else {
+            continue;
+        };
+        let Some((given, rest)) = rest.split_once('`') else {
+            break;
+        };
+        let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+        let message = yaml::unknown_field_message(given, &expected);
+        return message.replacen("unknown field", &format!("unknown {what}"), 1);
+    }
+    message
+        .replace("expected u64", "expected a whole number")
+        .replace("expected u16", "expected a whole number")
+        .replace("expected a map", "expected a mapping")
+        .replace("expected a sequence", "expected a list")
+        .replace("variant", "kind")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn error(fields: Value) -> KindError {
+        config_from_json(fields).unwrap_err()
+    }
+
+    #[test]
+    fn config_errors_name_the_field_and_suggest_the_spelling() {
+        let e = error(json!({"openapi": "a.json", "auth": {"baerer": {"env": "T"}}}));
+        assert_eq!(e.at, "auth");
+        assert!(
+            e.message
+                .starts_with("unknown kind `baerer`; did you mean `bearer`?"),
+            "{}",
+            e.message
+        );
+        let e = error(json!({"openapi": "a.json", "auth": {"bearer": {"envv": "T"}}}));
+        assert_eq!(e.at, "auth.bearer");
+        assert!(e.message.contains("did you mean `env`?"), "{}", e.message);
+        let e = error(json!({"openapi": "a.json", "timeout_ms": "fast"}));
+        assert_eq!(e.at, "timeout_ms");
+        assert_eq!(
+            e.message,
+            "invalid type: string \"fast\", expected a whole number"
+        );
+        let e = error(json!({"base_url": "https://x"}));
+        assert_eq!(e.at, "");
+        assert_eq!(e.message, "missing field `openapi`");
+    }
+}
