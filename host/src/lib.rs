@@ -103,7 +103,7 @@ pub use requirements::{
 };
 pub use runner_process::{ProcessExecutor, RunnerCommand, RunnerNotFound};
 pub use schema::Schema;
-pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler};
+pub use tool::{BoxFuture, Provider, Tool, ToolContext, ToolError, ToolHandler, ToolSchema};
 pub use tools_file::{
     check_command, resolve_command, ToolsFile, ToolsFileError, TOOLS_FILE_VERSION,
 };

@@ -1,7 +1,8 @@
 //! JSON Schema compilation and validation with error messages that say where, what was expected
 //! and what was there, and depth-bounded JSON parsing for values that cross the boundary.
 //!
-//! Schemas are compiled once, when a [`ToolSet`](crate::ToolSet) is built. Remote and file
+//! A tool's schemas are compiled once: when a [`ToolSet`](crate::ToolSet) is built, or at the
+//! tool's first call for a deferred [`ToolSchema`](crate::ToolSchema). Remote and file
 //! `$ref`s are never fetched (the `jsonschema` crate is built without its resolvers), so a
 //! schema that needs one fails to compile. Formats are annotations only (the 2020-12 default).
 //!
@@ -10,14 +11,16 @@
 //! a deep value nor a recursive schema can exhaust the stack of an async worker thread.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use crate::json::{truncate, value_depth, with_deep_stack, SHALLOW_DEPTH};
 use serde_json::Value;
 
-/// A compiled schema, and its source (to name what a failing keyword expected).
+/// A compiled schema, and its source (to name what a failing keyword expected), shared with
+/// the tool that holds it.
 pub struct Schema {
     validator: jsonschema::Validator,
-    source: Value,
+    source: Arc<Value>,
 }
 
 impl std::fmt::Debug for Schema {
@@ -45,11 +48,16 @@ impl Schema {
     /// Compiles `schema` (any draft the `jsonschema` crate knows; `$schema` picks it,
     /// 2020-12 otherwise). `Err` holds why the schema is unusable, for humans.
     pub fn compile(schema: &Value) -> Result<Schema, String> {
-        if let Err(e) = execbox_protocol::check_transport_safe(schema) {
+        Self::compile_shared(Arc::new(schema.clone()))
+    }
+
+    /// [`Schema::compile`], keeping `schema` itself (not a copy) as the source.
+    pub(crate) fn compile_shared(schema: Arc<Value>) -> Result<Schema, String> {
+        if let Err(e) = execbox_protocol::check_transport_safe(&schema) {
             return Err(format!("schema {e}"));
         }
-        let build = || jsonschema::options().build(schema);
-        let validator = if value_depth(schema) > SHALLOW_DEPTH {
+        let build = || jsonschema::options().build(&schema);
+        let validator = if value_depth(&schema) > SHALLOW_DEPTH {
             with_deep_stack(build)
         } else {
             build()
@@ -57,7 +65,7 @@ impl Schema {
         match validator {
             Ok(validator) => Ok(Schema {
                 validator,
-                source: schema.clone(),
+                source: schema,
             }),
             Err(e) => {
                 let path = e.instance_path().as_str();
@@ -71,6 +79,12 @@ impl Schema {
                 }
             }
         }
+    }
+
+    /// The schema compiled, shared with the tool that holds it.
+    #[cfg(test)]
+    pub(crate) fn source(&self) -> &Arc<Value> {
+        &self.source
     }
 
     /// Validates `instance`; `root` (`"input"` or `"output"`) names the instance in paths.

@@ -28,13 +28,16 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use execbox_protocol::{ErrorBody, ErrorCode};
+use execbox_protocol::{ErrorBody, ErrorCode, RawValue, MAX_NESTING_DEPTH};
+use serde::Deserialize as _;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::json::{json_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH};
 use crate::requirements::{RateLimit, ToolRequirements};
+use crate::schema::Schema;
 
 /// A boxed, sendable future: what a [`ToolHandler`] returns.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -194,16 +197,143 @@ where
     }
 }
 
+/// A tool's JSON Schema, shared: cloning a [`Tool`], its [`Provider`] or a
+/// [`ToolSet`](crate::ToolSet) built from them never copies it, and it is compiled at most
+/// once, however many tool sets (and views of them) hold it.
+///
+/// **When it is compiled** (and a schema that does not compile is found):
+/// - made from a [`Value`] (`Tool::input_schema(json!(...))`, [`ToolSchema::new`]): when a
+///   `ToolSet` is built, which refuses the set with
+///   [`ToolSetError::InvalidSchema`](crate::ToolSetError::InvalidSchema), as for every tool
+///   written by hand, in a tools file or typed;
+/// - made from JSON text with [`ToolSchema::deferred`] (what a provider of generated tools,
+///   such as an OpenAPI provider's thousand operations, makes): kept as that text, parsed
+///   into a `Value` when first read ([`ToolSchema::value`], the TypeScript declaration) and
+///   compiled at the tool's first call; a schema that does not compile then fails that
+///   tool's calls with the `InvalidSchema` message, and
+///   [`ToolSet::check_schemas`](crate::ToolSet::check_schemas) compiles them all at once
+///   (`execbox check`).
+#[derive(Clone)]
+pub struct ToolSchema(Arc<SchemaCell>);
+
+struct SchemaCell {
+    /// The JSON text of a deferred schema.
+    text: Option<Box<RawValue>>,
+    value: OnceLock<Arc<Value>>,
+    compiled: OnceLock<Result<Schema, String>>,
+}
+
+impl ToolSchema {
+    /// A schema compiled when a [`ToolSet`](crate::ToolSet) is built.
+    pub fn new(schema: Value) -> ToolSchema {
+        let value = OnceLock::new();
+        let _ = value.set(Arc::new(schema));
+        ToolSchema(Arc::new(SchemaCell {
+            text: None,
+            value,
+            compiled: OnceLock::new(),
+        }))
+    }
+
+    /// A schema kept as its JSON `text` (a few bytes per byte of text, where a parsed
+    /// `Value` takes ten): parsed when first read and compiled at the tool's first call.
+    /// `Err` when `text` is not JSON or nests deeper than
+    /// [`MAX_NESTING_DEPTH`](execbox_protocol::MAX_NESTING_DEPTH).
+    pub fn deferred(text: impl Into<String>) -> Result<ToolSchema, ParseJsonError> {
+        let text = text.into();
+        if json_depth(&text) > MAX_NESTING_DEPTH {
+            return Err(ParseJsonError::TooDeep);
+        }
+        let text = RawValue::from_string(text).map_err(ParseJsonError::Syntax)?;
+        Ok(ToolSchema(Arc::new(SchemaCell {
+            text: Some(text),
+            value: OnceLock::new(),
+            compiled: OnceLock::new(),
+        })))
+    }
+
+    /// The schema, parsed from its text on the first call if it is deferred.
+    pub fn value(&self) -> &Value {
+        self.shared_value()
+    }
+
+    fn shared_value(&self) -> &Arc<Value> {
+        self.0.value.get_or_init(|| {
+            let text = self.0.text.as_deref().map(RawValue::get).unwrap_or("{}");
+            let parse = || -> Value {
+                let mut de = serde_json::Deserializer::from_str(text);
+                de.disable_recursion_limit();
+                // Checked when made: JSON, and no deeper than the protocol allows.
+                Value::deserialize(&mut de).unwrap_or_default()
+            };
+            Arc::new(if json_depth(text) > SHALLOW_DEPTH {
+                with_deep_stack(parse)
+            } else {
+                parse()
+            })
+        })
+    }
+
+    /// Whether it was made with [`ToolSchema::deferred`] (compiled at the first call).
+    pub fn is_deferred(&self) -> bool {
+        self.0.text.is_some()
+    }
+
+    /// Whether it has been parsed into a `Value` (always, unless it is deferred).
+    pub fn is_parsed(&self) -> bool {
+        self.0.value.get().is_some()
+    }
+
+    /// Whether it has been compiled.
+    pub fn is_compiled(&self) -> bool {
+        self.0.compiled.get().is_some()
+    }
+
+    /// The compiled schema, compiling it on the first call; `Err` says why it does not
+    /// compile ([`Schema::compile`]).
+    pub(crate) fn compiled(&self) -> Result<&Schema, &str> {
+        self.0
+            .compiled
+            .get_or_init(|| Schema::compile_shared(self.shared_value().clone()))
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
+impl From<Value> for ToolSchema {
+    fn from(schema: Value) -> ToolSchema {
+        ToolSchema::new(schema)
+    }
+}
+
+impl Default for ToolSchema {
+    /// `{}`: any value.
+    fn default() -> ToolSchema {
+        ToolSchema::new(Value::Object(serde_json::Map::new()))
+    }
+}
+
+impl fmt::Debug for ToolSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0.value.get(), &self.0.text) {
+            (Some(value), _) => fmt::Debug::fmt(value, f),
+            (None, Some(text)) => f.write_str(text.get()),
+            (None, None) => f.write_str("{}"),
+        }
+    }
+}
+
 /// One tool: a name, optional description and schemas, and a handler.
 ///
 /// Without an input schema any input is accepted (and the TypeScript signature is
 /// `input?: unknown`); without an output schema any transport-safe output is accepted.
+/// Cheap to clone: the schemas ([`ToolSchema`]) and the handler are shared.
 #[derive(Clone)]
 pub struct Tool {
     name: String,
     description: Option<String>,
-    input_schema: Option<Value>,
-    output_schema: Option<Value>,
+    input_schema: Option<ToolSchema>,
+    output_schema: Option<ToolSchema>,
     requirements: ToolRequirements,
     handler: Arc<dyn ToolHandler>,
 }
@@ -242,15 +372,17 @@ impl Tool {
         self
     }
 
-    /// Sets the JSON Schema every input must match before the handler runs.
-    pub fn input_schema(mut self, schema: Value) -> Self {
-        self.input_schema = Some(schema);
+    /// Sets the JSON Schema every input must match before the handler runs: a [`Value`]
+    /// (compiled when a [`ToolSet`](crate::ToolSet) is built) or a [`ToolSchema`].
+    pub fn input_schema(mut self, schema: impl Into<ToolSchema>) -> Self {
+        self.input_schema = Some(schema.into());
         self
     }
 
-    /// Sets the JSON Schema every output must match before it reaches the guest.
-    pub fn output_schema(mut self, schema: Value) -> Self {
-        self.output_schema = Some(schema);
+    /// Sets the JSON Schema every output must match before it reaches the guest: a
+    /// [`Value`] or a [`ToolSchema`].
+    pub fn output_schema(mut self, schema: impl Into<ToolSchema>) -> Self {
+        self.output_schema = Some(schema.into());
         self
     }
 
@@ -289,13 +421,23 @@ impl Tool {
         self.description.as_deref()
     }
 
-    /// The input schema, if any.
+    /// The input schema, if any (parsed now if it is deferred).
     pub fn get_input_schema(&self) -> Option<&Value> {
+        self.input_schema.as_ref().map(ToolSchema::value)
+    }
+
+    /// The output schema, if any (parsed now if it is deferred).
+    pub fn get_output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_ref().map(ToolSchema::value)
+    }
+
+    /// The input schema as it is kept, shared, if any.
+    pub fn input_tool_schema(&self) -> Option<&ToolSchema> {
         self.input_schema.as_ref()
     }
 
-    /// The output schema, if any.
-    pub fn get_output_schema(&self) -> Option<&Value> {
+    /// The output schema as it is kept, shared, if any.
+    pub fn output_tool_schema(&self) -> Option<&ToolSchema> {
         self.output_schema.as_ref()
     }
 

@@ -1,7 +1,11 @@
 //! Providers resolved for execution, and the dispatch of one `tool_call` to one `tool_result`.
 //!
-//! [`ToolSet::new`] does all the work that can fail up front: it checks provider names,
-//! sanitises tool names, compiles schemas and builds the manifests and TypeScript once.
+//! [`ToolSet::new`] does the work that can fail up front: it checks provider names,
+//! sanitises tool names, compiles schemas and builds the manifests once. A deferred schema
+//! ([`ToolSchema::deferred`], what an OpenAPI provider's operations have) is compiled at the
+//! tool's first call instead, and a provider with one is declared (its TypeScript) only when
+//! [`ToolSet::declarations`] is first asked for, so that a provider of a thousand generated
+//! tools costs little until used; [`ToolSet::check_schemas`] compiles them all at once.
 //! Afterwards [`ToolSet::dispatch`] cannot fail in any way other than producing a failing
 //! `tool_result`.
 //!
@@ -35,7 +39,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use execbox_protocol::{
@@ -54,7 +58,7 @@ use crate::json::{
 use crate::ledger::{Answer, Recorder, Step};
 use crate::names::{assign_safe_names, check_provider_name};
 use crate::schema::Schema;
-use crate::tool::{Provider, Tool, ToolContext, ToolError};
+use crate::tool::{Provider, Tool, ToolContext, ToolError, ToolSchema};
 use crate::trace;
 
 /// Why a set of providers cannot be used.
@@ -112,24 +116,24 @@ struct Inner {
     /// Views already built, by which tools they keep (in provider, then tool order).
     views: std::sync::Mutex<HashMap<Vec<bool>, ToolSet>>,
     manifests: Vec<ProviderManifest>,
-    declarations: String,
-    /// The declarations with each tool's error codes, for prompts.
-    prompt_declarations: String,
+    /// Built when first asked for (see [`ToolSet::declarations`]).
+    declarations: OnceLock<String>,
+    /// The declarations with each tool's error codes, for prompts; built when first asked for.
+    prompt_declarations: OnceLock<String>,
     /// provider name → safe tool name → tool.
     lookup: HashMap<String, HashMap<String, Arc<ResolvedTool>>>,
     /// provider name → (safe, original) in declaration order.
     names: HashMap<String, Vec<(String, String)>>,
     /// How the embedding attaches a policy, for the refusal of a guarded tool's call in an
     /// execution without one (see [`ToolSet::with_policy_hint`]).
-    policy_hint: std::sync::OnceLock<String>,
+    policy_hint: OnceLock<String>,
 }
 
 struct ResolvedTool {
     provider: String,
     safe_name: String,
+    /// The tool as given, sharing its schemas and handler.
     tool: Tool,
-    input: Option<Schema>,
-    output: Option<Schema>,
 }
 
 impl ResolvedTool {
@@ -137,6 +141,74 @@ impl ResolvedTool {
     fn label(&self) -> String {
         format!("{}.{}", self.provider, self.safe_name)
     }
+
+    /// The compiled input or output schema, if the tool has one, compiled now if it was
+    /// deferred; `Err` (a `tool_error` with [`ToolSetError::InvalidSchema`]'s message) when
+    /// it does not compile.
+    fn schema(&self, which: &'static str) -> Result<Option<&Schema>, ToolError> {
+        let schema = match which {
+            "input" => self.tool.input_tool_schema(),
+            _ => self.tool.output_tool_schema(),
+        };
+        let Some(schema) = schema else {
+            return Ok(None);
+        };
+        schema.compiled().map(Some).map_err(|message| {
+            ToolError::tool(invalid_schema(&self.provider, &self.tool, which, message).to_string())
+        })
+    }
+}
+
+/// [`ToolSetError::InvalidSchema`] for `tool`'s `which` schema.
+fn invalid_schema(provider: &str, tool: &Tool, which: &'static str, message: &str) -> ToolSetError {
+    ToolSetError::InvalidSchema {
+        provider: provider.to_string(),
+        tool: tool.name().to_string(),
+        which,
+        message: message.to_string(),
+    }
+}
+
+/// Whether a tool of `provider` has a deferred schema ([`ToolSchema::deferred`]).
+fn has_deferred_schemas(provider: &Provider) -> bool {
+    provider.tools().iter().any(|tool| {
+        [tool.input_tool_schema(), tool.output_tool_schema()]
+            .into_iter()
+            .flatten()
+            .any(ToolSchema::is_deferred)
+    })
+}
+
+/// `provider`'s TypeScript declaration, its tools named `safe_names`; with `@throws` lines
+/// when `with_errors`.
+fn declare(provider: &Provider, safe_names: &[String], with_errors: bool) -> String {
+    let tools = provider.tools();
+    let errors: Vec<Vec<(&str, String)>> = if with_errors {
+        tools.iter().map(error_codes).collect()
+    } else {
+        vec![Vec::new(); tools.len()]
+    };
+    let remarks: Vec<Vec<String>> = tools
+        .iter()
+        .map(|tool| requirement_remarks(tool.requirements()))
+        .collect();
+    let decls: Vec<ToolDeclaration<'_>> = tools
+        .iter()
+        .zip(safe_names)
+        .zip(&errors)
+        .zip(&remarks)
+        .map(|(((tool, safe), errors), remarks)| ToolDeclaration {
+            safe_name: safe,
+            description: tool.get_description(),
+            input_schema: tool.get_input_schema(),
+            output_schema: tool.get_output_schema(),
+            errors,
+            remarks,
+            result_type: None,
+            observed: None,
+        })
+        .collect();
+    provider_declaration(provider.name(), provider.get_description(), &decls)
 }
 
 impl std::fmt::Debug for ToolSet {
@@ -174,13 +246,10 @@ impl ToolSet {
         restricted: bool,
         pinned: Option<&HashMap<String, Vec<(String, String)>>>,
     ) -> Result<ToolSet, ToolSetError> {
-        let given = providers.clone();
         let mut manifests = Vec::with_capacity(providers.len());
-        let mut declarations = Vec::with_capacity(providers.len());
-        let mut prompt_declarations = Vec::with_capacity(providers.len());
         let mut lookup = HashMap::new();
         let mut names = HashMap::new();
-        for provider in providers {
+        for provider in &providers {
             let pname = provider.name().to_string();
             check_provider_name(&pname).map_err(|reason| ToolSetError::InvalidProviderName {
                 name: pname.clone(),
@@ -214,29 +283,18 @@ impl ToolSet {
                 pinned_names.unwrap_or_else(|| assign_safe_names(tools.iter().map(Tool::name)));
             let mut by_safe = HashMap::with_capacity(tools.len());
             let mut tool_manifests = Vec::with_capacity(tools.len());
-            let mut decls = Vec::with_capacity(tools.len());
-            let errors: Vec<Vec<(&str, String)>> = tools.iter().map(error_codes).collect();
-            let remarks: Vec<Vec<String>> = tools
-                .iter()
-                .map(|tool| requirement_remarks(tool.requirements()))
-                .collect();
-            for (((tool, safe), errors), remarks) in
-                tools.iter().zip(&safe_names).zip(&errors).zip(&remarks)
-            {
-                let compile = |schema: Option<&Value>, which: &'static str| {
-                    schema
-                        .map(|s| {
-                            Schema::compile(s).map_err(|message| ToolSetError::InvalidSchema {
-                                provider: pname.clone(),
-                                tool: tool.name().to_string(),
-                                which,
-                                message,
-                            })
-                        })
-                        .transpose()
-                };
-                let input = compile(tool.get_input_schema(), "input")?;
-                let output = compile(tool.get_output_schema(), "output")?;
+            for (tool, safe) in tools.iter().zip(&safe_names) {
+                // A schema given as a `Value` is compiled now; a deferred one at the first call.
+                for (schema, which) in [
+                    (tool.input_tool_schema(), "input"),
+                    (tool.output_tool_schema(), "output"),
+                ] {
+                    if let Some(schema) = schema.filter(|s| !s.is_deferred()) {
+                        schema
+                            .compiled()
+                            .map_err(|message| invalid_schema(&pname, tool, which, message))?;
+                    }
+                }
                 tool_manifests.push(ToolManifest {
                     key: tool.name().to_string(),
                     safe_name: safe.clone(),
@@ -244,41 +302,23 @@ impl ToolSet {
                     description: tool.get_description().map(str::to_string),
                     extra: Map::new(),
                 });
-                decls.push(ToolDeclaration {
-                    safe_name: safe,
-                    description: tool.get_description(),
-                    input_schema: tool.get_input_schema(),
-                    output_schema: tool.get_output_schema(),
-                    errors,
-                    remarks,
-                    result_type: None,
-                    observed: None,
-                });
                 by_safe.insert(
                     safe.clone(),
                     Arc::new(ResolvedTool {
                         provider: pname.clone(),
                         safe_name: safe.clone(),
                         tool: tool.clone(),
-                        input,
-                        output,
                     }),
                 );
             }
-            prompt_declarations.push(provider_declaration(
-                &pname,
-                provider.get_description(),
-                &decls,
-            ));
-            for decl in &mut decls {
-                decl.errors = &[];
-            }
-            let types = provider_declaration(&pname, provider.get_description(), &decls);
-            declarations.push(types.clone());
+            // A provider with deferred schemas is declared when its declaration is asked for,
+            // not in every `execute` (the runner does not read it).
+            let types =
+                (!has_deferred_schemas(provider)).then(|| declare(provider, &safe_names, false));
             manifests.push(ProviderManifest {
                 name: pname.clone(),
                 tools: tool_manifests,
-                types: Some(types),
+                types,
                 unavailable: why_unavailable(&unavailable, &pname),
             });
             names.insert(
@@ -298,30 +338,76 @@ impl ToolSet {
                 name: name.clone(),
                 reason,
             })?;
-            let types = provider_declaration(name, Some(&format!("unavailable: {why}")), &[]);
-            declarations.push(types.clone());
-            prompt_declarations.push(types.clone());
             manifests.push(ProviderManifest {
                 name: name.clone(),
                 tools: Vec::new(),
-                types: Some(types),
+                types: Some(provider_declaration(
+                    name,
+                    Some(&format!("unavailable: {why}")),
+                    &[],
+                )),
                 unavailable: Some(why.clone()),
             });
             names.insert(name.clone(), Vec::new());
             lookup.insert(name.clone(), HashMap::new());
         }
         Ok(ToolSet(Arc::new(Inner {
-            providers: given,
+            providers,
             unavailable,
             restricted,
             views: std::sync::Mutex::new(HashMap::new()),
             manifests,
-            declarations: declarations.join("\n\n"),
-            prompt_declarations: prompt_declarations.join("\n\n"),
+            declarations: OnceLock::new(),
+            prompt_declarations: OnceLock::new(),
             lookup,
             names,
-            policy_hint: std::sync::OnceLock::new(),
+            policy_hint: OnceLock::new(),
         })))
+    }
+
+    /// Every provider's declaration, in manifest order, with or without each tool's error
+    /// codes.
+    fn declare_all(&self, with_errors: bool) -> String {
+        let blocks: Vec<String> = self
+            .0
+            .manifests
+            .iter()
+            .map(|manifest| {
+                let provider = self.0.providers.iter().find(|p| p.name() == manifest.name);
+                match (provider, &manifest.types) {
+                    (Some(provider), types) if with_errors || types.is_none() => {
+                        let safe: Vec<String> = self.0.names[&manifest.name]
+                            .iter()
+                            .map(|(safe, _)| safe.clone())
+                            .collect();
+                        declare(provider, &safe, with_errors)
+                    }
+                    (_, types) => types.clone().unwrap_or_default(),
+                }
+            })
+            .collect();
+        blocks.join("\n\n")
+    }
+
+    /// Compiles every schema not compiled yet (the deferred ones, see [`ToolSchema`]), so
+    /// that one that does not compile is found now rather than at a call: what `execbox
+    /// check` does. `Err` names the first that does not compile.
+    pub fn check_schemas(&self) -> Result<(), ToolSetError> {
+        for provider in &self.0.providers {
+            for tool in provider.tools() {
+                for (schema, which) in [
+                    (tool.input_tool_schema(), "input"),
+                    (tool.output_tool_schema(), "output"),
+                ] {
+                    if let Some(schema) = schema {
+                        schema.compiled().map_err(|message| {
+                            invalid_schema(provider.name(), tool, which, message)
+                        })?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Says how this embedding gives an execution a policy (`"give run() a policy=Policy(...)"`):
@@ -409,21 +495,30 @@ impl ToolSet {
 
     /// The manifests to send in `execute.providers`, in provider order. Tools are keyed by
     /// their original name and carry `safeName`, `originalName` and `description`; `types`
-    /// is the provider's TypeScript declaration.
+    /// is the provider's TypeScript declaration, except for a provider with deferred schemas
+    /// ([`ToolSchema::deferred`]), whose declaration (megabytes for a large OpenAPI document,
+    /// which the runner does not read) is left out: [`ToolSet::declarations`] has it.
     pub fn manifests(&self) -> &[ProviderManifest] {
         &self.0.manifests
     }
 
     /// Every provider's declaration, joined by a blank line; empty without providers.
+    /// Built on the first call (it reads every tool's schemas, parsing deferred ones) and kept.
     pub fn declarations(&self) -> String {
-        self.0.declarations.clone()
+        self.0
+            .declarations
+            .get_or_init(|| self.declare_all(false))
+            .clone()
     }
 
     /// Like [`ToolSet::declarations`], with `@throws` lines in each tool's JSDoc: the error
     /// codes a call of it may reject with (`validation_error` when it has schemas,
     /// `tool_error`, `timeout` when its handler has a time limit), for prompts.
     pub fn prompt_declarations(&self) -> String {
-        self.0.prompt_declarations.clone()
+        self.0
+            .prompt_declarations
+            .get_or_init(|| self.declare_all(true))
+            .clone()
     }
 
     /// `(safe, original)` names of a provider's tools in declaration order; `None` for an
@@ -636,7 +731,11 @@ impl ToolSet {
         };
         // Nobody is asked to approve a call its schema refuses anyway.
         if requirements.requires_approval {
-            if let Some(schema) = &tool.input {
+            let schema = match tool.schema("input") {
+                Ok(schema) => schema,
+                Err(error) => return Ok(Err(error)),
+            };
+            if let Some(schema) = schema {
                 if let Err(message) = validate(schema, &input, "input") {
                     return Ok(Err(ToolError::validation(message)));
                 }
@@ -684,7 +783,15 @@ impl ToolSet {
         tool: &Arc<ResolvedTool>,
         input: Value,
     ) -> Result<Box<RawValue>, ToolError> {
-        if let Some(schema) = &tool.input {
+        // Both schemas compile (a deferred one, now) before the handler may have effects.
+        let (input_schema, output_schema) = match (tool.schema("input"), tool.schema("output")) {
+            (Ok(input), Ok(output)) => (input, output),
+            (Err(error), _) | (_, Err(error)) => {
+                drop_value(input);
+                return Err(error);
+            }
+        };
+        if let Some(schema) = input_schema {
             if let Err(message) = validate(schema, &input, "input") {
                 drop_value(input);
                 let message = if call.input.is_none() {
@@ -722,7 +829,7 @@ impl ToolSet {
             )));
         }
         let deep = value_depth(&output) > SHALLOW_DEPTH;
-        if let Some(schema) = &tool.output {
+        if let Some(schema) = output_schema {
             if let Err(message) = validate(schema, &output, "output") {
                 drop_value(output);
                 return Err(ToolError::validation(format!(
@@ -931,5 +1038,110 @@ mod tests {
         let view = set.view(|_| false);
         let names: Vec<&str> = view.manifests().iter().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["gone"]);
+    }
+
+    fn call(provider: &str, tool: &str, input: Value) -> ToolCall {
+        ToolCall {
+            call_id: "c1".into(),
+            provider_name: provider.into(),
+            safe_tool_name: tool.into(),
+            input: Some(serde_json::value::to_raw_value(&input).unwrap()),
+        }
+    }
+
+    #[test]
+    fn schemas_are_shared_not_copied_by_tool_sets_views_and_validators() {
+        let tool = ping()
+            .input_schema(json!({"type": "object"}))
+            .output_schema(json!({"type": "string"}));
+        let set = ToolSet::new(vec![Provider::new("p")
+            .tool(tool.clone())
+            .tool(Tool::new("other", |_, _| async { Ok(json!(null)) }).permissions(["x"]))])
+        .unwrap();
+        let view = set.view(|t| t.name() == "ping");
+        for set in [&set, &view] {
+            let resolved = &set.0.lookup["p"]["ping"];
+            let given = tool.input_tool_schema().unwrap();
+            let held = resolved.tool.input_tool_schema().unwrap();
+            assert!(std::ptr::eq(given.value(), held.value()));
+            assert!(std::ptr::eq(
+                set.0.providers[0].tools()[0].get_input_schema().unwrap(),
+                given.value()
+            ));
+            // The validator keeps the tool's schema as its source, not a copy; compiled once.
+            let compiled = resolved.schema("input").unwrap().unwrap();
+            assert!(std::ptr::eq(compiled.source().as_ref(), given.value()));
+            assert!(std::ptr::eq(compiled, given.compiled().unwrap()));
+        }
+    }
+
+    #[tokio::test]
+    async fn deferred_schemas_compile_at_the_first_call() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let deferred = ToolSchema::deferred(schema.to_string()).unwrap();
+        let tool = ping().input_schema(deferred.clone());
+        let set = ToolSet::new(vec![Provider::new("p").tool(tool)]).unwrap();
+        assert!(deferred.is_deferred() && !deferred.is_parsed() && !deferred.is_compiled());
+        // Its provider is declared on demand, not in the manifests sent with every execute.
+        assert_eq!(set.manifests()[0].types, None);
+        assert!(!deferred.is_parsed());
+        let error = set
+            .dispatch(
+                &call("p", "ping", json!({"n": "one"})),
+                ToolContext::new("e"),
+            )
+            .await
+            .outcome
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::ValidationError);
+        assert!(deferred.is_compiled());
+        let ok = set
+            .dispatch(&call("p", "ping", json!({"n": 1})), ToolContext::new("e"))
+            .await;
+        assert!(ok.outcome.is_ok());
+        // The same schema as a `Value` declares the same TypeScript.
+        let eager = ToolSet::new(vec![Provider::new("p").tool(ping().input_schema(schema))]);
+        assert_eq!(set.declarations(), eager.unwrap().declarations());
+    }
+
+    #[tokio::test]
+    async fn a_deferred_schema_that_does_not_compile_fails_its_calls_and_the_check() {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = ran.clone();
+        let tool = Tool::new("bad", move |_, _| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            async { Ok(json!(null)) }
+        })
+        .output_schema(ToolSchema::deferred(r#"{"type": "strin"}"#).unwrap());
+        // Given as a `Value`, the set is refused at once, as always.
+        let eager = ToolSet::new(vec![
+            Provider::new("p").tool(ping().output_schema(json!({"type": "strin"})))
+        ]);
+        let refused = eager.unwrap_err().to_string();
+        assert!(
+            refused.starts_with("invalid output schema of tool p.ping: "),
+            "{refused}"
+        );
+        let set = ToolSet::new(vec![Provider::new("p").tool(tool)]).unwrap();
+        let error = set
+            .dispatch(&call("p", "bad", json!({})), ToolContext::new("e"))
+            .await
+            .outcome
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::ToolError);
+        assert!(
+            error
+                .message
+                .starts_with("invalid output schema of tool p.bad: "),
+            "{}",
+            error.message
+        );
+        // Its handler never ran: the schemas are checked before it may have effects.
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        let checked = set.check_schemas().unwrap_err().to_string();
+        assert!(
+            checked.starts_with("invalid output schema of tool p.bad: "),
+            "{checked}"
+        );
     }
 }
