@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 
+use execbox_host::ToolSchema;
 use serde_json::{json, Map, Value};
 
 use crate::config::Operations;
@@ -118,10 +119,10 @@ pub struct Operation {
     pub params: Vec<Param>,
     /// The request body, if the operation takes one.
     pub body: Option<Body>,
-    /// The tool's input schema.
-    pub input_schema: Value,
-    /// The first 2xx JSON response's schema.
-    pub output_schema: Option<Value>,
+    /// The tool's input schema, kept as JSON text ([`ToolSchema::deferred`]).
+    pub input_schema: ToolSchema,
+    /// The first 2xx JSON response's schema, kept as JSON text.
+    pub output_schema: Option<ToolSchema>,
 }
 
 /// An operation left out, and why (for `execbox check` and logs).
@@ -439,9 +440,16 @@ fn read_operation(
         description,
         params,
         body,
-        input_schema: Value::Object(input),
-        output_schema: output_schema(doc, op)?,
+        input_schema: deferred(Value::Object(input)),
+        output_schema: output_schema(doc, op)?.map(deferred),
     })
+}
+
+/// `schema` kept as its JSON text, parsed and compiled only when the tool is used: a tool's
+/// `Value` takes about ten times the memory of its text, and a large document has thousands.
+fn deferred(schema: Value) -> ToolSchema {
+    let text = serde_json::to_string(&schema).expect("a JSON value serialises");
+    ToolSchema::deferred(text).unwrap_or_else(|_| ToolSchema::new(schema))
 }
 
 /// The input property of each parameter, by the collision rule of the module docs.
@@ -576,9 +584,10 @@ mod tests {
             op.description.as_deref(),
             Some("Create an issue\n\nAny user with pull access can create an issue.")
         );
+        assert!(op.input_schema.is_deferred() && !op.input_schema.is_parsed());
         assert_eq!(
-            op.input_schema,
-            json!({
+            op.input_schema.value(),
+            &json!({
                 "type": "object",
                 "properties": {
                     "owner": {"type": "string"},
@@ -590,7 +599,7 @@ mod tests {
             })
         );
         assert_eq!(
-            op.output_schema.as_ref().unwrap()["required"],
+            op.output_schema.as_ref().unwrap().value()["required"],
             json!(["body"])
         );
     }
@@ -627,7 +636,7 @@ mod tests {
                 ("id_query", "id_query")
             ]
         );
-        let keys: Vec<&String> = op.input_schema["properties"]
+        let keys: Vec<&String> = op.input_schema.value()["properties"]
             .as_object()
             .unwrap()
             .keys()
