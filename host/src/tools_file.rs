@@ -943,6 +943,120 @@ providers:
         }
     }
 
+    /// A kind marked `fake:` whose tools are named by `tools_named` (a list of names); `fail`
+    /// makes it refuse at the given path.
+    struct FakeKind;
+
+    impl ProviderKind for FakeKind {
+        fn marker(&self) -> &'static str {
+            "fake"
+        }
+
+        fn fields(&self) -> &'static [&'static str] {
+            &["fake", "tools_named", "fail"]
+        }
+
+        fn build(
+            &self,
+            name: &str,
+            fields: Value,
+            base_dir: &Path,
+        ) -> Result<Provider, crate::KindError> {
+            if let Some(at) = fields.get("fail").and_then(Value::as_str) {
+                return Err(crate::KindError::new(at, "refused as asked"));
+            }
+            assert_eq!(base_dir, Path::new("/base"));
+            assert!(fields.get("description").is_none() && fields.get("permissions").is_none());
+            let mut provider = Provider::new(name).description("from the kind");
+            for tool in fields["tools_named"].as_array().into_iter().flatten() {
+                let tool = tool.as_str().unwrap().to_string();
+                provider = provider.tool(Tool::new(tool, |_, _| async { Ok(Value::Null) }));
+            }
+            Ok(provider)
+        }
+    }
+
+    fn parse_fake(text: &str) -> Result<Vec<Provider>, ToolsFileError> {
+        ToolsFile::parse_with(
+            text,
+            Path::new("tools.yaml"),
+            Path::new("/base"),
+            &[&FakeKind],
+        )
+    }
+
+    #[test]
+    fn a_kind_builds_its_providers_and_the_shared_fields_apply_to_every_tool() {
+        let providers = parse_fake(
+            "version: 1\nproviders:\n  f:\n    fake: yes\n    tools_named: [a, b]\n    \
+             permissions: [\"f:use\"]\n    rate_limit: { requests: 2, window: 1m }\n    \
+             requires_approval: true\n  plain:\n    tools: { x: { command: a } }\n",
+        )
+        .unwrap();
+        assert_eq!(providers.len(), 2);
+        let f = &providers[0];
+        assert_eq!(f.get_description(), Some("from the kind"));
+        assert_eq!(f.tools().len(), 2);
+        for tool in f.tools() {
+            let needs = tool.requirements();
+            assert_eq!(needs.permissions, ["f:use"]);
+            assert_eq!(needs.rate_limit.map(|l| l.requests()), Some(2));
+            assert!(needs.requires_approval);
+        }
+        let described =
+            parse_fake("version: 1\nproviders:\n  f:\n    description: ours\n    fake: 1\n")
+                .unwrap();
+        assert_eq!(described[0].get_description(), Some("ours"));
+    }
+
+    #[test]
+    fn kind_mistakes_name_the_place_and_the_field() {
+        let cases = [
+            (
+                "version: 1\nproviders:\n  f:\n    fake: 1\n    fail: fail.inner\n",
+                "tools.yaml:5:11: providers.f.fail.inner: refused as asked",
+            ),
+            (
+                // A path under no field written: the provider's marker.
+                "version: 1\nproviders:\n  f:\n    fake: 1\n    fail: deep.inner\n",
+                "tools.yaml:4:11: providers.f.deep.inner: refused as asked",
+            ),
+            (
+                "version: 1\nproviders:\n  f:\n    fake: 1\n    tols_named: []\n",
+                "tools.yaml:5:17: providers.f: unknown field `tols_named`; did you mean `tools_named`?",
+            ),
+            (
+                "version: 1\nproviders:\n  f:\n    tools: {}\n    fail: x\n",
+                "tools.yaml:5:11: providers.f: `fail` is a field of `fake` providers, and this \
+                 provider has `tools`; a provider has either `tools` or `fake`",
+            ),
+            (
+                "version: 1\nproviders:\n  f:\n    description: nothing else\n",
+                "tools.yaml: providers.f: expected `tools` (commands) or `fake`",
+            ),
+            (
+                "version: 1\nproviders:\n  f:\n    fake: 1\n    requires_approval: maybe\n",
+                "tools.yaml:5:24: providers.f.requires_approval: expected true or false",
+            ),
+            (
+                "version: 1\nproviders:\n  f:\n    fake: 1\n    permissions: [\"f:*\"]\n",
+                "providers.f.permissions: \"f:*\": a permission a tool requires cannot contain `*`",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parse_fake(text).unwrap_err().to_string();
+            assert!(got.contains(want), "{text:?}\n  got: {got}\n want: {want}");
+        }
+        // Without the kind, an OpenAPI provider says what would read it.
+        let got = parse("version: 1\nproviders:\n  g:\n    openapi: ./api.json\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            got.contains("tools.yaml:4:14: providers.g.openapi: OpenAPI providers are built by execbox-openapi"),
+            "{got}"
+        );
+    }
+
     #[test]
     fn commands_are_checked_as_they_would_run() {
         assert!(check_command(Path::new("/bin/sh"), None).is_ok());
