@@ -3,6 +3,8 @@
 
 mod support;
 
+#[path = "cli/openapi.rs"]
+mod openapi;
 #[path = "cli/otel.rs"]
 mod otel;
 #[path = "cli/unawaited.rs"]

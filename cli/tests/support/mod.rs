@@ -7,6 +7,7 @@
 
 pub mod capabilities;
 pub mod cli;
+pub mod openapi;
 pub mod otlp;
 pub mod process;
 pub mod runners;
