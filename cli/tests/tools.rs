@@ -132,6 +132,28 @@ async fn output_schema_failure_blames_the_tool_and_names_the_path() {
 }
 
 #[tokio::test]
+async fn an_output_schema_that_only_describes_is_not_enforced_but_still_typed() {
+    let tools = set(vec![Tool::new("loose", |_: Value, _| async {
+        Ok(json!({"x": "not a number"}))
+    })
+    .output_schema(number_schema())
+    .output_checked(false)]);
+    let answer = ok(tools.dispatch(&call("t", "loose", None), ctx()).await);
+    assert_eq!(answer, json!({"x": "not a number"}));
+    let types = tools.declarations();
+    assert!(types.contains("Promise<{"), "{types}");
+    assert!(types.contains("x: number;"), "{types}");
+    // Nor does the prompt say such an output could be refused.
+    assert!(
+        !tools
+            .prompt_declarations()
+            .contains("does not match its return type"),
+        "{}",
+        tools.prompt_declarations()
+    );
+}
+
+#[tokio::test]
 async fn unknown_provider_or_tool_is_a_tool_error_listing_what_exists() {
     let tools = set(vec![echo("e"), echo("f-g")]);
     assert_eq!(

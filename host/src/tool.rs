@@ -334,6 +334,8 @@ pub struct Tool {
     description: Option<String>,
     input_schema: Option<ToolSchema>,
     output_schema: Option<ToolSchema>,
+    /// Whether outputs are checked against `output_schema` (else it only gives the type).
+    output_checked: bool,
     requirements: ToolRequirements,
     handler: Arc<dyn ToolHandler>,
 }
@@ -361,6 +363,7 @@ impl Tool {
             description: None,
             input_schema: None,
             output_schema: None,
+            output_checked: true,
             requirements: ToolRequirements::default(),
             handler,
         }
@@ -384,6 +387,21 @@ impl Tool {
     pub fn output_schema(mut self, schema: impl Into<ToolSchema>) -> Self {
         self.output_schema = Some(schema.into());
         self
+    }
+
+    /// Sets whether every output must match the output schema (the default), or the schema
+    /// only describes outputs, for the TypeScript declaration: `false` for a tool answering
+    /// what an upstream the host does not control says, whose published schema is
+    /// documentation (an OpenAPI document's responses are often looser or stricter than the
+    /// API's real answers, and the API's answer is the truth a program needs).
+    pub fn output_checked(mut self, checked: bool) -> Self {
+        self.output_checked = checked;
+        self
+    }
+
+    /// Whether outputs are checked against the output schema ([`Tool::output_checked`]).
+    pub fn checks_output(&self) -> bool {
+        self.output_checked
     }
 
     /// Sets the permissions a caller must hold, every one (`weather:read`); a principal

@@ -32,7 +32,8 @@
 //! 5. the output must be transport-safe (`serialization_error`,
 //!    `<p>.<t>: Host value is not JSON-serializable: ...`) and match the output schema
 //!    (`validation_error`, `<p>.<t>: the tool returned an output that does not match its
-//!    output schema (...): output.x must be ...`).
+//!    output schema (...): output.x must be ...`), unless the tool's schema only describes
+//!    its outputs ([`Tool::output_checked`]).
 //!
 //! The transport check comes before output validation (the reverse of what one might expect)
 //! so that no validator ever walks a value deeper than the protocol allows.
@@ -148,6 +149,8 @@ impl ResolvedTool {
     fn schema(&self, which: &'static str) -> Result<Option<&Schema>, ToolError> {
         let schema = match which {
             "input" => self.tool.input_tool_schema(),
+            // A schema that only describes outputs is not compiled for calls.
+            _ if !self.tool.checks_output() => None,
             _ => self.tool.output_tool_schema(),
         };
         let Some(schema) = schema else {
@@ -894,7 +897,8 @@ fn why_unavailable(unavailable: &[(String, String)], provider: &str) -> Option<S
 /// The error codes a call of `tool` may reject with, and when, for prompts.
 fn error_codes(tool: &Tool) -> Vec<(&'static str, String)> {
     let mut codes = Vec::new();
-    let when = match (tool.get_input_schema(), tool.get_output_schema()) {
+    let checked_output = tool.get_output_schema().filter(|_| tool.checks_output());
+    let when = match (tool.get_input_schema(), checked_output) {
         (Some(_), Some(_)) => Some("the input does not match its type, or the tool returned an output that does not match its return type"),
         (Some(_), None) => Some("the input does not match its type"),
         (None, Some(_)) => Some("the tool returned an output that does not match its return type"),

@@ -57,8 +57,8 @@ pub use config::{
 };
 pub use document::{Document, MAX_DOCUMENT_BYTES};
 pub use error::OpenApiError;
-pub use kind::{config_from_json, OpenApiKind, FIELDS};
 pub use http::{MAX_REDIRECTS, QUOTED_BODY_BYTES};
+pub use kind::{config_from_json, OpenApiKind, FIELDS};
 pub use operations::Skipped;
 pub use schema::{MAX_DEPTH, MAX_RECURSION, MAX_REF_NESTING, MAX_SCHEMA_NODES};
 
@@ -174,7 +174,10 @@ impl OpenApiProvider {
                 .description(description)
                 .input_schema(input_schema);
             if let Some(schema) = output_schema {
-                tool = tool.output_schema(schema);
+                // The document describes the API's answers; the API's answer is the truth a
+                // program needs, so it is not refused for differing (GitHub's own answers
+                // match several members of some `oneOf`s).
+                tool = tool.output_schema(schema).output_checked(false);
             }
             provider = provider.tool(tool);
         }
