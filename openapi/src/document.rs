@@ -2,10 +2,20 @@
 //!
 //! The document is walked in place, never modelled in full: only what becomes tools is read,
 //! and `$ref`s are looked up by JSON pointer when a schema is built (`schema.rs`).
+//!
+//! What no tool uses is left out while reading, never held: `example` and `examples` (a
+//! quarter of GitHub's description) and `x-*` extensions, wherever they are keywords. Keys
+//! that are names are kept whatever they are: a property, a schema, a header or a parameter
+//! called `example` or `x-rate-limit` (the keys of `properties`, `components.schemas`,
+//! `headers`, ...: `NAME_MAPS`), and values that are data (`default`, `enum`, `const`) are
+//! kept whole.
 
+use std::fmt;
 use std::path::Path;
 
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::error::OpenApiError;
 
@@ -49,11 +59,11 @@ impl Document {
             std::str::from_utf8(bytes).map_err(|e| invalid(format!("is not UTF-8 text ({e})")))?;
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let root: Value = if text.trim_start().starts_with('{') {
-            execbox_host::json::parse_json(text)
-                .map_err(|e| invalid(format!("is not valid JSON: {e}")))?
+            parse_json(text).map_err(|e| invalid(format!("is not valid JSON: {e}")))?
         } else {
-            serde_saphyr::from_str_with_options(text, yaml_options())
+            serde_saphyr::from_str_with_options::<Pruned>(text, yaml_options())
                 .map_err(|e| invalid(format!("is neither JSON nor valid YAML: {e}")))?
+                .0
         };
         Document::from_value(root, source)
     }
@@ -161,6 +171,169 @@ impl Document {
     }
 }
 
+/// How deeply a document's arrays and objects may nest, JSON or YAML.
+const MAX_NESTING: usize = 256;
+
+/// Parses a JSON document, leaving out what no tool uses (see the module docs); the depth is
+/// checked before parsing, so no document can exhaust the stack.
+fn parse_json(text: &str) -> Result<Value, String> {
+    let depth = execbox_host::json::json_depth(text);
+    if depth > MAX_NESTING {
+        return Err(format!("it nests deeper than {MAX_NESTING} levels"));
+    }
+    let parse = || -> Result<Value, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        de.disable_recursion_limit();
+        let value = Pruned::deserialize(&mut de)?.0;
+        de.end()?;
+        Ok(value)
+    };
+    let parsed = if depth > execbox_host::json::SHALLOW_DEPTH {
+        execbox_host::json::with_deep_stack(parse)
+    } else {
+        parse()
+    };
+    parsed.map_err(|e| e.to_string())
+}
+
+/// Keys whose value maps names (not keywords) to things: its keys are kept whatever they are.
+const NAME_MAPS: &[&str] = &[
+    "paths",
+    "webhooks",
+    "schemas",
+    "parameters",
+    "responses",
+    "requestBodies",
+    "headers",
+    "securitySchemes",
+    "links",
+    "callbacks",
+    "pathItems",
+    "properties",
+    "patternProperties",
+    "dependentSchemas",
+    "$defs",
+    "definitions",
+    "content",
+    "encoding",
+    "variables",
+    "mapping",
+    "scopes",
+];
+
+/// Keys whose value is data, kept as it is.
+const DATA: &[&str] = &["default", "enum", "const"];
+
+/// A document read without what no tool uses.
+struct Pruned(Value);
+
+impl<'de> Deserialize<'de> for Pruned {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Prune::Keywords.deserialize(deserializer).map(Pruned)
+    }
+}
+
+/// What the keys of the object being read are.
+#[derive(Clone, Copy)]
+enum Prune {
+    /// Keywords: `example`, `examples` and `x-*` are left out.
+    Keywords,
+    /// Names: every one is kept.
+    Names,
+    /// Data: kept whole.
+    Data,
+}
+
+impl Prune {
+    /// What the keys of the value under `key` are.
+    fn under(self, key: &str) -> Prune {
+        match self {
+            Prune::Names => Prune::Keywords,
+            _ if DATA.contains(&key) => Prune::Data,
+            _ if NAME_MAPS.contains(&key) => Prune::Names,
+            _ => Prune::Keywords,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Prune {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self {
+            Prune::Data => Value::deserialize(deserializer),
+            _ => deserializer.deserialize_any(self),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Prune {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        self.deserialize(deserializer)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element_seed(Prune::Keywords)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let unused = matches!(self, Prune::Keywords)
+                && (key == "example" || key == "examples" || key.starts_with("x-"));
+            if unused {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let value = map.next_value_seed(self.under(&key))?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 /// The message of a `$ref` that points nowhere.
 pub(crate) fn unresolved(reference: &str) -> String {
     if reference.starts_with('#') {
@@ -189,7 +362,7 @@ fn yaml_options() -> serde_saphyr::Options {
     budget.max_reader_input_bytes = Some(MAX_DOCUMENT_BYTES as usize);
     budget.max_events = 50_000_000;
     budget.max_nodes = 20_000_000;
-    budget.max_depth = 256;
+    budget.max_depth = MAX_NESTING;
     budget.max_documents = 1;
     budget.max_total_scalar_bytes = MAX_DOCUMENT_BYTES as usize;
     let mut aliases = serde_saphyr::options::AliasLimits::default();
@@ -266,5 +439,59 @@ mod tests {
         );
         assert!(doc.resolve("other.json#/x").is_none());
         assert!(unresolved("other.json#/x").contains("bundle"));
+    }
+
+    #[test]
+    fn examples_and_extensions_are_left_out_but_names_and_data_are_kept() {
+        let text = r##"{
+            "openapi": "3.1.0", "x-webhooks": {"a": 1}, "x-logo": "l.png",
+            "paths": {"/x": {"get": {
+                "x-github": {"category": "issues"},
+                "parameters": [{"name": "n", "in": "query", "example": 3, "x-multi": true}],
+                "responses": {"200": {
+                    "headers": {"x-rate-limit": {"schema": {"type": "integer"}}},
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/x-thing"},
+                        "examples": {"default": {"value": {"big": "example"}}}
+                    }}
+                }}
+            }}},
+            "components": {
+                "examples": {"one": {"value": 1}},
+                "schemas": {"x-thing": {
+                    "type": "object",
+                    "example": {"example": 1},
+                    "properties": {
+                        "example": {"type": "string", "examples": ["a"]},
+                        "x-note": {"type": "object", "default": {"example": 1, "x-y": 2}}
+                    }
+                }}
+            }
+        }"##;
+        let pruned = |text: &str| Document::from_slice(text.as_bytes(), "t").unwrap().root;
+        let expected = serde_json::json!({
+            "openapi": "3.1.0",
+            "paths": {"/x": {"get": {
+                "parameters": [{"name": "n", "in": "query"}],
+                "responses": {"200": {
+                    "headers": {"x-rate-limit": {"schema": {"type": "integer"}}},
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/x-thing"}
+                    }}
+                }}
+            }}},
+            "components": {
+                "schemas": {"x-thing": {
+                    "type": "object",
+                    "properties": {
+                        "example": {"type": "string"},
+                        "x-note": {"type": "object", "default": {"example": 1, "x-y": 2}}
+                    }
+                }}
+            }
+        });
+        assert_eq!(pruned(text), expected);
+        // YAML alike (JSON is YAML; `---` makes it read as YAML).
+        assert_eq!(pruned(&format!("---\n{text}")), expected);
     }
 }
