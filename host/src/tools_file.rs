@@ -40,6 +40,11 @@
 //!   `inputSchema`; did you mean `input_schema`? (expected one of ...)``. A file written for
 //!   a newer execbox, using fields this one does not know, is refused the same way rather
 //!   than run without them.
+//! - A provider may instead be of a [`ProviderKind`] registered by a crate the host does not
+//!   depend on: `openapi: ./api.json` with `execbox-openapi`'s kind ([`ToolsFile::register_kind`],
+//!   [`ToolsFile::load_with`]). Its fields go to the kind as JSON; `description`,
+//!   `permissions`, `rate_limit` and `requires_approval` are read here and apply to each of
+//!   its tools; a kind's error names the field and is placed at its line.
 //! - [`ToolsFile::load_checked`] (what the CLI uses) also checks every command: it must exist
 //!   and be executable, resolved as it would be when it runs; the error names the provider,
 //!   the tool and the path. [`ToolsFile::load`] leaves that to the first call.
