@@ -3,8 +3,9 @@
 //! The Python layer (`python/execbox/`) is the public API; this module gives it three things:
 //! [`NativeTools`] (Python callables resolved once into a tool set), [`NativePool`] (warm,
 //! locked-down runner processes that run programs against a tool set) and [`serve_runner`]
-//! (the runner itself, for the runner processes), and [`NativePolicy`] (a policy guarding the
-//! tool calls). Executions run on one tokio runtime per
+//! (the runner itself, for the runner processes), [`NativePolicy`] (a policy guarding the
+//! tool calls) and [`NativeOpenApi`] (an OpenAPI document's operations as tools, joined to a
+//! tool set as one more namespace). Executions run on one tokio runtime per
 //! process ([`runtime`]); Python code only ever runs with the GIL taken on threads of its own.
 
 // PyO3's macros expand to unsafe code (the C API); this crate writes none of its own beyond
@@ -12,6 +13,7 @@
 #![allow(unsafe_code)]
 
 mod attach;
+mod openapi;
 mod outcome;
 mod policy;
 mod pool;
@@ -20,6 +22,7 @@ mod tools;
 
 use pyo3::prelude::*;
 
+pub use openapi::NativeOpenApi;
 pub use policy::NativePolicy;
 pub use pool::{NativePool, Running};
 pub use tools::NativeTools;
@@ -119,5 +122,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativePool>()?;
     m.add_class::<Running>()?;
     m.add_class::<NativePolicy>()?;
+    m.add_class::<NativeOpenApi>()?;
     Ok(())
 }

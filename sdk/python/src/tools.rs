@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::attach::attach;
+use crate::openapi::NativeOpenApi;
 
 /// At most this many calls of sync Python tools run at once in a process, each on a thread.
 pub const MAX_SYNC_CALLS: usize = 256;
@@ -97,8 +98,13 @@ impl NativeTools {
     /// `specs`: `(namespace, name, adapter, is_async, description, input_schema,
     /// output_schema, permissions, rate_limit, requires_approval)` per tool, the schemas as
     /// JSON text or `None`, the rate limit as `100 per 1h` or `None`.
+    /// `openapi`: `(namespace, provider)` of each OpenAPI provider, after the Python tools.
     #[new]
-    fn new(specs: Vec<ToolSpec>) -> PyResult<Self> {
+    #[pyo3(signature = (specs, openapi=Vec::new()))]
+    fn new(
+        specs: Vec<ToolSpec>,
+        openapi: Vec<(String, PyRef<'_, NativeOpenApi>)>,
+    ) -> PyResult<Self> {
         let loops = Arc::new(Loops::default());
         let mut namespaces: Vec<(String, Vec<Tool>)> = Vec::new();
         for spec in specs {
@@ -143,6 +149,11 @@ impl NativeTools {
                     .into_iter()
                     .fold(Provider::new(namespace), Provider::tool)
             })
+            .chain(
+                openapi
+                    .iter()
+                    .map(|(namespace, api)| api.provider(namespace)),
+            )
             .collect();
         let set = ToolSet::new(providers)
             .map_err(|e| PyValueError::new_err(e.to_string()))?

@@ -10,6 +10,7 @@ by the OS.
 """
 
 from execbox._code_tool import CodeTool
+from execbox._openapi import OpenAPI
 from execbox._policy import ApprovalRequest, Policy
 from execbox._result import Error, Location, Result
 from execbox._sandbox import Sandbox, prompt, run, run_async, types
@@ -20,6 +21,7 @@ __all__ = [
     "CodeTool",
     "Error",
     "Location",
+    "OpenAPI",
     "Policy",
     "Result",
     "Sandbox",

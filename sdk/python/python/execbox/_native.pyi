@@ -6,8 +6,16 @@ class NativeTools:
     def __init__(
         self,
         specs: List[Tuple[Tuple[str, str, Any, bool, Optional[str], Optional[str], Optional[str]], Tuple[List[str], Optional[str], bool]]],
+        openapi: List[Tuple[str, NativeOpenApi]] = ...,
     ) -> None: ...
     def is_empty(self) -> bool: ...
+
+class NativeOpenApi:
+    def __init__(self, config_json: str, base_dir: str) -> None: ...
+    @property
+    def skipped(self) -> List[Tuple[str, str]]: ...
+    @property
+    def operations(self) -> List[str]: ...
 
 class NativePolicy:
     def __init__(

@@ -22,6 +22,7 @@ import uuid
 from typing import Any, Awaitable, Callable, List, Mapping, Optional, Tuple, Union
 
 from execbox import _native
+from execbox._openapi import OpenAPI
 
 ToolFunction = Callable[[Any], Union[Any, Awaitable[Any]]]
 """A tool: called with the input (a dict, or ``None`` when the program passed nothing),
@@ -129,9 +130,10 @@ class Tool:
         return f"Tool({getattr(self.fn, '__qualname__', self.fn)!r})"
 
 
-Tools = Mapping[str, Mapping[str, Union[ToolFunction, Tool]]]
+Tools = Mapping[str, Union[Mapping[str, Union[ToolFunction, Tool]], OpenAPI]]
 """Namespace → tool name → a callable or a ``Tool``: ``{"math": {"add": add}}`` gives the
-program ``await math.add({...})``."""
+program ``await math.add({...})``. A namespace may instead be an ``execbox.OpenAPI``: the
+operations of an OpenAPI document (``{"github": execbox.OpenAPI("github.json")}``)."""
 
 
 def native_tools(
@@ -145,6 +147,7 @@ def native_tools(
         )
     default = _json_default(json_default)
     specs: List[tuple] = []
+    apis: List[Tuple[str, Any]] = []
     has_async = False
     if tools is None:
         tools = {}
@@ -156,10 +159,13 @@ def native_tools(
     for namespace, entries in tools.items():
         if not isinstance(namespace, str):
             raise TypeError(f"tools: namespace {namespace!r} must be a str")
+        if isinstance(entries, OpenAPI):
+            apis.append((namespace, entries._native))
+            continue
         if not isinstance(entries, Mapping):
             raise TypeError(
-                f"tools[{namespace!r}] must be a dict of tool name → callable, "
-                f"not {type(entries).__name__}"
+                f"tools[{namespace!r}] must be a dict of tool name → callable, or an "
+                f"execbox.OpenAPI, not {type(entries).__name__}"
             )
         for name, entry in entries.items():
             where = f"tools[{namespace!r}][{name!r}]"
@@ -195,7 +201,7 @@ def native_tools(
                     ),
                 )
             )
-    return _native.NativeTools(specs), has_async
+    return _native.NativeTools(specs, apis), has_async
 
 
 def _is_async(fn: Any) -> bool:
