@@ -144,6 +144,73 @@ function checkSignal(signal, where) {
   return signal;
 }
 
+// ---- OpenAPI ---------------------------------------------------------------------------------
+
+/** Reads the native provider of an `OpenApiProvider` (set in its static block). */
+let nativeOpenApi;
+
+/**
+ * The operations of an OpenAPI 3.0 or 3.1 document as tools, made by `openapi({...})`: one tool
+ * per operation, each call an HTTP request the host makes, with credentials the program never
+ * sees. Give it as a namespace of `tools`.
+ */
+class OpenApiProvider {
+  #native;
+
+  constructor(handle) {
+    if (!(handle instanceof native.NativeOpenApi)) {
+      throw new TypeError("execbox: make an OpenApiProvider with openapi({ openapi: PATH, ... })");
+    }
+    this.#native = handle;
+    /** The operations that are tools, named as the document names them. */
+    this.operations = Object.freeze(handle.operations);
+    /** The operations left out, and why: `[{ operation: "POST /upload", reason }]`. */
+    this.skipped = Object.freeze(handle.skipped.map((s) => Object.freeze({ ...s })));
+    Object.freeze(this);
+  }
+
+  static {
+    nativeOpenApi = (value) => (value instanceof OpenApiProvider ? value.#native : undefined);
+  }
+}
+
+/**
+ * An OpenAPI provider from `config`, the fields of a tools file's OpenAPI provider as they are
+ * spelt there (`openapi`, `base_url`, `auth`, `operations`, `headers`, `timeout_ms`,
+ * `max_response_bytes`, and the shared `description`, `permissions`, `rate_limit`,
+ * `requires_approval`). Relative paths resolve against `process.cwd()`. The document and the
+ * secrets are read now: a bad field throws an Error naming it; left-out operations are listed in
+ * `skipped` and reported with `process.emitWarning`.
+ */
+function openapi(config) {
+  if (!isPlainObject(config)) {
+    throw new TypeError(
+      `openapi() takes the provider's configuration, like { openapi: "./api.json", base_url: "https://api.example.com" }; got ${describe(config)}`,
+    );
+  }
+  let text;
+  try {
+    text = JSON.stringify(config, null, 1);
+  } catch (err) {
+    throw new TypeError(`openapi(): the configuration cannot be written as JSON: ${err.message}`);
+  }
+  let handle;
+  try {
+    handle = new native.NativeOpenApi(text, process.cwd());
+  } catch (err) {
+    throw new Error(`openapi(): ${err.message}`);
+  }
+  const provider = new OpenApiProvider(handle);
+  if (provider.skipped.length > 0) {
+    const listed = provider.skipped.map((s) => `${s.operation}: ${s.reason}`).join("; ");
+    process.emitWarning(
+      `openapi(${JSON.stringify(config.openapi)}): ${provider.skipped.length} operation(s) left out: ${listed}`,
+      { type: "ExecboxWarning", code: "EXECBOX_OPENAPI_SKIPPED" },
+    );
+  }
+  return provider;
+}
+
 // ---- tools -----------------------------------------------------------------------------------
 
 const SPEC_KEYS = [
@@ -176,7 +243,8 @@ function normalizeTools(tools) {
   const specs = [];
   const handlers = [];
   const labels = [];
-  if (tools === undefined || tools === null) return { specs, handlers, labels };
+  const apis = { names: [], handles: [] };
+  if (tools === undefined || tools === null) return { specs, handlers, labels, apis };
   if (!isPlainObject(tools)) {
     throw new TypeError(`tools must be an object of namespaces, like { math: { add: (input) => ... } }; got ${describe(tools)}`);
   }
@@ -185,8 +253,16 @@ function normalizeTools(tools) {
     if (!/^[A-Za-z_$][A-Za-z0-9_$]*$/.test(namespace)) {
       throw new TypeError(`${nsPath}: a namespace must be a JavaScript identifier (letters, digits, _ and $, not starting with a digit)`);
     }
+    const api = nativeOpenApi(members);
+    if (api !== undefined) {
+      apis.names.push(namespace);
+      apis.handles.push(api);
+      continue;
+    }
     if (!isPlainObject(members)) {
-      throw new TypeError(`${nsPath} must be an object of tools, like { add: (input) => ... }; got ${describe(members)}`);
+      throw new TypeError(
+        `${nsPath} must be an object of tools, like { add: (input) => ... }, or openapi({ ... }); got ${describe(members)}`,
+      );
     }
     const list = [];
     for (const [name, tool] of Object.entries(members)) {
@@ -243,7 +319,7 @@ function normalizeTools(tools) {
     }
     specs.push({ namespace, tools: list });
   }
-  return { specs, handlers, labels };
+  return { specs, handlers, labels, apis };
 }
 
 // How a call is answered (the native `complete`'s kind).
@@ -309,9 +385,14 @@ function makeDispatcher(handlers, labels) {
 
 /** The native tool set of `tools`; a bad spec or schema is a TypeError naming it. */
 function buildTools(tools) {
-  const { specs, handlers, labels } = normalizeTools(tools);
+  const { specs, handlers, labels, apis } = normalizeTools(tools);
   try {
-    return new native.NativeTools(JSON.stringify(specs), makeDispatcher(handlers, labels));
+    return new native.NativeTools(
+      JSON.stringify(specs),
+      makeDispatcher(handlers, labels),
+      apis.names,
+      apis.handles,
+    );
   } catch (err) {
     // A message naming its field (`tools.api.hit.rateLimit: ...`) needs no prefix.
     const message = String(err.message);
@@ -672,4 +753,4 @@ function prompt(tools, options) {
   return buildTools(tools).prompt(pickLimits(opts, "prompt options"));
 }
 
-module.exports = { run, Sandbox, Policy, types, prompt };
+module.exports = { run, Sandbox, Policy, types, prompt, openapi, OpenApiProvider };

@@ -144,8 +144,89 @@ export interface ToolSpec<I = any, O = unknown> {
   requiresApproval?: boolean;
 }
 
-/** Tools by namespace, then name: `{ math: { add: fn } }` is `await math.add(input)` in the program. */
-export type Tools = Record<string, Record<string, ToolFn | ToolSpec>>;
+/**
+ * Tools by namespace, then name: `{ math: { add: fn } }` is `await math.add(input)` in the program.
+ * A namespace may instead be an OpenAPI provider: `{ github: openapi({ openapi: "./github.json" }) }`.
+ */
+export type Tools = Record<string, Record<string, ToolFn | ToolSpec> | OpenApiProvider>;
+
+/**
+ * A secret, named and never written: an environment variable of this process (which code may
+ * set before calling `openapi()`) or a file (relative to `process.cwd()`; one trailing line
+ * break dropped). Read once, when `openapi()` builds the provider.
+ */
+export type OpenApiSecret = { env: string } | { file: string };
+
+/** How the calls of an OpenAPI provider authenticate: exactly one kind. */
+export type OpenApiAuth =
+  /** `Authorization: Bearer <secret>`. */
+  | { bearer: OpenApiSecret }
+  /** A key in a header or in the query string. */
+  | { api_key: { in: "header" | "query"; name: string } & OpenApiSecret }
+  /** `Authorization: Basic` from a user name and a password. */
+  | { basic: { username: OpenApiSecret; password: OpenApiSecret } }
+  /** A token fetched from `token_url` (https, or http on loopback), cached until it expires. */
+  | {
+      oauth2_client_credentials: {
+        token_url: string;
+        client_id: string;
+        client_secret: OpenApiSecret;
+        scopes?: string[];
+      };
+    };
+
+/**
+ * An OpenAPI provider's configuration: the fields of a tools file's OpenAPI provider, spelt as
+ * there (snake_case), so one configuration moves between the two. See docs/openapi.md.
+ */
+export interface OpenApiConfig {
+  /** The OpenAPI 3.0 or 3.1 document (JSON or YAML): a path, relative to `process.cwd()`, or a URL. */
+  openapi: string;
+  /** The API's base URL, overriding the document's `servers`. */
+  base_url?: string;
+  /** How calls authenticate; none by default. */
+  auth?: OpenApiAuth;
+  /** Which operations become tools: globs on the operationId, the tool name or a tag. */
+  operations?: { include?: string[]; exclude?: string[] };
+  /** Headers sent with every call (put credentials in `auth`: only those are redacted). */
+  headers?: Record<string, string>;
+  /** The time limit of one call, connection to last byte: default 30,000, at most 3,600,000. */
+  timeout_ms?: number;
+  /** The largest answer read: default 8 MiB, at most 15 MiB. */
+  max_response_bytes?: number;
+  /** The namespace's description, instead of the document's title and description. */
+  description?: string;
+  /** Permissions a principal must hold to call any of the operations (needs a `Policy`). */
+  permissions?: string[];
+  /** A rate limit of each operation, per principal: `"100 per 1h"` or `{ requests: 100, window: "1h" }` (needs a `Policy`). */
+  rate_limit?: string | { requests: number; window: string };
+  /** Each call waits for the policy's `approve` (needs a `Policy`). */
+  requires_approval?: boolean;
+}
+
+/** An operation of the document that is not a tool, and why. */
+export interface SkippedOperation {
+  /** `METHOD /path`. */
+  operation: string;
+  /** Why it is not a tool (an unsupported request body, a broken `$ref`). */
+  reason: string;
+}
+
+/** An OpenAPI document's operations as tools, made by `openapi()`; give it as a namespace of `tools`. */
+export class OpenApiProvider {
+  private constructor();
+  /** The operations that are tools, named as the document names them (the program's names are these, sanitised). */
+  readonly operations: readonly string[];
+  /** The operations left out, and why (also reported with `process.emitWarning`). */
+  readonly skipped: readonly SkippedOperation[];
+}
+
+/**
+ * The operations of an OpenAPI document as tools: one tool per operation, each call an HTTP
+ * request made by the host, with credentials the program never sees. The document and the
+ * secrets are read now; a bad field throws an Error naming it (`openapi(): auth.bearer: ...`).
+ */
+export function openapi(config: OpenApiConfig): OpenApiProvider;
 
 /** Limits of an execution; each defaults to execbox's default when unset. */
 export interface Limits {

@@ -1,7 +1,7 @@
 //! The native half of the npm package `execbox`: the host core (`execbox-host`) behind Node-API.
 //!
 //! The public API is the package's JavaScript (`index.cjs`, typed by `index.d.ts`); it wraps the
-//! four classes this addon exports, which users never see:
+//! five classes this addon exports, which users never see:
 //! - [`NativeTools`](tools::NativeTools): a [`ToolSet`](execbox_host::ToolSet) built from the
 //!   tool specs the JavaScript checked, whose handlers forward each call to one JavaScript
 //!   dispatcher (a threadsafe function) and wait for its answer (`complete`);
@@ -10,7 +10,9 @@
 //! - [`NativeCancel`](executor::NativeCancel): the cancellation token an `AbortSignal` fires;
 //! - [`NativePolicy`](policy::NativePolicy): an `execbox-policy` enforcement guarding the tool
 //!   calls of the executions given it, whose approver is a JavaScript function asked the way
-//!   tools are called (and answered through `completeApproval`).
+//!   tools are called (and answered through `completeApproval`);
+//! - [`NativeOpenApi`](openapi::NativeOpenApi): an OpenAPI document's operations as tools
+//!   (`execbox-openapi`), joined to a tool set as one more namespace.
 //!
 //! Values cross as JSON text both ways; executions and tool-call plumbing run on napi's Tokio
 //! runtime, tool handlers on the Node main thread.
@@ -24,6 +26,7 @@
 
 mod executor;
 mod limits;
+mod openapi;
 mod pending;
 mod policy;
 mod result;

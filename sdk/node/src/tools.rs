@@ -15,6 +15,7 @@ use napi_derive::napi;
 use serde_json::Value;
 
 use crate::limits::{runtime_options, RunLimits};
+use crate::openapi::NativeOpenApi;
 use crate::pending::Pending;
 
 /// The dispatcher's arguments: the call's id, the tool's index in the specs, the input as JSON.
@@ -156,9 +157,15 @@ pub struct NativeTools {
 #[napi]
 impl NativeTools {
     /// Builds the tool set; fails with the host's words when a schema does not compile or a
-    /// name is refused.
+    /// name is refused. `openapi_names[i]` is the namespace of the OpenAPI provider
+    /// `openapi[i]`, after the JavaScript tools.
     #[napi(constructor)]
-    pub fn new(specs_json: String, dispatcher: Dispatcher) -> Result<Self> {
+    pub fn new(
+        specs_json: String,
+        dispatcher: Dispatcher,
+        openapi_names: Option<Vec<String>>,
+        openapi: Option<Vec<&NativeOpenApi>>,
+    ) -> Result<Self> {
         let specs = parse_specs(&specs_json)?;
         let dispatch = Arc::new(Dispatch { dispatcher });
         let mut providers = Vec::with_capacity(specs.len());
@@ -199,6 +206,17 @@ impl NativeTools {
             }
             providers.push(provider);
         }
+        let (names, apis) = (
+            openapi_names.unwrap_or_default(),
+            openapi.unwrap_or_default(),
+        );
+        if names.len() != apis.len() {
+            return Err(Error::new(
+                Status::InvalidArg,
+                "tool specs: one namespace per OpenAPI provider",
+            ));
+        }
+        providers.extend(names.iter().zip(apis).map(|(ns, api)| api.provider(ns)));
         let tools = ToolSet::new(providers)
             .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?
             .with_policy_hint(POLICY_HINT);
