@@ -1328,3 +1328,55 @@ fn sigterm_stops_a_cli_run_and_its_executor_before_exiting() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].status, ExecutionStatus::Stopped);
 }
+
+#[test]
+fn a_script_capability_calls_an_openapi_provider_of_its_tools_file() {
+    let server = support::openapi::EchoServer::start();
+    let roots = Roots::new("openapi-cli");
+    let dir = roots.project.capability(
+        "whoami",
+        &script_yaml("whoami", "tools: tools.yaml\n"),
+        &[(
+            "index.js",
+            "const echoed = await api.echo();\nreturn { auth: echoed.authorization, agent: echoed['user-agent'].split('/')[0] };",
+        )],
+    );
+    std::fs::write(
+        dir.join("echo.json"),
+        r#"{"openapi": "3.0.3", "info": {"title": "Echo", "version": "1"},
+            "paths": {"/echo": {"get": {"operationId": "echo", "responses": {"200": {"description": "the headers"}}}}}}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("token"), "PLANTED-capability-token\n").unwrap();
+    std::fs::write(
+        dir.join("tools.yaml"),
+        format!(
+            "version: 1\nproviders:\n  api:\n    openapi: ./echo.json\n    base_url: {}\n    auth:\n      bearer: {{ file: ./token }}\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let project = roots.project_dir();
+    let out = support::cli::command(&[
+        "capabilities",
+        "run",
+        "whoami",
+        "--project",
+        project.to_str().unwrap(),
+    ])
+    .env("EXECBOX_HOME", &roots.global.0)
+    .stdin(std::process::Stdio::null())
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", support::cli::text(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!({"auth": "Bearer [redacted]", "agent": "execbox"})
+    );
+    let seen = server.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].headers.contains(&(
+        "authorization".into(),
+        "Bearer PLANTED-capability-token".into()
+    )));
+}

@@ -45,42 +45,42 @@ fn install() -> Result<PathBuf, String> {
         std::fs::copy(Path::new(PACKAGE).join(file), dir.join(file))
             .map_err(|e| format!("copy {file}: {e}"))?;
     }
-    let child = Command::new("npm")
+    let log = dir.join("npm.log");
+    let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let mut child = Command::new("npm")
         .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
         .current_dir(&dir)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(file.try_clone().map_err(|e| e.to_string())?)
+        .stderr(file)
         .spawn()
         .map_err(|e| {
             format!("npm is not installed ({e}): the OpenAPI tests need Node.js and npm")
         })?;
-    let out =
-        wait(child, INSTALL_WITHIN).map_err(|why| format!("npm ci in {}: {why}", dir.display()))?;
-    if !out.status.success() {
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if started.elapsed() > INSTALL_WITHIN {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "npm ci in {} did not finish within {INSTALL_WITHIN:?}",
+                dir.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if !status.success() {
         return Err(format!(
-            "npm ci in {} failed: {}",
+            "npm ci in {} failed ({status}): {}",
             dir.display(),
-            String::from_utf8_lossy(&out.stderr)
+            std::fs::read_to_string(&log).unwrap_or_default()
         ));
     }
     std::fs::write(&installed_lock, &lock).map_err(|e| e.to_string())?;
     Ok(dir)
-}
-
-fn wait(child: Child, within: Duration) -> Result<std::process::Output, String> {
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(within) {
-        Ok(out) => out.map_err(|e| e.to_string()),
-        Err(_) => {
-            let _ = super::process::signal(pid, libc::SIGKILL);
-            Err(format!("did not finish within {within:?}"))
-        }
-    }
 }
 
 /// GitHub's OpenAPI description (`@octokit/openapi`), as installed.
