@@ -91,6 +91,21 @@ async fn fetch(url: Url, shown: &str) -> Result<Vec<u8>, String> {
         .await
         .map_err(|e| describe_send_error_at(&e, &origin))?;
     let status = response.status();
+    if status.is_redirection() {
+        let to = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| response.url().join(l).ok())
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_else(|| "somewhere else".into());
+        return Err(format!(
+            "HTTP {} fetching {shown}: a redirect to {to}, which is plain http and not this \
+             machine, is not followed; give the document's https URL, or download it and give \
+             its path",
+            status_text(status)
+        ));
+    }
     if !status.is_success() {
         return Err(format!(
             "HTTP {} fetching {shown}; check the URL, or download the document and give its path",
@@ -133,7 +148,8 @@ fn client() -> Result<reqwest::Client, String> {
         if next.scheme() == "https" || (next.scheme() == "http" && is_loopback(next)) {
             attempt.follow()
         } else {
-            attempt.error("a redirect to plain http")
+            // Not followed: `fetch` says where it led.
+            attempt.stop()
         }
     });
     reqwest::Client::builder()

@@ -56,10 +56,27 @@ impl ProviderKind for OpenApiKind {
 /// An [`OpenApiConfig`] from JSON shaped as the tools file writes it (what the SDKs give
 /// too); an error names the field's path (`auth.bearer`) and what was expected.
 pub fn config_from_json(fields: Value) -> Result<OpenApiConfig, KindError> {
+    let written = fields.clone();
     serde_path_to_error::deserialize::<_, OpenApiConfig>(fields).map_err(|e| {
         let at = e.path().to_string();
         let at = if at == "." { String::new() } else { at };
-        KindError::new(at, plain(&e.into_inner().to_string()))
+        let message = e.into_inner().to_string();
+        // Under `auth`, a value written where a secret is named may be the secret itself: the
+        // error never quotes it (a key, such as a misspelt `baerer`, is shown).
+        let pointer = format!("/{}", at.replace('.', "/"));
+        let scalar = written
+            .pointer(&pointer)
+            .is_some_and(|v| !v.is_object() && !v.is_array());
+        if (at == "auth" || at.starts_with("auth.")) && scalar {
+            let what = if at.contains('.') {
+                "a secret is named here, never written: give `{env: NAME}` or `{file: PATH}`"
+            } else {
+                "expected a mapping naming the kind of authentication and its secrets \
+                 (`bearer: {env: NAME}`, see docs/openapi.md)"
+            };
+            return KindError::new(at, format!("{what} (what is written is not shown)"));
+        }
+        KindError::new(at, plain(&message))
     })
 }
 
@@ -115,6 +132,29 @@ mod tests {
         let e = error(json!({"openapi": "a.json", "auth": {"bearer": {"envv": "T"}}}));
         assert_eq!(e.at, "auth.bearer");
         assert!(e.message.contains("did you mean `env`?"), "{}", e.message);
+        // A secret written where one is named is never quoted back.
+        for auth in [
+            json!({"bearer": "ghp_PLANTED"}),
+            json!({"basic": {"username": "me", "password": "ghp_PLANTED"}}),
+            json!({"oauth2_client_credentials": {"token_url": "https://t", "client_id": "a", "client_secret": "ghp_PLANTED"}}),
+            json!("ghp_PLANTED"),
+        ] {
+            let e = error(json!({"openapi": "a.json", "auth": auth}));
+            assert!(!e.message.contains("PLANTED"), "{}", e.message);
+            assert!(
+                e.message.ends_with("(what is written is not shown)"),
+                "{}",
+                e.message
+            );
+        }
+        let e = error(json!({"openapi": "a.json", "auth": {"bearer": "ghp_PLANTED"}}));
+        assert_eq!(e.at, "auth.bearer");
+        assert!(
+            e.message
+                .starts_with("a secret is named here, never written"),
+            "{}",
+            e.message
+        );
         let e = error(json!({"openapi": "a.json", "timeout_ms": "fast"}));
         assert_eq!(e.at, "timeout_ms");
         assert_eq!(
