@@ -158,14 +158,23 @@ const ARROWS: &[(&str, &[&str])] = &[
             "execbox-policy",
             "execbox-capabilities",
             "execbox-mcp",
+            "execbox-openapi",
         ],
     ),
     ("execbox-conformance", &[]),
     (
         "execbox-python",
-        &["execbox-host", "execbox-policy", "execbox-runner"],
+        &[
+            "execbox-host",
+            "execbox-policy",
+            "execbox-runner",
+            "execbox-openapi",
+        ],
     ),
-    ("execbox-node", &["execbox-host", "execbox-policy"]),
+    (
+        "execbox-node",
+        &["execbox-host", "execbox-policy", "execbox-openapi"],
+    ),
 ];
 
 /// A library some crates only may know: a crate name, or every crate whose name contains a word.
