@@ -102,12 +102,41 @@ fn plain(message: &str) -> String {
         let message = yaml::unknown_field_message(given, &expected);
         return message.replacen("unknown field", &format!("unknown {what}"), 1);
     }
-    message
+    let message = message
         .replace("expected u64", "expected a whole number")
         .replace("expected u16", "expected a whole number")
         .replace("expected a map", "expected a mapping")
         .replace("expected a sequence", "expected a list")
-        .replace("variant", "kind")
+        .replace("variant", "kind");
+    no_rust_types(&message)
+}
+
+/// serde names the Rust type it expected (`expected struct Operations`); the person or model
+/// writing the configuration knows mappings, not our types.
+fn no_rust_types(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    loop {
+        let found = [
+            ("expected struct ", "expected a mapping"),
+            ("expected enum ", "expected a mapping with one key"),
+        ]
+        .into_iter()
+        .filter_map(|(rust, plain)| rest.find(rust).map(|i| (i, rust.len(), plain)))
+        .min_by_key(|(i, _, _)| *i);
+        let Some((i, skip, plain)) = found else {
+            break;
+        };
+        out.push_str(&rest[..i]);
+        out.push_str(plain);
+        let after = &rest[i + skip..];
+        let end = after
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .unwrap_or(after.len());
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -164,5 +193,22 @@ mod tests {
         let e = error(json!({"base_url": "https://x"}));
         assert_eq!(e.at, "");
         assert_eq!(e.message, "missing field `openapi`");
+    }
+
+    #[test]
+    fn config_errors_name_no_rust_type() {
+        let e = error(json!({"openapi": "a.json", "operations": "getPet"}));
+        assert_eq!(e.at, "operations");
+        assert_eq!(
+            e.message,
+            "invalid type: string \"getPet\", expected a mapping"
+        );
+        let e = error(json!({"openapi": "a.json", "auth": ["bearer"]}));
+        assert_eq!(e.at, "auth");
+        assert!(!e.message.contains("enum"), "{}", e.message);
+        assert_eq!(
+            no_rust_types("expected struct Operations, or expected enum AuthConfig here"),
+            "expected a mapping, or expected a mapping with one key here"
+        );
     }
 }

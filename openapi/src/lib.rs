@@ -25,6 +25,7 @@
 //! - `auth.rs`: credentials applied per request, OAuth2 tokens cached, the [`Redactor`];
 //! - `call.rs`: one call: URL, query styles, body, limits, redirects, answers and errors;
 //! - `fetch.rs`: documents given by URL, fetched once within bounds;
+//! - `embed.rs`: [`provider_from_json`], a provider as an embedding (the SDKs) configures it;
 //! - `kind.rs`: [`OpenApiKind`], the tools file's `openapi:` providers.
 //!
 //! The guide, with the naming and collision rules and what is not supported yet, is
@@ -34,6 +35,7 @@ mod auth;
 mod call;
 mod config;
 mod document;
+mod embed;
 mod error;
 mod fetch;
 mod http;
@@ -56,6 +58,7 @@ pub use config::{
     MAX_RESPONSE_BYTES_CEILING, MAX_TIMEOUT_MS,
 };
 pub use document::{Document, MAX_DOCUMENT_BYTES};
+pub use embed::{provider_from_json, EmbeddedProvider};
 pub use error::OpenApiError;
 pub use http::{MAX_REDIRECTS, QUOTED_BODY_BYTES};
 pub use kind::{config_from_json, OpenApiKind, FIELDS};
