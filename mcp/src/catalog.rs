@@ -40,6 +40,53 @@ struct Entry {
     safe_name: String,
     original_name: String,
     tool: Tool,
+    /// What a search compares, read once.
+    words: Arc<Words>,
+}
+
+/// The words of a tool a search compares with a query's, lower-case, stop words left out,
+/// each once: its names' (as stems: `issues/create-comment` has `issue`, `creat`, `comment`),
+/// its summary's (the first sentence of its description) and the rest of its description's.
+#[derive(Debug, Default)]
+struct Words {
+    name: Vec<String>,
+    summary: Vec<String>,
+    rest: Vec<String>,
+}
+
+impl Words {
+    fn of(safe_name: &str, original_name: &str, description: Option<&str>) -> Words {
+        let names = format!("{safe_name} {original_name}").to_lowercase();
+        let name = distinct(words(&names).iter().map(|w| stem(w)));
+        let description = description.unwrap_or_default().to_lowercase();
+        let first = summary_sentence(&description);
+        let summary = distinct(words(first).into_iter());
+        let rest = distinct(words(&description[first.len()..]).into_iter());
+        Words {
+            name,
+            summary,
+            rest,
+        }
+    }
+
+    fn field(&self, field: usize) -> &[String] {
+        match field {
+            0 => &self.name,
+            1 => &self.summary,
+            _ => &self.rest,
+        }
+    }
+}
+
+/// `words` without stop words and repeats, in order.
+fn distinct(words: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in words {
+        if !STOP_WORDS.contains(&word.as_str()) && !out.contains(&word) {
+            out.push(word);
+        }
+    }
+    out
 }
 
 /// The tools at one moment.
@@ -88,11 +135,13 @@ impl Catalog {
             let index = namespaces.len();
             let names = tools.tool_names(provider.name()).unwrap_or_default();
             for (tool, (safe_name, original_name)) in provider.tools().iter().zip(names) {
+                let words = Words::of(&safe_name, &original_name, tool.get_description());
                 entries.push(Entry {
                     namespace: index,
                     safe_name,
                     original_name,
                     tool: tool.clone(),
+                    words: Arc::new(words),
                 });
             }
             namespaces.push((status, provider.get_description().map(str::to_owned)));
@@ -227,52 +276,103 @@ impl Catalog {
                 return self.namespace_listing(query, ns);
             }
         }
-        let mut scored: Vec<((u32, u32), usize)> = Vec::new();
-        for (i, entry) in self.entries.iter().enumerate() {
-            if within.is_some_and(|ns| ns != entry.namespace) {
-                continue;
-            }
-            let name_words = words(&format!(
-                "{} {}",
-                entry.safe_name.to_lowercase(),
-                entry.original_name.to_lowercase()
-            ));
-            let description_words = words(
-                &entry
-                    .tool
-                    .get_description()
-                    .unwrap_or_default()
-                    .to_lowercase(),
-            );
-            let (mut by_name, mut by_description) = (0, 0);
-            if self.names_of(i)[3..].contains(&lower) {
-                by_name += 100;
-            }
-            for term in &terms {
-                if name_words.iter().any(|w| w == term) {
-                    by_name += 3;
-                } else if term.chars().count() >= 3
-                    && name_words.iter().any(|w| w.starts_with(term.as_str()))
-                {
-                    by_name += 2;
-                } else if !STOP_WORDS.contains(&term.as_str())
-                    && description_words.iter().any(|w| {
-                        w == term || (term.chars().count() >= 4 && w.starts_with(term.as_str()))
-                    })
-                {
-                    by_description += 1;
-                }
-            }
-            if by_name + by_description > 0 {
-                scored.push(((by_name, by_description), i));
-            }
-        }
-        scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let hits: Vec<usize> = scored.into_iter().map(|(_, i)| i).collect();
+        let hits = self.rank(&lower, &terms, within);
         if hits.is_empty() {
             return self.nothing_found(query);
         }
         self.found(query, hits, limit)
+    }
+
+    /// The tools `terms` find (within one namespace if given), best first: BM25F over three
+    /// fields of each tool ([`Words`]) weighted 3 (names), 3 (summary) and 1 (the rest of its
+    /// description), so that a term found in few tools counts more than one found in many,
+    /// and a short name or summary that says all of it more than a long one that says it
+    /// among other things. Stop words count only when the query has nothing else. A query
+    /// that is a tool's whole name (`create-issue`) ranks that tool first.
+    fn rank(&self, lower: &str, terms: &[String], within: Option<usize>) -> Vec<usize> {
+        /// Each field's weight, and how much its length discounts a match (BM25's `b`).
+        const FIELDS: [(f64, f64); 3] = [(3.0, 0.75), (3.0, 0.75), (1.0, 0.5)];
+        /// Lengths are compared with an average of at least this many words, so that among
+        /// one-word names a name of two is not taken for a long one.
+        const MIN_AVERAGE: f64 = 3.0;
+        /// BM25's saturation, on the scale of the weights: a term found in every field counts
+        /// more than in one, but not three times more.
+        const K1: f64 = 4.0;
+        let meaningful: Vec<&String> = terms
+            .iter()
+            .filter(|t| !STOP_WORDS.contains(&t.as_str()))
+            .collect();
+        let terms: Vec<&String> = if meaningful.is_empty() {
+            terms.iter().collect()
+        } else {
+            meaningful
+        };
+        let stems: Vec<String> = terms.iter().map(|t| stem(t)).collect();
+        let candidates: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| within.is_none_or(|ns| ns == self.entries[i].namespace))
+            .collect();
+        let mut average = [0.0; 3];
+        for &i in &candidates {
+            for (field, total) in average.iter_mut().enumerate() {
+                *total += self.entries[i].words.field(field).len() as f64;
+            }
+        }
+        let count = candidates.len().max(1) as f64;
+        // Per candidate, per term: its weighted, length-discounted frequency.
+        let mut found: Vec<Vec<f64>> = Vec::with_capacity(candidates.len());
+        let mut documents = vec![0usize; terms.len()];
+        for &i in &candidates {
+            let words = &self.entries[i].words;
+            let row: Vec<f64> = terms
+                .iter()
+                .zip(&stems)
+                .map(|(term, stem)| {
+                    FIELDS
+                        .iter()
+                        .enumerate()
+                        .map(|(field, (weight, b))| {
+                            let list = words.field(field);
+                            let presence = if field == 0 {
+                                name_match(list, term, stem)
+                            } else {
+                                text_match(list, term)
+                            };
+                            let norm = 1.0 - b
+                                + b * list.len().max(1) as f64
+                                    / (average[field] / count).max(MIN_AVERAGE);
+                            weight * presence / norm
+                        })
+                        .sum::<f64>()
+                })
+                .collect();
+            for (t, &f) in row.iter().enumerate() {
+                if f > 0.0 {
+                    documents[t] += 1;
+                }
+            }
+            found.push(row);
+        }
+        let idf: Vec<f64> = documents
+            .iter()
+            .map(|&n| (1.0 + (count - n as f64 + 0.5) / (n as f64 + 0.5)).ln())
+            .collect();
+        let mut scored: Vec<(f64, usize)> = Vec::new();
+        for (&i, row) in candidates.iter().zip(&found) {
+            let mut score: f64 = row
+                .iter()
+                .zip(&idf)
+                .map(|(&f, idf)| idf * f * (K1 + 1.0) / (f + K1))
+                .sum();
+            if score <= 0.0 {
+                continue;
+            }
+            if self.names_of(i)[3..].contains(&lower.to_string()) {
+                score += 1000.0;
+            }
+            scored.push((score, i));
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.into_iter().map(|(_, i)| i).collect()
     }
 
     /// The names a query may give for a tool exactly: `tool`, `ns.tool`, by either name.
@@ -596,6 +696,74 @@ fn summary(tool: &Tool) -> Option<String> {
     (!sentence.is_empty()).then(|| one_line(sentence, SUMMARY_CHARS))
 }
 
+/// The first sentence of the first line of `text`, as a prefix of it (leading space included).
+fn summary_sentence(text: &str) -> &str {
+    let start = text.len() - text.trim_start().len();
+    let body = &text[start..];
+    let line = &body[..body.find('\n').unwrap_or(body.len())];
+    let end = line.find(". ").map_or(line.len(), |end| end + 1);
+    &text[..start + end]
+}
+
+/// A word's stem, so that a name's words and a query's meet whatever their endings:
+/// `issues`, `issue` → `issu`; `repositories` → `repository`; `created`, `creating`,
+/// `create` → `creat`. A few English suffixes, no dictionary.
+fn stem(word: &str) -> String {
+    let mut w = word.to_string();
+    if w.len() > 4 && w.ends_with("ies") {
+        w.truncate(w.len() - 3);
+        w.push('y');
+    } else if w.len() > 3
+        && w.ends_with('s')
+        && !w.ends_with("ss")
+        && !w.ends_with("us")
+        && !w.ends_with("is")
+    {
+        w.pop();
+    }
+    if w.len() > 5 && w.ends_with("ing") {
+        w.truncate(w.len() - 3);
+    } else if w.len() > 4 && w.ends_with("ed") {
+        w.truncate(w.len() - 2);
+    }
+    if w.len() > 3 && w.ends_with('e') {
+        w.pop();
+    }
+    w
+}
+
+/// How well a term (and its stem) is found among a name's stems: 1 for the same stem, ½ for
+/// one a prefix of the other (`repo` and `repository`; the shorter has 3 characters or more).
+fn name_match(stems: &[String], term: &str, stem: &str) -> f64 {
+    let mut best = 0.0;
+    for w in stems {
+        if w == stem {
+            return 1.0;
+        }
+        if (term.chars().count() >= 3 && w.starts_with(stem))
+            || (w.chars().count() >= 4 && stem.starts_with(w.as_str()))
+        {
+            best = 0.5;
+        }
+    }
+    best
+}
+
+/// How well a term is found among a text's words: 1 for the word itself, ½ for a word it
+/// begins (a term of 4 characters or more).
+fn text_match(words: &[String], term: &str) -> f64 {
+    let mut best = 0.0;
+    for w in words {
+        if w == term {
+            return 1.0;
+        }
+        if term.chars().count() >= 4 && w.starts_with(term) {
+            best = 0.5;
+        }
+    }
+    best
+}
+
 /// Lowercase words: runs of letters and digits; `snake_case` and `kebab-case` split.
 fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric())
@@ -788,5 +956,65 @@ mod tests {
             Some("create-issue")
         );
         assert_eq!(github.tools[0].safe_name, "create_issue");
+    }
+
+    /// A few of GitHub's operations, as an OpenAPI provider makes them.
+    fn github_like() -> Catalog {
+        let tools = [
+            ("reactions/create-for-issue-comment", "Create reaction for an issue comment\n\nCreate a reaction to an issue comment."),
+            ("issues/create", "Create an issue\n\nAny user with pull access to a repository can create an issue."),
+            ("issues/create-comment", "Create an issue comment\n\nYou can use the REST API to create comments on issues and pull requests."),
+            ("repos/list-pull-requests-associated-with-commit", "List pull requests associated with a commit\n\nLists the merged pull request that introduced the commit to the repository."),
+            ("pull-request-stacks/list", "List pull request stacks\n\nLists the stacks of pull requests in a repository."),
+            ("pulls/list", "List pull requests\n\nLists pull requests in a specified repository."),
+            ("activity/get-thread-subscription-for-authenticated-user", "Get a thread subscription for the authenticated user"),
+            ("codespaces/get-secret-for-authenticated-user", "Get a secret for the authenticated user"),
+            ("users/get-authenticated", "Get the authenticated user\n\nOAuth app tokens and personal access tokens (classic) need the user scope."),
+            ("repos/delete-admin-branch-protection", "Delete admin branch protection"),
+            ("repos/delete-branch-protection", "Delete branch protection"),
+        ];
+        let mut github = Provider::new("github");
+        for (name, description) in tools {
+            github = github.tool(tool(name, description));
+        }
+        Catalog::build(
+            vec![(github, status("github"))],
+            Vec::new(),
+            Arc::new(ObservedResults::in_memory()),
+        )
+        .unwrap()
+    }
+
+    fn ranked(c: &Catalog, query: &str) -> Vec<String> {
+        let lower = query.to_lowercase();
+        c.rank(&lower, &words(&lower), None)
+            .into_iter()
+            .map(|hit| c.entries[hit].original_name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn plain_words_find_an_operation_by_stems_summary_and_rare_words() {
+        let c = github_like();
+        // `issues` in the name is the query's `issue`; the shorter name saying it all wins.
+        assert_eq!(
+            ranked(&c, "create a comment on an issue")[0],
+            "issues/create-comment"
+        );
+        assert_eq!(
+            ranked(&c, "get the authenticated user")[0],
+            "users/get-authenticated"
+        );
+        assert_eq!(
+            ranked(&c, "delete a branch protection")[0],
+            "repos/delete-branch-protection"
+        );
+        let pulls = ranked(&c, "list pull requests of a repository");
+        assert!(pulls[..2].contains(&"pulls/list".to_string()), "{pulls:?}");
+        // The answer declares the best first.
+        assert_eq!(
+            labels(&c, "create a comment on an issue")[0],
+            "github.issues_create_comment"
+        );
     }
 }
