@@ -175,9 +175,10 @@ fn the_host_declares_the_tools_with_their_upstream_names() {
     assert_eq!(tool.original_name.as_deref(), Some("issues/create-comment"));
 }
 
-/// Loads the document at `EXECBOX_OPENAPI_DOC` (GitHub's description, say) and prints how
-/// long it took and how many tools it made: `cargo test --release -p execbox-openapi --test
-/// documents -- --ignored --nocapture`.
+/// Loads the document at `EXECBOX_OPENAPI_DOC` (GitHub's description, say) into a ready
+/// tool set and prints how long it took and the peak resident set, then what the first
+/// declarations cost: `EXECBOX_OPENAPI_DOC=PATH cargo test --release -p execbox-openapi
+/// --test documents a_large_document_loads -- --ignored --nocapture` (docs/benchmarks.md).
 #[test]
 #[ignore = "needs EXECBOX_OPENAPI_DOC, a large document to time"]
 fn a_large_document_loads() {
@@ -187,24 +188,47 @@ fn a_large_document_loads() {
     config.base_url = Some("https://api.example.com".into());
     let p = OpenApiProvider::load("api", &config, Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
     let loaded = started.elapsed();
+    let peak_loaded = peak_rss();
     let tools = p.provider().tools().len();
-    let bytes: usize = p
+    let set = ToolSet::new(vec![p.into_provider()]).unwrap();
+    let ready = started.elapsed();
+    println!(
+        "{tools} tools: provider in {loaded:?} (peak RSS {peak_loaded}), a ready tool set in \
+         {ready:?} in all (peak RSS {})",
+        peak_rss()
+    );
+    let started = std::time::Instant::now();
+    let declarations = set.declarations();
+    println!(
+        "then every declaration ({} bytes) in {:?} (peak RSS {})",
+        declarations.len(),
+        started.elapsed(),
+        peak_rss()
+    );
+}
+
+/// GitHub-sized providers stay cheap because a tool's schemas wait for its first use: a
+/// tool set leaves them as text, `check_schemas` compiles them all.
+#[test]
+fn an_openapi_tool_set_parses_and_compiles_schemas_only_when_used() {
+    let p = load("tracker-3.1.json", |_| {});
+    let all: Vec<execbox_host::ToolSchema> = p
         .provider()
         .tools()
         .iter()
-        .flat_map(|t| [t.get_input_schema(), t.get_output_schema()])
+        .flat_map(|t| [t.input_tool_schema(), t.output_tool_schema()])
         .flatten()
-        .map(|s| s.to_string().len())
-        .sum();
-    let peak_loaded = peak_rss();
-    let set = ToolSet::new(vec![p.into_provider()]).unwrap();
-    println!(
-        "{tools} tools in {loaded:?} ({bytes} bytes of schemas), peak RSS {peak_loaded}; the \
-         host's tool set in {:?} more, peak RSS {}",
-        started.elapsed() - loaded,
-        peak_rss()
-    );
-    drop(set);
+        .cloned()
+        .collect();
+    let set = ToolSet::new(vec![p.provider().clone()]).unwrap();
+    assert!(all.len() > 2);
+    assert!(all
+        .iter()
+        .all(|s| s.is_deferred() && !s.is_parsed() && !s.is_compiled()));
+    // The runner is not sent the declarations; they are built when asked for.
+    assert_eq!(set.manifests()[0].types, None);
+    set.check_schemas().unwrap();
+    assert!(all.iter().all(|s| s.is_parsed() && s.is_compiled()));
 }
 
 /// The process's peak resident set (`VmHWM`), as `/proc` says it.
