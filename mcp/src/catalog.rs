@@ -1017,4 +1017,69 @@ mod tests {
             "github.issues_create_comment"
         );
     }
+
+    /// `search_tools` over a large provider written by execbox-openapi's
+    /// `a_large_document_loads` (`EXECBOX_TOOLS_DUMP=FILE`): the time of each query, first
+    /// and again, and where the operation it means ranks (docs/benchmarks.md).
+    #[test]
+    #[ignore = "needs EXECBOX_TOOLS_DUMP, tools written by execbox-openapi's a_large_document_loads"]
+    fn search_over_a_large_provider() {
+        let path = std::env::var("EXECBOX_TOOLS_DUMP").expect("EXECBOX_TOOLS_DUMP names a file");
+        let dump: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut provider = Provider::new("github");
+        if let Some(description) = dump["description"].as_str() {
+            provider = provider.description(description);
+        }
+        for t in dump["tools"].as_array().unwrap() {
+            let mut tool = Tool::new(t["name"].as_str().unwrap(), |_, _| async {
+                Ok(json!(null))
+            });
+            if let Some(description) = t["description"].as_str() {
+                tool = tool.description(description);
+            }
+            let schema = |s: &str| execbox_host::ToolSchema::deferred(s).unwrap();
+            if let Some(s) = t["input"].as_str() {
+                tool = tool.input_schema(schema(s));
+            }
+            if let Some(s) = t["output"].as_str() {
+                tool = tool.output_schema(schema(s));
+            }
+            provider = provider.tool(tool);
+        }
+        let started = std::time::Instant::now();
+        let c = Catalog::build(
+            vec![(provider, status("github"))],
+            Vec::new(),
+            Arc::new(ObservedResults::in_memory()),
+        )
+        .unwrap();
+        println!(
+            "catalog of {} tools in {:?}",
+            c.entries.len(),
+            started.elapsed()
+        );
+        for (query, wanted) in [
+            ("create a comment on an issue", "issues/create-comment"),
+            ("list pull requests of a repository", "pulls/list"),
+            (
+                "delete a branch protection",
+                "repos/delete-branch-protection",
+            ),
+            ("get the authenticated user", "users/get-authenticated"),
+            ("merge a pull request", "pulls/merge"),
+            ("add labels to an issue", "issues/add-labels"),
+            ("get the contents of a file", "repos/get-content"),
+            ("list workflow runs", "actions/list-workflow-runs"),
+        ] {
+            let started = std::time::Instant::now();
+            c.search(query, 10);
+            let first = started.elapsed();
+            let started = std::time::Instant::now();
+            c.search(query, 10);
+            let again = started.elapsed();
+            let ranked = ranked(&c, query);
+            let rank = ranked.iter().position(|n| n == wanted).map(|r| r + 1);
+            println!("{query:?}: {first:?}, again {again:?}; {wanted} ranks {rank:?}");
+        }
+    }
 }

@@ -190,7 +190,7 @@ fn a_large_document_loads() {
     let loaded = started.elapsed();
     let peak_loaded = peak_rss();
     let tools = p.provider().tools().len();
-    let set = ToolSet::new(vec![p.into_provider()]).unwrap();
+    let set = ToolSet::new(vec![p.provider().clone()]).unwrap();
     let ready = started.elapsed();
     println!(
         "{tools} tools: provider in {loaded:?} (peak RSS {peak_loaded}), a ready tool set in \
@@ -205,6 +205,25 @@ fn a_large_document_loads() {
         started.elapsed(),
         peak_rss()
     );
+    // For execbox-mcp's `search_tools` timing (docs/benchmarks.md): the tools as JSON.
+    if let Ok(dump) = std::env::var("EXECBOX_TOOLS_DUMP") {
+        let tools: Vec<serde_json::Value> = p
+            .provider()
+            .tools()
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name(),
+                    "description": t.get_description(),
+                    "input": t.get_input_schema().map(|s| s.to_string()),
+                    "output": t.get_output_schema().map(|s| s.to_string()),
+                })
+            })
+            .collect();
+        let all = json!({"description": p.provider().get_description(), "tools": tools});
+        std::fs::write(&dump, all.to_string()).unwrap();
+        println!("the tools written to {dump}");
+    }
 }
 
 /// GitHub-sized providers stay cheap because a tool's schemas wait for its first use: a
