@@ -116,6 +116,9 @@ fn types(args: &TypesArgs) -> anyhow::Result<ExitCode> {
 
 fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let set = run::load_tools(Some(&args.tools))?;
+    // Schemas compiled at a tool's first call (an OpenAPI provider's) are compiled now.
+    set.check_schemas()
+        .map_err(|e| anyhow::anyhow!("invalid tools in {}: {e}", args.tools.display()))?;
     let providers = set.manifests();
     let tools: usize = providers.iter().map(|p| p.tools.len()).sum();
     let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();

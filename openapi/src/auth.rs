@@ -47,17 +47,17 @@ impl Redactor {
         }
     }
 
-    /// `text` with every known secret (and its percent-encoded form) replaced.
+    /// `text` with every known secret replaced, in each form an echo may take: as it is,
+    /// percent-encoded (upper or lower case hex), and escaped as in a JSON string (`\/`,
+    /// `\u002b`).
     pub fn redact(&self, text: &str) -> String {
         let secrets = self.0.read().unwrap_or_else(|e| e.into_inner());
         let mut out = text.to_string();
         for secret in secrets.iter() {
-            if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), "[redacted]");
-            }
-            let encoded = crate::http::encode(secret);
-            if encoded != *secret && out.contains(&encoded) {
-                out = out.replace(&encoded, "[redacted]");
+            for form in forms(secret) {
+                if out.contains(form.as_str()) {
+                    out = out.replace(form.as_str(), "[redacted]");
+                }
             }
         }
         out
@@ -78,11 +78,69 @@ impl Redactor {
                     }
                 }
                 Value::Array(items) => stack.extend(items.iter_mut()),
-                Value::Object(map) => stack.extend(map.values_mut()),
+                Value::Object(map) => {
+                    // A key may echo a secret too.
+                    if map.keys().any(|k| self.redact(k) != *k) {
+                        let entries = std::mem::take(map);
+                        for (k, v) in entries {
+                            map.insert(self.redact(&k), v);
+                        }
+                    }
+                    stack.extend(map.values_mut());
+                }
                 _ => {}
             }
         }
     }
+}
+
+/// The forms of `secret` an echo may carry: itself, percent-encoded in upper and lower case
+/// hex, and JSON-escaped (with and without `/` escaped, every non-alphanumeric as `\uXXXX` in
+/// either case).
+fn forms(secret: &str) -> Vec<String> {
+    let encoded = crate::http::encode(secret);
+    let json = serde_json::to_string(secret).unwrap_or_default();
+    let json = json.trim_matches('"').to_string();
+    let unicode = |upper: bool| -> String {
+        secret
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_string()
+                } else if upper {
+                    format!("\\u{:04X}", c as u32)
+                } else {
+                    format!("\\u{:04x}", c as u32)
+                }
+            })
+            .collect()
+    };
+    let mut forms = vec![
+        secret.to_string(),
+        lower_hex(&encoded),
+        encoded.clone(),
+        json.replace('/', "\\/"),
+        json,
+        unicode(true),
+        unicode(false),
+    ];
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    forms.dedup();
+    forms
+}
+
+/// `%2F` as `%2f`: the hex digits of each escape in lower case, nothing else.
+fn lower_hex(encoded: &str) -> String {
+    let mut out = String::with_capacity(encoded.len());
+    let mut rest = encoded;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let escape = rest.get(i..i + 3).unwrap_or(&rest[i..]);
+        out.push_str(&escape.to_ascii_lowercase());
+        rest = &rest[i + escape.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// How a request is authenticated, with the secrets read.
@@ -319,7 +377,12 @@ impl TokenSource {
             Some(Value::Number(n)) => n
                 .as_f64()
                 .map(|s| Duration::from_secs_f64(s.clamp(0.0, 1e9))),
-            Some(Value::String(s)) => s.trim().parse::<u64>().ok().map(Duration::from_secs),
+            // Bounded as a number is: no lifetime overflows an `Instant`.
+            Some(Value::String(s)) => s
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .map(|secs| Duration::from_secs(secs.min(1_000_000_000))),
             _ => None,
         }
         .unwrap_or(DEFAULT_TOKEN_LIFETIME);
@@ -383,5 +446,26 @@ mod tests {
             serde_json::json!({"echo": ["Bearer [redacted]"], "n": 1})
         );
         assert_eq!(format!("{r:?}"), "Redactor([redacted])");
+    }
+
+    #[test]
+    fn the_redactor_hides_escaped_forms_and_keys() {
+        let r = Redactor::default();
+        r.add("ab/c+d");
+        for echo in [
+            "x ab%2Fc%2Bd y",
+            "x ab%2fc%2bd y",
+            "x ab\\/c+d y",
+            "x ab\\u002Fc\\u002Bd y",
+            "x ab\\u002fc\\u002bd y",
+        ] {
+            assert_eq!(r.redact(echo), "x [redacted] y", "{echo}");
+        }
+        let mut v = serde_json::json!({"Bearer ab/c+d": {"ab/c+d": 1}});
+        r.redact_value(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"Bearer [redacted]": {"[redacted]": 1}})
+        );
     }
 }

@@ -41,6 +41,10 @@ pub struct Shared {
     pub redactor: Redactor,
 }
 
+/// How much more than the quoted KiB an error body is read, so that any secret starting in
+/// the quoted part is read whole before redaction (secrets are far shorter).
+const REDACTION_MARGIN: usize = 16 * 1024;
+
 /// The handler of one operation's tool.
 pub struct OperationTool {
     pub(crate) shared: Arc<Shared>,
@@ -214,6 +218,15 @@ fn build_url(
                     }
                     scalar => encode(&scalar_text(scalar)),
                 };
+                // A `.` or `..` segment would move the request out of the operation's path
+                // (URLs resolve dot segments, `%2e` included).
+                if is_dot_segment(&text) {
+                    return Err(ToolError::validation(format!(
+                        "{label}: the path parameter {} is {text:?}, which would leave the \
+                         operation's path; give a name, not a relative path",
+                        p.name
+                    )));
+                }
                 path = path.replace(&format!("{{{}}}", p.name), &text);
             }
             (Location::Path, None) => {
@@ -234,11 +247,43 @@ fn build_url(
         url.push('?');
         url.push_str(&query);
     }
-    Url::parse(&url).map_err(|e| {
+    let url = Url::parse(&url).map_err(|e| {
         ToolError::tool(format!(
             "{label}: the URL built from the input is not valid ({e})"
         ))
-    })
+    })?;
+    check_within_base(&shared.base, &url)
+        .map_err(|why| ToolError::tool(format!("{label}: {why}")))?;
+    Ok(url)
+}
+
+/// Whether a path segment, as encoded, is `.` or `..` (`%2e` counted as a dot).
+fn is_dot_segment(encoded: &str) -> bool {
+    let dots = encoded.to_ascii_lowercase().replace("%2e", ".");
+    dots == "." || dots == ".."
+}
+
+/// A request goes to the base URL's origin, under its path: never elsewhere, whatever the
+/// document's path templates or the input say (a credential goes with it).
+pub(crate) fn check_within_base(base: &str, url: &Url) -> Result<(), String> {
+    let base = Url::parse(base).map_err(|e| format!("the base URL is not valid ({e})"))?;
+    let prefix = base.path().trim_end_matches('/');
+    let path = url.path();
+    let under = path == prefix
+        || path
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('/'));
+    if url.origin() != base.origin() || !under {
+        return Err(format!(
+            "the request would go to {}{}, outside the API's base URL {}{}; execbox sends \
+             requests under the base URL only",
+            url.origin().ascii_serialization(),
+            path,
+            base.origin().ascii_serialization(),
+            if prefix.is_empty() { "/" } else { prefix }
+        ));
+    }
+    Ok(())
 }
 
 fn push_pair(query: &mut String, name: &str, value: &str) {
@@ -371,14 +416,21 @@ async fn answer(
         } else {
             None
         };
-        let body = read_bounded(response, QUOTED_BODY_BYTES as u64 + 1)
+        // Read past the quoted KiB, so a secret the API echoes across the cut is whole when
+        // it is redacted (the guest may choose where the cut falls).
+        let body = read_bounded(response, (QUOTED_BODY_BYTES + REDACTION_MARGIN) as u64 + 1)
             .await
             .map(|(b, _)| b)
             .unwrap_or_default();
         let mut error = ToolError::tool(format!(
             "{label}: HTTP {}: {}",
             status_text(status),
-            quote_body(&body)
+            quote_body(
+                shared
+                    .redactor
+                    .redact(&String::from_utf8_lossy(&body))
+                    .as_bytes()
+            )
         ))
         .with_reason("http_status")
         .with_status(status.as_u16());
@@ -436,9 +488,15 @@ async fn answer(
     } else if is_json(&essence) {
         let text = String::from_utf8_lossy(&body);
         execbox_host::json::parse_json(&text).map_err(|e| {
+            // Redacted whole, then cut: a cut first could keep a secret's start.
+            let redacted = shared.redactor.redact(&text);
+            let cut = redacted
+                .char_indices()
+                .nth(200)
+                .map_or(redacted.as_str(), |(i, _)| &redacted[..i]);
             ToolError::tool(format!(
                 "{label}: the answer says {essence} but is not valid JSON ({e}): {}",
-                quote_body(&body[..body.len().min(200)])
+                quote_body(cut.as_bytes())
             ))
         })?
     } else {
@@ -571,6 +629,36 @@ mod tests {
     }
 
     #[test]
+    fn requests_stay_under_the_base_url() {
+        let at = |url: &str| Url::parse(url).unwrap();
+        let base = "https://api.example.com/v1";
+        assert!(check_within_base(base, &at("https://api.example.com/v1/pets?x=1")).is_ok());
+        assert!(check_within_base(base, &at("https://api.example.com/v1")).is_ok());
+        for outside in [
+            "https://api.example.com/v2/pets",
+            "https://api.example.com/v1x/pets",
+            "https://api.example.com.evil.com/v1/pets",
+            "https://api.example.com:8443/v1/pets",
+            "http://api.example.com/v1/pets",
+        ] {
+            let e = check_within_base(base, &at(outside)).unwrap_err();
+            assert!(
+                e.contains("outside the API's base URL https://api.example.com/v1"),
+                "{e}"
+            );
+        }
+        assert!(
+            check_within_base("https://api.example.com", &at("https://api.example.com/x")).is_ok()
+        );
+        for dots in [".", "..", "%2e", "%2E%2e", ".%2E"] {
+            assert!(is_dot_segment(dots), "{dots}");
+        }
+        for name in ["...", ".a", "a..", "%2e%2e%2e"] {
+            assert!(!is_dot_segment(name), "{name}");
+        }
+    }
+
+    #[test]
     fn bodies_are_quoted_on_one_line_and_cut() {
         assert_eq!(quote_body(b""), "(empty body)");
         assert_eq!(
@@ -593,6 +681,12 @@ mod tests {
         assert!(check_base_url("https://u:p@x")
             .unwrap_err()
             .contains("under `auth`"));
+        // A key in a URL's query is never shown.
+        let e = check_base_url("https://api.example.com/v1?api_key=PLANTED").unwrap_err();
+        assert!(
+            !e.contains("PLANTED") && e.contains("https://api.example.com"),
+            "{e}"
+        );
         assert!(check_credentials_transport("http://localhost:1/").is_ok());
         assert!(check_credentials_transport("http://[::1]:1/").is_ok());
         assert!(check_credentials_transport("http://api.example.com")

@@ -251,11 +251,27 @@ impl fmt::Display for SecretValue {
     }
 }
 
+/// `[A-Za-z_][A-Za-z0-9_]*`: what shells export.
+fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 impl Secret {
     /// Reads the secret: the variable must be set and not empty, the file readable and not
     /// empty. `field` names it in errors (`auth.bearer`); `base_dir` resolves a relative file.
     pub fn resolve(&self, field: &str, base_dir: &Path) -> Result<SecretValue, OpenApiError> {
         match self {
+            // A name that is no variable name is likely a secret pasted in its place: it is
+            // not shown.
+            Secret::Env(name) if !is_variable_name(name) => Err(OpenApiError::config(
+                field,
+                "`env:` takes the name of an environment variable (letters, digits and `_`), \
+                 not the secret itself (what is written is not shown)",
+            )),
             Secret::Env(name) => match std::env::var(name) {
                 Ok(value) if !value.is_empty() => Ok(SecretValue(value)),
                 Ok(_) => Err(OpenApiError::config(

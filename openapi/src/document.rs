@@ -27,6 +27,8 @@ pub const MAX_DOCUMENT_BYTES: u64 = 64 * 1024 * 1024;
 pub struct Document {
     root: Value,
     source: String,
+    /// Bytes of values copied into the tools' schemas so far (`schema.rs`'s provider budget).
+    pub(crate) copied: std::sync::atomic::AtomicUsize,
 }
 
 /// The OpenAPI versions read: 3.0.x and 3.1.x.
@@ -102,6 +104,7 @@ impl Document {
         Ok(Document {
             root,
             source: source.to_string(),
+            copied: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 

@@ -60,8 +60,7 @@ fn shown(url: &Url) -> String {
 /// An https URL (http on this machine), without a user name or password.
 fn check_document_url(text: &str) -> Result<Url, OpenApiError> {
     let bad = |m: String| OpenApiError::config("openapi", m);
-    let url =
-        Url::parse(text).map_err(|e| bad(format!("{text:?} is not an absolute URL ({e})")))?;
+    let url = Url::parse(text).map_err(|e| bad(format!("it is not an absolute URL ({e})")))?;
     if !url.username().is_empty() || url.password().is_some() {
         return Err(bad(
             "the URL holds a user name or password; download the document and give its path".into(),
@@ -100,9 +99,9 @@ async fn fetch(url: Url, shown: &str) -> Result<Vec<u8>, String> {
             .map(|u| u.origin().ascii_serialization())
             .unwrap_or_else(|| "somewhere else".into());
         return Err(format!(
-            "HTTP {} fetching {shown}: a redirect to {to}, which is plain http and not this \
-             machine, is not followed; give the document's https URL, or download it and give \
-             its path",
+            "HTTP {} fetching {shown}: a redirect to {to} is not followed (plain http to \
+             another machine, or this machine from a remote document); give the document's \
+             final https URL, or download it and give its path",
             status_text(status)
         ));
     }
@@ -140,12 +139,17 @@ fn client() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("cannot configure TLS: {e}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let redirects = Policy::custom(|attempt| {
+    let redirects = Policy::custom(move |attempt| {
         if attempt.previous().len() > MAX_REDIRECTS {
             return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
         }
+        // This machine only when the document was asked of this machine: a remote server
+        // cannot point execbox at a local service.
         let next = attempt.url();
-        if next.scheme() == "https" || (next.scheme() == "http" && is_loopback(next)) {
+        let local = attempt.previous().first().is_some_and(is_loopback);
+        if (next.scheme() == "https" && (local || !is_loopback(next)))
+            || (next.scheme() == "http" && is_loopback(next) && local)
+        {
             attempt.follow()
         } else {
             // Not followed: `fetch` says where it led.

@@ -123,13 +123,19 @@ pub(crate) fn is_loopback(url: &Url) -> bool {
 
 /// Checks a base URL (or a token URL): absolute, http or https, no query or fragment.
 pub fn check_base_url(text: &str) -> Result<(), String> {
-    let url = Url::parse(text).map_err(|e| format!("{text:?} is not an absolute URL ({e})"))?;
+    // A URL is named by its origin only: its query or user part may hold a key.
+    let url = Url::parse(text).map_err(|e| format!("it is not an absolute URL ({e})"))?;
+    let shown = url.origin().ascii_serialization();
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("{text:?} is not an http or https URL"));
+        return Err(format!(
+            "a {} URL is not an http or https URL",
+            url.scheme()
+        ));
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(format!(
-            "{text:?} has a query or a fragment; give the URL without them"
+            "the URL of {shown} has a query or a fragment (not shown); give the URL without \
+             them, and a key under `auth`"
         ));
     }
     if !url.username().is_empty() || url.password().is_some() {
@@ -140,7 +146,7 @@ pub fn check_base_url(text: &str) -> Result<(), String> {
 
 /// Refuses to send a credential over plain http beyond this machine.
 pub fn check_credentials_transport(text: &str) -> Result<(), String> {
-    let url = Url::parse(text).map_err(|e| format!("{text:?} is not an absolute URL ({e})"))?;
+    let url = Url::parse(text).map_err(|e| format!("it is not an absolute URL ({e})"))?;
     if url.scheme() == "http" && !is_loopback(&url) {
         return Err(format!(
             "{} is plain http: the credential would cross the network unencrypted; use https \

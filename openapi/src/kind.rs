@@ -45,8 +45,8 @@ impl ProviderKind for OpenApiKind {
             tracing::warn!(
                 provider = name,
                 "left out {}: {}",
-                skipped.operation,
-                skipped.reason
+                skipped.operation.escape_debug(),
+                skipped.reason.escape_debug()
             );
         }
         Ok(built.into_provider())
@@ -183,6 +183,23 @@ mod tests {
                 .starts_with("a secret is named here, never written"),
             "{}",
             e.message
+        );
+        // A secret pasted where a variable's name goes is not shown either (it is caught when
+        // the provider is built).
+        let config = config_from_json(
+            json!({"openapi": "a.json", "auth": {"bearer": {"env": "ghp_PLANTED-token"}}}),
+        )
+        .unwrap();
+        let Some(crate::AuthConfig::Bearer(secret)) = &config.auth else {
+            panic!("{config:?}")
+        };
+        let e = secret
+            .resolve("auth.bearer", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !e.contains("PLANTED") && e.contains("not the secret itself"),
+            "{e}"
         );
         let e = error(json!({"openapi": "a.json", "timeout_ms": "fast"}));
         assert_eq!(e.at, "timeout_ms");

@@ -63,7 +63,10 @@ pub use error::OpenApiError;
 pub use http::{MAX_REDIRECTS, QUOTED_BODY_BYTES};
 pub use kind::{config_from_json, OpenApiKind, FIELDS};
 pub use operations::Skipped;
-pub use schema::{MAX_DEPTH, MAX_RECURSION, MAX_REF_NESTING, MAX_SCHEMA_NODES};
+pub use schema::{
+    MAX_DEPTH, MAX_DOCUMENT_SCHEMA_BYTES, MAX_RECURSION, MAX_REF_NESTING, MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_NODES,
+};
 
 /// An OpenAPI provider, built: the host's [`Provider`] and the operations left out.
 #[derive(Debug)]
@@ -78,6 +81,14 @@ impl OpenApiProvider {
     pub fn load(name: &str, config: &OpenApiConfig, base_dir: &Path) -> Result<Self, OpenApiError> {
         config.check()?;
         let source = config.openapi.as_str();
+        if fetch::is_url(source) && config.auth.is_some() && config.base_url.is_none() {
+            // The document's servers would decide where the credential goes.
+            return Err(OpenApiError::config(
+                "base_url",
+                "is required with `auth` when the document is fetched from a URL: its `servers` \
+                 would decide where the credential is sent; set base_url to the API's URL",
+            ));
+        }
         let document = if fetch::is_url(source) {
             fetch::fetch_document(source, Duration::from_millis(config.timeout_ms))?
         } else {

@@ -142,6 +142,15 @@ pub fn read_operations(doc: &Document, filter: &Operations) -> (Vec<Operation>, 
         return (operations, skipped);
     };
     for (path, item) in paths {
+        // OpenAPI paths start with `/`; anything else, appended to the base URL, could name
+        // another host (`@evil/`, `:8080/`, `.evil.com/`).
+        if !path.starts_with('/') || path.starts_with("//") {
+            skipped.push(Skipped {
+                operation: path.escape_debug().to_string(),
+                reason: "a path must start with a single `/` (OpenAPI 3, section 4.8.8)".into(),
+            });
+            continue;
+        }
         let item = match doc.deref(item) {
             Ok(item) => item,
             Err(reason) => {
@@ -543,6 +552,22 @@ mod tests {
         let (ops, skipped) = read_operations(d, &Operations::default());
         assert!(skipped.is_empty(), "{skipped:?}");
         ops
+    }
+
+    #[test]
+    fn a_path_that_does_not_start_with_one_slash_is_no_tool() {
+        let get = json!({"get": {"responses": {"200": {"description": "ok"}}}});
+        let d = doc(json!({
+            "@evil.example/x": get, ":8443/x": get, ".evil.com/x": get, "//evil/x": get,
+            "/fine\n": get, "/ok": get
+        }));
+        let (ops, skipped) = read_operations(&d, &Operations::default());
+        let kept: Vec<&str> = ops.iter().map(|o| o.path.as_str()).collect();
+        assert_eq!(kept, ["/fine\n", "/ok"]);
+        assert_eq!(skipped.len(), 4, "{skipped:?}");
+        assert!(skipped
+            .iter()
+            .all(|s| s.reason.contains("must start with a single `/`")));
     }
 
     #[test]

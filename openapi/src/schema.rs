@@ -31,6 +31,16 @@ pub const MAX_DEPTH: usize = 48;
 /// How many schema objects one tool's schema may hold before further `$ref`s become `{}`.
 pub const MAX_SCHEMA_NODES: usize = 1_500;
 
+/// The most bytes of values (descriptions, `enum`s, defaults: whatever is copied as it is)
+/// one tool schema takes from the document: 256 KiB. Past it, further `$ref`s are not
+/// expanded, as past [`MAX_SCHEMA_NODES`]: a small document whose schemas copy one large
+/// `enum` into thousands of places cannot grow without bound.
+pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+
+/// The most bytes of values all the tool schemas of one document take: 64 MiB. Past it,
+/// no `$ref` is expanded any more (the tools keep working, with looser types).
+pub const MAX_DOCUMENT_SCHEMA_BYTES: usize = 64 * 1024 * 1024;
+
 /// How many `$ref`s may be expanded one inside another before the next becomes `{}`.
 pub const MAX_REF_NESTING: usize = 3;
 
@@ -69,6 +79,27 @@ const DROPPED: &[&str] = &[
     "$comment",
 ];
 
+/// About how many bytes `value` takes as JSON, without writing it.
+fn approximate_size(value: &Value) -> usize {
+    let mut size = 0;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        size += match v {
+            Value::String(s) => s.len() + 2,
+            Value::Array(items) => {
+                stack.extend(items.iter());
+                2 + items.len()
+            }
+            Value::Object(map) => {
+                stack.extend(map.values());
+                2 + map.keys().map(|k| k.len() + 4).sum::<usize>()
+            }
+            _ => 8,
+        };
+    }
+    size
+}
+
 /// Builds self-contained schemas from one document; one per tool schema (the node budget is
 /// per tool).
 pub struct Inliner<'d> {
@@ -76,6 +107,8 @@ pub struct Inliner<'d> {
     is_3_0: bool,
     stack: Vec<&'d str>,
     nodes: usize,
+    /// Bytes of values copied (see [`MAX_SCHEMA_BYTES`]).
+    bytes: usize,
 }
 
 impl<'d> Inliner<'d> {
@@ -86,7 +119,17 @@ impl<'d> Inliner<'d> {
             is_3_0: doc.is_3_0(),
             stack: Vec::new(),
             nodes: 0,
+            bytes: 0,
         }
+    }
+
+    /// Counts the bytes of a value copied as it is, for this schema and the document.
+    fn charge(&mut self, value: &Value) {
+        let size = approximate_size(value);
+        self.bytes += size;
+        self.doc
+            .copied
+            .fetch_add(size, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `schema` with its `$ref`s inlined and OpenAPI's dialect turned into JSON Schema.
@@ -146,6 +189,7 @@ impl<'d> Inliner<'d> {
                     }
                 }
             } else {
+                self.charge(value);
                 out.insert(key.into(), value.clone());
             }
         }
@@ -188,7 +232,11 @@ impl<'d> Inliner<'d> {
                 "{name} (not expanded: inside {MAX_REF_NESTING} other expanded schemas)"
             ));
         }
-        if self.nodes > MAX_SCHEMA_NODES {
+        let copied = self.doc.copied.load(std::sync::atomic::Ordering::Relaxed);
+        if self.nodes > MAX_SCHEMA_NODES
+            || self.bytes > MAX_SCHEMA_BYTES
+            || copied > MAX_DOCUMENT_SCHEMA_BYTES
+        {
             return any(&format!("{name} (not expanded: the schema is too large)"));
         }
         self.stack.push(reference);
@@ -253,6 +301,40 @@ mod tests {
             "test",
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_large_value_copied_into_many_places_stays_within_the_byte_budgets() {
+        // S0 has 37 properties of S1, S1 37 of S2, S2 a 20,000-item enum: inlined in full,
+        // 1,369 copies of the enum (hundreds of MB) from a document of 400 KB.
+        let items: Vec<Value> = (0..20_000).map(|n| json!(format!("value-{n}"))).collect();
+        let wide = |target: &str| {
+            let props: Map<String, Value> = (0..37)
+                .map(|n| {
+                    (
+                        format!("p{n}"),
+                        json!({"$ref": format!("#/components/schemas/{target}")}),
+                    )
+                })
+                .collect();
+            json!({"type": "object", "properties": props})
+        };
+        let d = doc(
+            "3.1.0",
+            json!({"S0": wide("S1"), "S1": wide("S2"), "S2": {"type": "string", "enum": items}}),
+        );
+        let root = json!({"$ref": "#/components/schemas/S0"});
+        let mut total = 0;
+        for _ in 0..4 {
+            let schema = Inliner::new(&d).schema(&root);
+            let size = schema.to_string().len();
+            assert!(size < 2 * MAX_SCHEMA_BYTES, "{size}");
+            assert!(schema
+                .to_string()
+                .contains("not expanded: the schema is too large"));
+            total += size;
+        }
+        assert!(d.copied.load(std::sync::atomic::Ordering::Relaxed) >= total / 2);
     }
 
     #[test]

@@ -52,6 +52,19 @@ async fn bearer_tokens_go_in_the_authorization_header_and_nowhere_else() {
     );
     assert_hidden(&err.message, secret);
     assert_hidden(&format!("{p:?} {err:?}"), secret);
+    // The guest pads the echoed URI so the secret straddles the quoted KiB's end: no part of
+    // it shows, wherever the cut falls.
+    let before = "denied: uri=/v1/status/403?retry=".len() + " authorization=Bearer ".len();
+    for pad in (1000 - before - secret.len())..=(1030 - before) {
+        let input = json!({"code": 403, "retry": "1".repeat(pad)});
+        let err = call(&p, "status", input).await.unwrap_err();
+        eprintln!(
+            "{pad}: {}",
+            &err.message[err.message.len().saturating_sub(50)..]
+        );
+        assert_hidden(&err.message, "PLANTED-");
+        assert_hidden(&err.message, "5c0ffee");
+    }
 }
 
 #[tokio::test]

@@ -105,7 +105,7 @@ async fn every_failure_of_the_server_is_a_clear_error() {
         ),
         (
             format!("http://{addr}/to-plain-http"),
-            "HTTP 302 Found fetching http://127.0.0.1:PORT/to-plain-http: a redirect to http://example.com, which is plain http and not this machine, is not followed".replace("127.0.0.1:PORT", &addr.to_string()),
+            "HTTP 302 Found fetching http://127.0.0.1:PORT/to-plain-http: a redirect to http://example.com is not followed".replace("127.0.0.1:PORT", &addr.to_string()),
         ),
         (
             "http://example.com/api.json".to_string(),
