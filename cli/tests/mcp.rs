@@ -40,6 +40,7 @@ use durable::{
 };
 use mcp_upstream::{MARKS_ENV, ROLE_ENV};
 use mistakes::the_mistakes_table_is_current;
+use openapi::github_openapi_is_searched_in_plain_words_and_called;
 use rounds::approvals_travel_in_the_answer_on_mcp_2026_07_28;
 
 const EXECBOX: &str = env!("CARGO_BIN_EXE_execbox");
@@ -94,6 +95,7 @@ fn main() {
         the_mistakes_table_is_current,
         execute_code_meta_traceparent_is_the_parent_and_goes_upstream,
         http_traceparent_header_is_the_parent_of_the_execution,
+        github_openapi_is_searched_in_plain_words_and_called,
     ];
     let trials = cases
         .into_iter()
@@ -141,6 +143,8 @@ macro_rules! check {
 // After `check!`, which they use.
 #[path = "mcp/durable.rs"]
 mod durable;
+#[path = "mcp/openapi.rs"]
+mod openapi;
 #[path = "mcp/rounds.rs"]
 mod rounds;
 
