@@ -124,6 +124,10 @@ async fn call(
                 let name = HeaderName::from_bytes(p.name.as_bytes()).map_err(|_| {
                     ToolError::tool(format!("{label}: {:?} is not a valid header name", p.name))
                 })?;
+                // The credential's own header is the host's to set, never the guest's.
+                if matches!(&shared.auth, Auth::Header(auth, _) if *auth == name) {
+                    continue;
+                }
                 request = request.header(name, value);
             }
             Location::Cookie => {
@@ -240,6 +244,14 @@ fn build_url(
         }
     }
     if let Auth::Query(name, key) = &shared.auth {
+        // The key's own parameter is the host's to set, never the guest's (an exploded
+        // object names its own parameters).
+        let own = format!("{}=", encode(name));
+        query = query
+            .split('&')
+            .filter(|pair| !pair.is_empty() && !pair.starts_with(&own))
+            .collect::<Vec<_>>()
+            .join("&");
         push_pair(&mut query, name, key.expose());
     }
     let mut url = format!("{}{}", shared.base, path);

@@ -23,6 +23,24 @@ use crate::config::Operations;
 use crate::document::Document;
 use crate::schema::Inliner;
 
+/// Header parameters that are no tool input: the client sets them.
+const CLIENT_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "authorization",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-authorization",
+    "proxy-connection",
+    "cookie",
+];
+
 /// The HTTP methods an OpenAPI path item may hold, in the order tools are made.
 pub const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
@@ -271,10 +289,11 @@ fn read_operation(
                 ));
             };
             if location == Location::Header
-                && ["accept", "content-type", "authorization"]
-                    .contains(&pname.to_ascii_lowercase().as_str())
+                && CLIENT_HEADERS.contains(&pname.to_ascii_lowercase().as_str())
             {
-                // OpenAPI: these header parameters are ignored (the client sets them).
+                // OpenAPI: `Accept`, `Content-Type` and `Authorization` header parameters are
+                // ignored (the client sets them); so are the headers that frame or route the
+                // request, which the guest must not set.
                 continue;
             }
             if let Some(i) = raw

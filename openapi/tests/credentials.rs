@@ -58,10 +58,6 @@ async fn bearer_tokens_go_in_the_authorization_header_and_nowhere_else() {
     for pad in (1000 - before - secret.len())..=(1030 - before) {
         let input = json!({"code": 403, "retry": "1".repeat(pad)});
         let err = call(&p, "status", input).await.unwrap_err();
-        eprintln!(
-            "{pad}: {}",
-            &err.message[err.message.len().saturating_sub(50)..]
-        );
         assert_hidden(&err.message, "PLANTED-");
         assert_hidden(&err.message, "5c0ffee");
     }
@@ -288,4 +284,68 @@ async fn a_token_the_api_refuses_is_forgotten_and_fetched_again() {
     let _ = call(&p, "status", json!({"code": 404})).await.unwrap_err();
     call(&p, "text", json!({})).await.unwrap();
     assert_eq!(api.token_requests.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn the_guest_can_neither_shadow_nor_duplicate_the_key() {
+    init();
+    let secret = "PLANTED-key/with+chars";
+    let (api, addr, _, _) = start().await;
+    // A document that lets the guest set a header named as the key, an exploded object in
+    // the query (whose keys name their own parameters), and framing headers.
+    let mut document = support::document();
+    document["paths"]["/echo/{id}"]["get"]["parameters"] = json!([
+        {"name": "X-Api-Key", "in": "header", "schema": {"type": "string"}},
+        {"name": "Host", "in": "header", "schema": {"type": "string"}},
+        {"name": "Transfer-Encoding", "in": "header", "schema": {"type": "string"}},
+        {"name": "filter", "in": "query", "style": "form", "explode": true,
+         "schema": {"type": "object", "additionalProperties": {"type": "string"}}}
+    ]);
+    let doc = execbox_openapi::Document::from_value(document, "test.json").unwrap();
+    for location in [ApiKeyLocation::Header, ApiKeyLocation::Query] {
+        let mut config = execbox_openapi::OpenApiConfig::new("test.json");
+        config.base_url = Some(format!("http://{addr}/v1"));
+        config.auth = Some(AuthConfig::ApiKey(ApiKey {
+            location,
+            name: "X-Api-Key".into(),
+            env: Some("EXECBOX_TEST_API_KEY".into()),
+            file: None,
+        }));
+        let p = execbox_openapi::OpenApiProvider::from_document(
+            "api",
+            &doc,
+            &config,
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let get = p
+            .provider()
+            .tools()
+            .iter()
+            .find(|t| t.name() == "echo/get")
+            .unwrap();
+        // Host and Transfer-Encoding are not the guest's: no input of the tool.
+        let schema = get.get_input_schema().unwrap().to_string();
+        assert!(
+            !schema.contains("Host") && !schema.contains("Transfer-Encoding"),
+            "{schema}"
+        );
+        call(
+            &p,
+            "echo/get",
+            json!({"id": "1", "X-Api-Key": "guest", "filter": {"X-Api-Key": "guest", "a": "b"}}),
+        )
+        .await
+        .unwrap();
+        let seen = api.last();
+        match location {
+            ApiKeyLocation::Header => {
+                assert_eq!(seen.headers["x-api-key"], secret);
+                assert!(!format!("{:?}", seen.headers).contains("guest"), "{seen:?}");
+            }
+            ApiKeyLocation::Query => {
+                assert_eq!(seen.query, "a=b&X-Api-Key=PLANTED-key%2Fwith%2Bchars")
+            }
+        }
+    }
 }
