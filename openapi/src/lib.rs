@@ -92,7 +92,10 @@ impl OpenApiProvider {
         let document = if fetch::is_url(source) {
             fetch::fetch_document(source, Duration::from_millis(config.timeout_ms))?
         } else {
-            Document::from_path(&base_dir.join(source))?
+            // `./api.json` is named as `<folder>/api.json`.
+            let relative = Path::new(source);
+            let relative = relative.strip_prefix("./").unwrap_or(relative);
+            Document::from_path(&base_dir.join(relative))?
         };
         Self::from_document(name, &document, config, base_dir)
     }
@@ -167,6 +170,18 @@ impl OpenApiProvider {
         });
 
         let (operations, skipped) = operations::read_operations(document, &config.operations);
+        if operations.is_empty() && !config.operations.include.is_empty() {
+            // A namespace without tools is never what was meant: a glob that matches nothing.
+            return Err(OpenApiError::config(
+                "operations.include",
+                format!(
+                    "{:?} matches no operation of the document; the globs match an operation's \
+                     operationId, its tool name (`issues_create_comment`) or a tag, not its \
+                     method and path",
+                    config.operations.include
+                ),
+            ));
+        }
         let mut provider = Provider::new(name);
         if let Some(description) = describe(document.root()) {
             provider = provider.description(description);

@@ -115,6 +115,28 @@ fn include_and_exclude_filter_by_operation_id_and_tag() {
 }
 
 #[test]
+fn an_include_that_matches_nothing_is_an_error_and_dot_slash_paths_read() {
+    let mut config = OpenApiConfig::new("./petstore-3.0.yaml");
+    config.base_url = Some("http://127.0.0.1:9".into());
+    config.operations.include = vec!["GET /pets".into()];
+    let err = OpenApiProvider::load("api", &config, fixtures())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("operations.include: [\"GET /pets\"] matches no operation of the document"),
+        "{err}"
+    );
+    config.operations.include = vec!["pets_get".into()];
+    let p = OpenApiProvider::load("api", &config, fixtures()).unwrap();
+    assert_eq!(p.provider().tools().len(), 1);
+    config.openapi = "./missing.yaml".into();
+    let err = OpenApiProvider::load("api", &config, fixtures())
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("/./"), "{err}");
+}
+
+#[test]
 fn documents_that_cannot_be_used_are_refused_with_what_to_do() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     std::fs::write(
