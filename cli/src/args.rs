@@ -201,7 +201,7 @@ pub struct RunArgs {
     /// The script to run, or `-` for stdin.
     #[arg(value_name = "FILE|-")]
     pub script: String,
-    /// Tools file (YAML) declaring providers of command tools.
+    /// Tools file (YAML) declaring providers: command tools, OpenAPI documents.
     #[arg(long, value_name = "FILE")]
     pub tools: Option<PathBuf>,
     /// Wall-clock limit in milliseconds.
