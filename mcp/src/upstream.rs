@@ -226,7 +226,7 @@ impl Upstreams {
                 // A shutdown drops a start in progress: its process group is killed with it,
                 // and what that does to the start is ours, not the server's failure.
                 let link = tokio::select! {
-                    link = connect(index, &server, events.clone(), sinks, &options, aliases) => link,
+                    link = connect(index, &server, events.clone(), sinks, &options, aliases, stopping.clone()) => link,
                     () = stopping.cancelled() => Err("execbox mcp stopped before it started".into()),
                 };
                 let Some(hub) = weak.upgrade() else { return };
@@ -934,6 +934,7 @@ async fn connect(
     sinks: Arc<ProgressSinks>,
     options: &UpstreamOptions,
     aliases: PermissionAliases,
+    stopping: tokio_util::sync::CancellationToken,
 ) -> Result<Arc<Link>, String> {
     let client = UpstreamClient {
         index,
@@ -991,7 +992,7 @@ async fn connect(
         link.abandon();
         return Err(why);
     }
-    watch_connection(running, &link, events);
+    watch_connection(running, &link, events, stopping);
     Ok(link)
 }
 
@@ -1122,11 +1123,14 @@ fn server_description(peer: &Peer<RoleClient>) -> Option<String> {
 }
 
 /// Watches a server's connection: its end (the process exited, the connection closed)
-/// makes the server unavailable, unless execbox is stopping it.
+/// makes the server unavailable, unless execbox is stopping it or every server (`stopping`,
+/// the hub's: a server that ends while execbox shuts down is one it stopped, whichever way
+/// the shutdown reached it first).
 fn watch_connection(
     running: RunningService<RoleClient, UpstreamClient>,
     link: &Arc<Link>,
     events: mpsc::UnboundedSender<Event>,
+    stopping: tokio_util::sync::CancellationToken,
 ) {
     let watched = Arc::downgrade(link);
     tokio::spawn(async move {
@@ -1134,7 +1138,8 @@ fn watch_connection(
         let Some(link) = watched.upgrade() else {
             return;
         };
-        if link.stopping.load(Ordering::SeqCst) {
+        let stopped = || link.stopping.load(Ordering::SeqCst) || stopping.is_cancelled();
+        if stopped() {
             return;
         }
         let reason = match link.exit.clone() {
@@ -1147,6 +1152,9 @@ fn watch_connection(
             }
             None => "closed the connection".into(),
         };
+        if stopped() {
+            return;
+        }
         if let Some(group) = &link.group {
             group.kill();
         }
