@@ -7,6 +7,7 @@
 
 pub mod capabilities;
 pub mod cli;
+pub mod conformance;
 pub mod openapi;
 pub mod otlp;
 pub mod process;

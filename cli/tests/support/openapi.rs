@@ -10,11 +10,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+#[allow(clippy::duplicate_mod)] // each support file stands alone (mcp.rs includes them one by one)
+#[path = "npm.rs"]
+mod npm;
+
 /// The folder of the locked `package.json`.
 const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openapi");
-
-/// How long `npm ci` may take (a cold cache downloads about 40 MB).
-const INSTALL_WITHIN: Duration = Duration::from_secs(300);
 
 /// How long Prism may take to start (GitHub's description takes about 10 s on 2 cores).
 const PRISM_STARTS_WITHIN: Duration = Duration::from_secs(90);
@@ -23,64 +24,12 @@ const PRISM_STARTS_WITHIN: Duration = Duration::from_secs(90);
 /// (with a note on stderr) when npm is missing outside CI; under `CI=true` a missing npm fails.
 pub fn installed() -> Option<&'static Path> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match DIR.get_or_init(install) {
-        Ok(dir) => Some(dir.as_path()),
-        Err(why) if std::env::var_os("CI").is_none() && why.starts_with("npm is not installed") => {
-            eprintln!("skipping: {why}");
-            None
-        }
-        Err(why) => panic!("{why}"),
-    }
-}
-
-fn install() -> Result<PathBuf, String> {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("openapi-tests");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let lock = std::fs::read(Path::new(PACKAGE).join("package-lock.json")).unwrap();
-    let installed_lock = dir.join("node_modules/.installed-lock.json");
-    if std::fs::read(&installed_lock).ok().as_deref() == Some(lock.as_slice()) {
-        return Ok(dir);
-    }
-    for file in ["package.json", "package-lock.json"] {
-        std::fs::copy(Path::new(PACKAGE).join(file), dir.join(file))
-            .map_err(|e| format!("copy {file}: {e}"))?;
-    }
-    let log = dir.join("npm.log");
-    let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-    let mut child = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().map_err(|e| e.to_string())?)
-        .stderr(file)
-        .spawn()
-        .map_err(|e| {
-            format!("npm is not installed ({e}): the OpenAPI tests need Node.js and npm")
-        })?;
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if started.elapsed() > INSTALL_WITHIN {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "npm ci in {} did not finish within {INSTALL_WITHIN:?}",
-                dir.display()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    if !status.success() {
-        return Err(format!(
-            "npm ci in {} failed ({status}): {}",
-            dir.display(),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        ));
-    }
-    std::fs::write(&installed_lock, &lock).map_err(|e| e.to_string())?;
-    Ok(dir)
+    npm::installed(
+        &DIR,
+        Path::new(PACKAGE),
+        "openapi-tests",
+        "the OpenAPI tests",
+    )
 }
 
 /// GitHub's OpenAPI description (`@octokit/openapi`), as installed.
