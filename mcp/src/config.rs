@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::oauth::OAuthConfig;
 use execbox_host::{check_provider_name, parse_window, sanitize_tool_name, RateLimit};
 
 /// The parsed `mcp.json`: the upstream servers in file order.
@@ -44,6 +45,9 @@ pub struct UpstreamConfig {
     /// What execbox's policy adds to each of its tools: every tool also needs the permission
     /// `namespace:tool` (see [`UpstreamConfig::permission`]).
     pub policy: UpstreamPolicy,
+    /// The `mcp.json` it is read from (named in what to do: `execbox mcp login NAME --config
+    /// FILE`).
+    pub source: PathBuf,
 }
 
 /// The policy fields of one server in `mcp.json` (execbox's own; MCP clients have none):
@@ -88,6 +92,9 @@ pub enum UpstreamTransport {
         url: String,
         /// Headers sent with every request (credentials, usually).
         headers: Vec<(String, String)>,
+        /// How to sign in with OAuth, when the `oauth` field says (a sign-in of `execbox mcp
+        /// login` is used without it too).
+        oauth: Option<OAuthConfig>,
     },
 }
 
@@ -118,13 +125,18 @@ impl fmt::Debug for UpstreamTransport {
                 .field("env", &env.iter().map(|(k, _)| k).collect::<Vec<_>>())
                 .field("cwd", cwd)
                 .finish(),
-            UpstreamTransport::Http { url, headers } => f
+            UpstreamTransport::Http {
+                url,
+                headers,
+                oauth,
+            } => f
                 .debug_struct("Http")
                 .field("url", url)
                 .field(
                     "headers",
                     &headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
                 )
+                .field("oauth", oauth)
                 .finish(),
         }
     }
@@ -181,7 +193,14 @@ const STDIO_FIELDS: &[&str] = &[
     "rateLimit",
     "requireApproval",
 ];
-const HTTP_FIELDS: &[&str] = &["type", "url", "headers", "rateLimit", "requireApproval"];
+const HTTP_FIELDS: &[&str] = &[
+    "type",
+    "url",
+    "headers",
+    "oauth",
+    "rateLimit",
+    "requireApproval",
+];
 
 impl McpConfig {
     /// Reads and parses `path`; a relative `cwd` resolves against the file's folder.
@@ -274,6 +293,7 @@ impl McpConfig {
                 namespace,
                 transport,
                 policy,
+                source: path.to_owned(),
             });
         }
         Ok(McpConfig { servers: out })
@@ -302,7 +322,7 @@ fn parse_server(entry: &Map<String, Value>, base: &Path) -> Result<UpstreamTrans
     if transport == "stdio" {
         parse_stdio(entry, base)
     } else {
-        parse_http(entry)
+        parse_http(entry, base)
     }
 }
 
@@ -437,7 +457,7 @@ fn parse_stdio(entry: &Map<String, Value>, base: &Path) -> Result<UpstreamTransp
 }
 
 /// A streamable HTTP server: an `http(s)://` `url` and the `headers` sent with each request.
-fn parse_http(entry: &Map<String, Value>) -> Result<UpstreamTransport, FieldError> {
+fn parse_http(entry: &Map<String, Value>, base: &Path) -> Result<UpstreamTransport, FieldError> {
     let url = match entry.get("url") {
         Some(Value::String(u)) => u.clone(),
         Some(other) => {
@@ -458,7 +478,17 @@ fn parse_http(entry: &Map<String, Value>) -> Result<UpstreamTransport, FieldErro
     for (name, value) in &headers {
         check_header(name, value)?;
     }
-    Ok(UpstreamTransport::Http { url, headers })
+    let oauth = match entry.get("oauth") {
+        None => None,
+        Some(value) => {
+            Some(crate::oauth::config::parse(value, base).map_err(|(field, m)| (Some(field), m))?)
+        }
+    };
+    Ok(UpstreamTransport::Http {
+        url,
+        headers,
+        oauth,
+    })
 }
 
 /// Refuses a header that is not valid HTTP, or that the MCP transport sets itself.
@@ -674,6 +704,7 @@ mod tests {
             UpstreamTransport::Http {
                 url: "https://d.example/mcp".into(),
                 headers: vec![("Authorization".into(), "Bearer t".into())],
+                oauth: None,
             }
         );
         // Credentials stay out of debug output.

@@ -960,8 +960,19 @@ async fn connect(
                 upstream_process::spawn(&config.name, command, args, env, cwd.as_deref()).await?;
             handshake_stdio(client, spawned, deadline, timeout).await?
         }
-        UpstreamTransport::Http { url, headers } => {
-            connect_http(client, url, headers, deadline, timeout).await?
+        UpstreamTransport::Http {
+            url,
+            headers,
+            oauth,
+        } => {
+            let http = HttpUpstream {
+                name: &config.name,
+                source: &config.source,
+                url,
+                headers,
+                oauth: oauth.as_ref(),
+            };
+            connect_http(client, http, deadline, timeout).await?
         }
     };
     let link = Arc::new(Link {
@@ -1060,23 +1071,68 @@ async fn handshake_stdio(
     }
 }
 
-/// The MCP handshake with a streamable HTTP server at `url`, by `deadline`.
+/// What [`connect_http`] needs of an HTTP server's configuration.
+struct HttpUpstream<'a> {
+    name: &'a str,
+    source: &'a std::path::Path,
+    url: &'a str,
+    headers: &'a [(String, String)],
+    oauth: Option<&'a crate::oauth::OAuthConfig>,
+}
+
+/// The MCP handshake with a streamable HTTP server, by `deadline`: signed with its tokens
+/// when it has a sign-in or client credentials (see `oauth`).
 async fn connect_http(
     client: UpstreamClient,
-    url: &str,
-    headers: &[(String, String)],
+    server: HttpUpstream<'_>,
     deadline: tokio::time::Instant,
     timeout: Duration,
 ) -> Result<Connected, String> {
-    let transport = http_transport(url, headers)?;
-    match tokio::time::timeout_at(deadline, client.serve(transport)).await {
+    use crate::http_client::Tolerant;
+    use crate::oauth::session::{self, Signed};
+    let url = server.url;
+    let auth = tokio::time::timeout_at(deadline, session::prepare(url, server.oauth))
+        .await
+        .map_err(|_| too_slow(timeout))?
+        .map_err(|why| format!("cannot sign in to {url}: {why}"))?;
+    let http = Tolerant(crate::http_client::reqwest_client()?);
+    let config = http_config(url, server.headers)?;
+    let served = match auth {
+        Some(auth) => {
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                Signed::new(http, auth),
+                config,
+            );
+            tokio::time::timeout_at(deadline, client.serve(transport)).await
+        }
+        None => {
+            let transport =
+                rmcp::transport::StreamableHttpClientTransport::with_client(http, config);
+            tokio::time::timeout_at(deadline, client.serve(transport)).await
+        }
+    };
+    match served {
         Ok(Ok(running)) => Ok(Connected {
             running,
             group: None,
             exit: None,
         }),
-        Ok(Err(e)) => Err(format!("cannot connect to {url}: {}", initialize_error(&e))),
+        Ok(Err(e)) => Err(auth_error(&e, &server)
+            .unwrap_or_else(|| format!("cannot connect to {url}: {}", initialize_error(&e)))),
         Err(_) => Err(too_slow(timeout)),
+    }
+}
+
+/// What to do when the handshake failed for want of a sign-in or scope.
+fn auth_error(
+    error: &rmcp::service::ClientInitializeError,
+    server: &HttpUpstream<'_>,
+) -> Option<String> {
+    match error {
+        rmcp::service::ClientInitializeError::TransportError { error, .. } => {
+            crate::oauth::session::explain(error.error.as_ref(), server.name, server.source)
+        }
+        _ => None,
     }
 }
 
@@ -1167,27 +1223,13 @@ fn watch_connection(
     });
 }
 
-/// The streamable HTTP client for `url`: rustls with the ring provider and the webpki roots,
-/// `headers` on every request.
-fn http_transport(
+/// The streamable HTTP transport's configuration for `url`: `headers` on every request.
+fn http_config(
     url: &str,
     headers: &[(String, String)],
-) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, String> {
+) -> Result<rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig, String> {
     use reqwest::header::{HeaderName, HeaderValue};
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("cannot configure TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let client = reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let mut map = HashMap::new();
     for (name, value) in headers {
         let name =
@@ -1196,10 +1238,7 @@ fn http_transport(
             HeaderValue::from_str(value).map_err(|e| format!("the value of header {name}: {e}"))?;
         map.insert(name, value);
     }
-    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(map);
-    Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
-        client, config,
-    ))
+    Ok(StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(map))
 }
 
 #[cfg(test)]
