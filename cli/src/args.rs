@@ -670,7 +670,11 @@ mod tests {
 
 /// `execbox mcp`: code mode for any MCP client.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct McpArgs {
+    /// Sign in to (or out of) a server of mcp.json that asks for OAuth.
+    #[command(subcommand)]
+    pub account: Option<McpAccount>,
     /// The upstream MCP servers: a JSON file in the shape MCP clients use,
     /// {"mcpServers": {"NAME": {"command", "args", "env", "cwd"} | {"url", "headers"}}}.
     #[arg(long, value_name = "FILE")]
@@ -737,6 +741,33 @@ pub struct McpArgs {
     pub door: DoorArgs,
     #[command(flatten)]
     pub diagnostics: Diagnostics,
+}
+
+/// `execbox mcp login|logout`: the OAuth sign-in of an HTTP server of mcp.json.
+#[derive(Debug, Subcommand)]
+pub enum McpAccount {
+    /// Sign in to a server that asks for OAuth: opens $BROWSER on the authorization URL (and
+    /// prints it), waits for the redirect on 127.0.0.1, and keeps the tokens in
+    /// $XDG_STATE_HOME/execbox/oauth (readable by you only), refreshed by `execbox mcp` as
+    /// they expire. Run it again when a call needs more access (step-up).
+    Login {
+        /// The server's name in mcp.json.
+        name: String,
+        /// The mcp.json that lists it.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// How long to wait for the sign-in in the browser, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1_000..))]
+        timeout_ms: u64,
+    },
+    /// Forget the tokens of a server's sign-in.
+    Logout {
+        /// The server's name in mcp.json.
+        name: String,
+        /// The mcp.json that lists it.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
 }
 
 /// How an HTTP server treats connections (`execbox serve`, `execbox mcp --http`).

@@ -18,11 +18,14 @@ use execbox_mcp::{
 use execbox_policy::{Enforcement, ObservedResults};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::McpArgs;
+use crate::args::{McpAccount, McpArgs};
 use crate::programs::{Origin, StorePauses};
 use crate::signals::StopSignals;
 
-pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: McpArgs) -> anyhow::Result<ExitCode> {
+    if let Some(account) = args.account.take() {
+        return sign(account);
+    }
     if args.config.is_none() && args.tools.is_none() {
         anyhow::bail!("give --config FILE (upstream MCP servers), --tools FILE, or both");
     }
@@ -73,6 +76,52 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     supervisor::kill_all();
     runtime.shutdown_timeout(Duration::from_millis(100));
     Ok(status)
+}
+
+/// `execbox mcp login|logout NAME --config FILE`.
+fn sign(account: McpAccount) -> anyhow::Result<ExitCode> {
+    let (name, path) = match &account {
+        McpAccount::Login { name, config, .. } | McpAccount::Logout { name, config } => {
+            (name, config)
+        }
+    };
+    let config = McpConfig::load(path)?;
+    let Some(server) = config.servers.iter().find(|s| &s.name == name) else {
+        let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
+        anyhow::bail!(
+            "{} has no server {name:?}; its servers are {}",
+            path.display(),
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        );
+    };
+    match account {
+        McpAccount::Login { timeout_ms, .. } => {
+            let options = execbox_mcp::oauth::SignInOptions {
+                timeout: Duration::from_millis(timeout_ms),
+                ..Default::default()
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            let signed = runtime
+                .block_on(execbox_mcp::oauth::sign_in(server, &options))
+                .map_err(anyhow::Error::msg)?;
+            println!("{signed}");
+        }
+        McpAccount::Logout { .. } => {
+            if execbox_mcp::oauth::sign_out(server).map_err(anyhow::Error::msg)? {
+                println!("signed out of {name}: its tokens are forgotten");
+            } else {
+                println!("{name} had no sign-in to forget");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn serve(
