@@ -483,6 +483,8 @@ impl Hub {
 /// A connected upstream server.
 struct Link {
     name: String,
+    /// The `mcp.json` it comes from (named in what to do about a sign-in).
+    source: std::path::PathBuf,
     namespace: String,
     /// What the policy adds to each tool (`mcp.json`'s `rateLimit`, `requireApproval`).
     policy: UpstreamPolicy,
@@ -529,11 +531,14 @@ impl Link {
 
     /// Lists every page of the server's tools and keeps them as [`Tool`]s; returns how many.
     async fn list_tools(self: &Arc<Self>) -> Result<usize, String> {
-        let listed = self
-            .peer
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("tools/list failed: {}", service_error_text(&e)))?;
+        let listed =
+            self.peer
+                .list_all_tools()
+                .await
+                .map_err(|e| match self.sign_in_advice(&e) {
+                    Some(advice) => advice,
+                    None => format!("tools/list failed: {}", service_error_text(&e)),
+                })?;
         let mut seen = HashSet::new();
         let mut kept = Vec::with_capacity(listed.len());
         for t in listed {
@@ -802,8 +807,16 @@ impl Link {
                 Some(why) => self.unavailable(&format!("it {why}")),
                 None => self.unavailable("its connection closed"),
             },
-            other => self.unavailable(&service_error_text(other)),
+            other => match self.sign_in_advice(other) {
+                Some(advice) => ToolError::tool(advice),
+                None => self.unavailable(&service_error_text(other)),
+            },
         }
+    }
+
+    /// What to do when a request failed for want of a sign-in or scope (see `oauth`).
+    fn sign_in_advice(&self, error: &ServiceError) -> Option<String> {
+        crate::oauth::session::explain(error, &self.name, &self.source)
     }
 }
 
@@ -890,10 +903,14 @@ struct UpstreamClient {
 
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
+        // The newest version with an `initialize` handshake, the one the official TypeScript
+        // SDK (most servers) speaks; the Rust SDK's default, 2026-07-28, is a revision without
+        // the handshake, which clients and servers of 2025 do not know.
         ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("execbox", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     async fn on_progress(
@@ -977,6 +994,7 @@ async fn connect(
     };
     let link = Arc::new(Link {
         name: config.name.clone(),
+        source: config.source.clone(),
         namespace: config.namespace.clone(),
         policy: config.policy.clone(),
         grants: options.policy.clone(),
