@@ -34,12 +34,14 @@ use rmcp::{ClientHandler, ErrorData, ServiceExt as _};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
+use conformance_client::*;
 use durable::{
     a_program_nobody_can_approve_now_waits_for_an_operator,
     execution_result_gives_an_approved_program_its_answer_for_its_principal_only,
 };
 use mcp_upstream::{MARKS_ENV, ROLE_ENV};
 use mistakes::the_mistakes_table_is_current;
+use oauth::*;
 use openapi::github_openapi_is_searched_in_plain_words_and_called;
 use rounds::approvals_travel_in_the_answer_on_mcp_2026_07_28;
 
@@ -96,6 +98,20 @@ fn main() {
         execute_code_meta_traceparent_is_the_parent_and_goes_upstream,
         http_traceparent_header_is_the_parent_of_the_execution,
         github_openapi_is_searched_in_plain_words_and_called,
+        conformance_client_auth_metadata_default,
+        conformance_client_auth_metadata_var1,
+        conformance_client_auth_basic_cimd,
+        conformance_client_auth_2025_03_26_oauth_metadata_backcompat,
+        conformance_client_auth_2025_03_26_oauth_endpoint_fallback,
+        conformance_client_auth_scope_from_www_authenticate,
+        conformance_client_auth_scope_from_scopes_supported,
+        conformance_client_auth_scope_omitted_when_undefined,
+        conformance_client_auth_token_endpoint_auth_basic,
+        conformance_client_auth_token_endpoint_auth_post,
+        conformance_client_auth_token_endpoint_auth_none,
+        conformance_client_auth_client_credentials_jwt,
+        conformance_client_auth_client_credentials_basic,
+        oauth_sign_in_survives_expiry_and_revocation_and_logout_forgets_it,
     ];
     let trials = cases
         .into_iter()
@@ -141,8 +157,12 @@ macro_rules! check {
 }
 
 // After `check!`, which they use.
+#[path = "mcp/conformance_client.rs"]
+mod conformance_client;
 #[path = "mcp/durable.rs"]
 mod durable;
+#[path = "mcp/oauth.rs"]
+mod oauth;
 #[path = "mcp/openapi.rs"]
 mod openapi;
 #[path = "mcp/rounds.rs"]

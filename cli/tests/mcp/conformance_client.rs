@@ -1,0 +1,168 @@
+//! The official MCP conformance suite's client scenarios with execbox as the client: the suite
+//! serves each scenario's server and runs `tests/conformance/client.mjs`, which signs in with
+//! `execbox mcp login` where the scenario needs it and calls the server's tools through
+//! `execbox mcp`; a scenario passes when the adapter exits 0 and no check fails or warns.
+
+use super::*;
+
+// Each module that runs the suite or its packages includes the support file on its own.
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "../support/conformance.rs"]
+mod conformance;
+
+/// The adapter the suite runs as its client (`node client.mjs URL`).
+const ADAPTER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/client.mjs");
+/// The suite's `--timeout` for the client; the adapter bounds itself below it (50 s) and the
+/// harness bounds the whole trial (90 s).
+const CLIENT_TIMEOUT_MS: u64 = 60_000;
+/// The suite's own start and stop on top of the client's time.
+const SUITE_WITHIN: Duration = Duration::from_secs(80);
+
+/// One trial per scenario, so each reports on its own and fits the harness's bound.
+macro_rules! scenarios {
+    ($($(#[$attr:meta])* $name:ident => $scenario:literal),* $(,)?) => {
+        $(
+            $(#[$attr])*
+            pub async fn $name(h: Harness) -> Result<(), String> {
+                client_scenario(h, $scenario).await
+            }
+        )*
+    };
+}
+
+scenarios! {
+    conformance_client_auth_metadata_default => "auth/metadata-default",
+    conformance_client_auth_metadata_var1 => "auth/metadata-var1",
+    conformance_client_auth_basic_cimd => "auth/basic-cimd",
+    conformance_client_auth_2025_03_26_oauth_metadata_backcompat => "auth/2025-03-26-oauth-metadata-backcompat",
+    conformance_client_auth_2025_03_26_oauth_endpoint_fallback => "auth/2025-03-26-oauth-endpoint-fallback",
+    conformance_client_auth_scope_from_www_authenticate => "auth/scope-from-www-authenticate",
+    conformance_client_auth_scope_from_scopes_supported => "auth/scope-from-scopes-supported",
+    conformance_client_auth_scope_omitted_when_undefined => "auth/scope-omitted-when-undefined",
+    conformance_client_auth_token_endpoint_auth_basic => "auth/token-endpoint-auth-basic",
+    conformance_client_auth_token_endpoint_auth_post => "auth/token-endpoint-auth-post",
+    conformance_client_auth_token_endpoint_auth_none => "auth/token-endpoint-auth-none",
+    conformance_client_auth_client_credentials_jwt => "auth/client-credentials-jwt",
+    conformance_client_auth_client_credentials_basic => "auth/client-credentials-basic",
+}
+
+// Scenarios execbox does not pass yet, left out of mcp.rs's list until it does (run one with
+// its name as the filter after adding it there):
+// - metadata-var2 and -var3: the authorization server's metadata names as `issuer` the server's
+//   root while the resource's metadata names `ROOT/tenant1`; login refuses ("Authorization
+//   server issuer mismatch") where the reference client goes on.
+// - scope-step-up: a call refused with HTTP 403 `insufficient_scope` fails without saying to run
+//   `execbox mcp login server`.
+// - scope-retry-limit: the same 403 on `tools/list` leaves the namespace unavailable without
+//   saying to sign in again, or that signing in again will not help.
+// - initialize: execbox proposes protocol version 2026-07-28; the suite accepts 2025-06-18 and
+//   2025-11-25 only.
+// - tools_call: the suite's server refuses every request after `initialize` on the SDK 1.32.2
+//   of package.json ("Already connected to a transport"), for the reference client too; it
+//   needs the SDK it was built with (1.25).
+scenarios! {
+    #[allow(dead_code)]
+    conformance_client_initialize => "initialize",
+    #[allow(dead_code)]
+    conformance_client_tools_call => "tools_call",
+    #[allow(dead_code)]
+    conformance_client_auth_metadata_var2 => "auth/metadata-var2",
+    #[allow(dead_code)]
+    conformance_client_auth_metadata_var3 => "auth/metadata-var3",
+    #[allow(dead_code)]
+    conformance_client_auth_scope_step_up => "auth/scope-step-up",
+    #[allow(dead_code)]
+    conformance_client_auth_scope_retry_limit => "auth/scope-retry-limit",
+}
+
+/// `conformance client --scenario S` in the trial's folder, with the adapter as the client.
+async fn client_scenario(h: Harness, scenario: &str) -> Result<(), String> {
+    let Some(npm) = tokio::task::spawn_blocking(conformance::installed)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(());
+    };
+    let run = Command::new("node")
+        .arg(conformance::suite(npm))
+        .args(["client", "--scenario", scenario, "--command"])
+        // The suite splits the command on spaces and appends the server's URL.
+        .arg(format!("node {ADAPTER}"))
+        .args(["--timeout", &CLIENT_TIMEOUT_MS.to_string()])
+        .current_dir(&h.dir)
+        .env("EXECBOX_BIN", EXECBOX)
+        .env("CONFORMANCE_NODE_MODULES", npm.join("node_modules"))
+        .env_remove("RUST_LOG")
+        .env_remove("EXECBOX_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(SUITE_WITHIN, run)
+        .await
+        .map_err(|_| format!("the suite did not finish {scenario} within {SUITE_WITHIN:?}"))?
+        .map_err(|e| format!("cannot run the conformance suite with node: {e}"))?;
+    let results = results_of(&h.dir.join("results")).ok_or_else(|| {
+        format!(
+            "{scenario}: the suite wrote no checks.json\n{}",
+            said(&output)
+        )
+    })?;
+    let text = std::fs::read_to_string(results.join("checks.json")).map_err(|e| e.to_string())?;
+    let checks: Vec<Value> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let bad: Vec<String> = checks
+        .iter()
+        .filter(|c| matches!(c["status"].as_str(), Some("FAILURE" | "WARNING")))
+        .map(|c| {
+            format!(
+                "{} {}: {} {}",
+                c["status"].as_str().unwrap_or_default(),
+                c["id"].as_str().unwrap_or_default(),
+                c["description"].as_str().unwrap_or_default(),
+                c.get("errorMessage")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    let passed = checks.iter().any(|c| c["status"] == "SUCCESS");
+    if output.status.success() && bad.is_empty() && passed {
+        return Ok(());
+    }
+    let client = |file: &str| std::fs::read_to_string(results.join(file)).unwrap_or_default();
+    Err(format!(
+        "{scenario}: the suite exited with {}; checks failing or warning: {bad:#?}{}\n\
+         --- checks.json ---\n{text}\n--- the client's stdout ---\n{}\n--- the client's stderr ---\n{}\n{}",
+        output.status,
+        if passed { "" } else { " (and none succeeded)" },
+        client("stdout.txt"),
+        client("stderr.txt"),
+        said(&output),
+    ))
+}
+
+/// The folder holding the run's `checks.json` (`results/<scenario>-<time>/`; an `auth/`
+/// scenario's name makes it one folder deeper).
+fn results_of(dir: &std::path::Path) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.join("checks.json").is_file() {
+            return Some(path);
+        }
+        if path.is_dir() {
+            if let Some(found) = results_of(&path) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+fn said(output: &std::process::Output) -> String {
+    format!(
+        "--- the suite's stdout ---\n{}\n--- the suite's stderr ---\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
