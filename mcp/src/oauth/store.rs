@@ -82,10 +82,8 @@ impl TokenFile {
 
     /// The entry, if there is one for this URL.
     pub fn read(&self) -> Result<Option<Entry>, String> {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
+        let Some(text) = read_private(&self.path)? else {
+            return Ok(None);
         };
         let entry: Entry = serde_json::from_str(&text).map_err(|e| {
             format!(
@@ -97,8 +95,11 @@ impl TokenFile {
         Ok((entry.server_url == self.url).then_some(entry))
     }
 
-    /// Changes the entry (a new one if there is none) and writes it.
+    /// Changes the entry (a new one if there is none) and writes it, holding the file's
+    /// `.writing` lock from the read to the rename (not the refresh lock: the MCP SDK saves
+    /// while it holds that one).
     pub fn update(&self, change: impl FnOnce(&mut Entry)) -> Result<(), String> {
+        let _writing = FileLock::acquire(&self.path.with_extension("writing"), WRITE_WAIT)?;
         let mut entry = self.read()?.unwrap_or_else(|| Entry {
             server_url: self.url.clone(),
             ..Entry::default()
@@ -120,8 +121,14 @@ impl TokenFile {
         let dir = self.path.parent().expect("a token file has a folder");
         create_private_dir(dir)?;
         let text = serde_json::to_vec_pretty(entry).map_err(|e| e.to_string())?;
+        // A name nobody can guess or share: two writers never write one temporary file, and
+        // one planted in advance is never opened (`create_new`).
+        let mut nonce = [0u8; 8];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+            .map_err(|_| "no randomness for a temporary file's name".to_string())?;
+        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
         let temp = dir.join(format!(
-            ".{}.{}.tmp",
+            ".{}.{}.{nonce}.tmp",
             self.path.file_name().unwrap_or_default().to_string_lossy(),
             std::process::id()
         ));
@@ -148,19 +155,115 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
     }
     builder
         .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    check_private_dir(dir)
+}
+
+/// The effective user ID of this process.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}
+
+/// Refuses a folder of another user; closes one of ours that others may enter.
+#[cfg(unix)]
+fn check_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!(
+            "{} is not a folder; remove it, or set XDG_STATE_HOME to a folder of yours",
+            dir.display()
+        ));
+    }
+    if meta.uid() != euid() {
+        return Err(format!(
+            "{} belongs to another user, who could read or replace sign-ins kept there; remove \
+             it, or set XDG_STATE_HOME to a folder of yours",
+            dir.display()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+            format!(
+                "{} is open to other users and cannot be closed ({e}); run `chmod 700 {}`",
+                dir.display(),
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_private_dir(_dir: &Path) -> Result<(), String> {
+    Ok(())
+}
+
+/// Options that open `path` without following a symbolic link, creating it (0600) if asked.
+fn private_options(create: bool) -> std::fs::OpenOptions {
+    let mut options = std::fs::OpenOptions::new();
+    if create {
+        options.write(true).create_new(true);
+    } else {
+        options.read(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    }
+    options
+}
+
+/// A token file can hold this much; a larger one is not ours.
+const MAX_TOKEN_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The text of a token file of ours; `None` when there is none.
+fn read_private(path: &Path) -> Result<Option<String>, String> {
+    use std::io::Read as _;
+    let file = match private_options(false).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(format!(
+                "cannot read {} ({e}); if it is a link, remove it and sign in again",
+                path.display()
+            ))
+        }
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if meta.uid() != euid() || meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} belongs to another user or others may change it, so its sign-in is not \
+                 trusted; remove it and sign in again",
+                path.display()
+            ));
+        }
+    }
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(format!(
+            "{} is larger than a sign-in can be; remove it and sign in again",
+            path.display()
+        ));
+    }
+    Ok(Some(text))
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
+    let mut file = private_options(true).open(path)?;
     file.write_all(bytes)?;
     file.sync_all()
 }
@@ -210,6 +313,9 @@ impl CredentialStore for TokenFile {
 /// requests is bounded at 30 s).
 const LOCK_WAIT: Duration = Duration::from_secs(65);
 
+/// How long a change of the entry waits for another's (each takes milliseconds).
+const WRITE_WAIT: Duration = Duration::from_secs(10);
+
 /// An exclusive lock on a file (`flock` on Unix), released when dropped (or when the process
 /// ends).
 struct FileLock(std::fs::File);
@@ -219,12 +325,19 @@ impl FileLock {
         if let Some(dir) = path.parent() {
             create_private_dir(dir)?;
         }
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+        }
+        let file = options.open(path).map_err(|e| {
+            format!(
+                "cannot open {} ({e}); if it is a link, remove it",
+                path.display()
+            )
+        })?;
         let started = std::time::Instant::now();
         loop {
             match file.try_lock() {
@@ -295,6 +408,96 @@ mod tests {
         let error = a.read().err().unwrap();
         assert!(error.contains("execbox mcp logout"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn concurrent_changes_are_never_lost_nor_torn() {
+        // Before: one temporary file per process and no lock from read to rename, so a
+        // step-up written beside a refresh could put back the tokens the refresh had spent,
+        // or two writers could rename a half-written file into place.
+        let dir = temp_dir("concurrent");
+        let file = TokenFile::in_dir(&dir, "https://a.example/mcp");
+        let writers: Vec<_> = (0..8)
+            .map(|w| {
+                let file = file.clone();
+                std::thread::spawn(move || {
+                    for i in 0..20 {
+                        file.update(|e| e.step_up.push(format!("s{w}.{i}")))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let entry = file.read().unwrap().unwrap();
+        assert_eq!(entry.step_up.len(), 160, "{:?}", entry.step_up);
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_and_files_of_others_in_the_state_folder_are_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = temp_dir("links");
+        let victim = temp_dir("links-victim");
+        std::fs::create_dir_all(&victim).unwrap();
+        let target = victim.join("bashrc");
+        std::fs::write(&target, "kept\n").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // A folder others may enter is closed on the next write.
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let file = TokenFile::in_dir(&dir, "https://a.example/mcp");
+        // A link planted at the lock files: never opened, the target untouched.
+        std::os::unix::fs::symlink(&target, file.lock_path()).unwrap();
+        std::os::unix::fs::symlink(&target, file.path().with_extension("writing")).unwrap();
+        let error = file.update(|e| e.step_up.push("x".into())).unwrap_err();
+        assert!(error.contains("link"), "{error}");
+        assert!(FileLock::acquire(&file.lock_path(), Duration::from_millis(10)).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept\n");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        std::fs::remove_file(file.path().with_extension("writing")).unwrap();
+        // A link planted as the token file: not read (its "tokens" are not ours).
+        std::fs::write(
+            &target,
+            serde_json::json!({"server_url": "https://a.example/mcp"}).to_string(),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&target, file.path()).unwrap();
+        let error = file.read().err().unwrap();
+        assert!(error.contains("link"), "{error}");
+        std::fs::remove_file(file.path()).unwrap();
+        // A file or folder of another user (only root can make one here).
+        if euid() == 0 {
+            std::fs::write(
+                file.path(),
+                serde_json::to_vec(&Entry {
+                    server_url: "https://a.example/mcp".into(),
+                    ..Entry::default()
+                })
+                .unwrap(),
+            )
+            .unwrap();
+            std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(file.path(), Some(65534), None).unwrap();
+            let error = file.read().err().unwrap();
+            assert!(error.contains("another user"), "{error}");
+            std::fs::remove_file(file.path()).unwrap();
+            std::os::unix::fs::chown(&dir, Some(65534), None).unwrap();
+            let error = file.update(|_| {}).unwrap_err();
+            assert!(error.contains("belongs to another user"), "{error}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&victim);
     }
 
     #[test]
