@@ -21,6 +21,13 @@ use rmcp::transport::streamable_http_client::{
 
 /// The HTTP client: rustls with the ring provider and the webpki roots.
 pub(crate) fn reqwest_client() -> Result<reqwest::Client, String> {
+    tls_builder()?
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// A client builder with rustls (ring) and the webpki roots.
+pub(crate) fn tls_builder() -> Result<reqwest::ClientBuilder, String> {
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
@@ -30,10 +37,250 @@ pub(crate) fn reqwest_client() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("cannot configure TLS: {e}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+    Ok(reqwest::Client::builder().tls_backend_preconfigured(tls))
+}
+
+/// Where a request may go, by the class of the address it connects to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AddressClass {
+    Public,
+    Loopback,
+    Private,
+    /// Link-local (cloud instance metadata among them), unspecified, broadcast, multicast,
+    /// benchmarking, `0.0.0.0/8`, Teredo and the like: never.
+    Blocked,
+}
+
+impl AddressClass {
+    fn of(ip: std::net::IpAddr) -> AddressClass {
+        use std::net::IpAddr;
+        let ip = match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped().or_else(|| embedded_ipv4(v6)) {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(v6),
+            },
+            v4 => v4,
+        };
+        match ip {
+            IpAddr::V4(v4) => {
+                let [a, b, ..] = v4.octets();
+                if v4.is_loopback() {
+                    AddressClass::Loopback
+                } else if v4.is_private() || (a == 100 && (64..=127).contains(&b)) {
+                    AddressClass::Private
+                } else if v4.is_link_local()
+                    || v4.is_broadcast()
+                    || v4.is_unspecified()
+                    || v4.is_multicast()
+                    || a == 0
+                    || a >= 240
+                    || (a == 198 && matches!(b, 18 | 19))
+                {
+                    AddressClass::Blocked
+                } else {
+                    AddressClass::Public
+                }
+            }
+            IpAddr::V6(v6) => {
+                let s = v6.segments();
+                if v6.is_loopback() {
+                    AddressClass::Loopback
+                } else if (s[0] & 0xfe00) == 0xfc00 {
+                    AddressClass::Private
+                } else if v6.is_unspecified()
+                    || v6.is_multicast()
+                    || (s[0] & 0xffc0) == 0xfe80
+                    || s[..2] == [0x2001, 0]
+                    || s[..3] == [0x64, 0xff9b, 1]
+                {
+                    AddressClass::Blocked
+                } else {
+                    AddressClass::Public
+                }
+            }
+        }
+    }
+}
+
+/// The IPv4 address inside an IPv4-compatible, NAT64 or 6to4 IPv6 address.
+fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let low = std::net::Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7]));
+    match s[..6] {
+        [0, 0, 0, 0, 0, 0] if !v6.is_loopback() && !v6.is_unspecified() => Some(low),
+        [0x64, 0xff9b, 0, 0, 0, 0] => Some(low),
+        [0x2002, ..] => Some(std::net::Ipv4Addr::from(
+            (u32::from(s[1]) << 16) | u32::from(s[2]),
+        )),
+        _ => None,
+    }
+}
+
+/// The address policy of [`Guarded`]: public addresses, and loopback or private ones only
+/// when the server's own URL names one (an IP literal of that class, or `localhost`), as the
+/// MCP SDK's OAuth client decides.
+#[derive(Clone, Debug)]
+struct AddressPolicy {
+    also: Vec<AddressClass>,
+    /// The hosts of the proxies in `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY`: a proxied
+    /// request resolves only its proxy's name (the proxy resolves the target), as the MCP
+    /// SDK's client has it too.
+    proxies: Vec<String>,
+}
+
+impl AddressPolicy {
+    fn for_base(base: &url::Url) -> AddressPolicy {
+        let also = match base.host() {
+            Some(url::Host::Ipv4(v4)) => vec![AddressClass::of(v4.into())],
+            Some(url::Host::Ipv6(v6)) => vec![AddressClass::of(v6.into())],
+            Some(url::Host::Domain(d)) => {
+                let d = d.trim_end_matches('.').to_ascii_lowercase();
+                if d == "localhost" || d.ends_with(".localhost") {
+                    vec![AddressClass::Loopback]
+                } else {
+                    Vec::new()
+                }
+            }
+            None => Vec::new(),
+        };
+        let proxies = [
+            "HTTP_PROXY",
+            "http_proxy",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ]
+        .iter()
+        .filter_map(|var| std::env::var(var).ok())
+        .filter_map(|proxy| {
+            let proxy = if proxy.contains("://") {
+                proxy
+            } else {
+                format!("http://{proxy}")
+            };
+            url::Url::parse(&proxy)
+                .ok()?
+                .host_str()
+                .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+        })
+        .collect();
+        AddressPolicy { also, proxies }
+    }
+
+    fn allows_ip(&self, ip: std::net::IpAddr) -> bool {
+        match AddressClass::of(ip) {
+            AddressClass::Public => true,
+            AddressClass::Blocked => false,
+            class => self.also.contains(&class),
+        }
+    }
+
+    /// Whether `url` may be requested: an IP literal is checked here (no name is resolved
+    /// for it); a name is checked by the resolver.
+    fn allows_url(&self, url: &url::Url) -> bool {
+        match url.host() {
+            Some(url::Host::Ipv4(v4)) => self.allows_ip(v4.into()),
+            Some(url::Host::Ipv6(v6)) => self.allows_ip(v6.into()),
+            Some(url::Host::Domain(_)) => true,
+            None => false,
+        }
+    }
+}
+
+impl reqwest::dns::Resolve for AddressPolicy {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let lookup = host.clone();
+            let found: Vec<std::net::SocketAddr> = tokio::task::spawn_blocking(move || {
+                std::net::ToSocketAddrs::to_socket_addrs(&(lookup.as_str(), 0)).map(|a| a.collect())
+            })
+            .await??;
+            if policy
+                .proxies
+                .contains(&host.trim_end_matches('.').to_ascii_lowercase())
+            {
+                return Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs);
+            }
+            let kept: Vec<std::net::SocketAddr> = found
+                .into_iter()
+                .filter(|a| policy.allows_ip(a.ip()))
+                .collect();
+            if kept.is_empty() {
+                return Err(format!(
+                    "{host} resolves only to addresses execbox does not send sign-in requests to \
+                     (loopback, private, link-local or reserved ones)"
+                )
+                .into());
+            }
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// An HTTP client for sign-in requests execbox makes itself, to places a remote party named
+/// (a token endpoint from an authorization server's metadata): the address policy of the MCP
+/// SDK's own OAuth client (no link-local address such as cloud instance metadata; loopback
+/// and private addresses only for a server that is at one itself), no redirects (a token
+/// endpoint answers, it does not send the request on), 30 s per request.
+pub(crate) struct Guarded {
+    /// The client; request only URLs [`Guarded::check`] allowed.
+    pub client: reqwest::Client,
+    policy: AddressPolicy,
+}
+
+impl Guarded {
+    /// The client for the sign-in of the MCP server at `base`.
+    pub fn new(base: &str) -> Result<Guarded, String> {
+        let base = url::Url::parse(base).map_err(|e| format!("{base} is not a URL: {e}"))?;
+        let policy = AddressPolicy::for_base(&base);
+        let client = tls_builder()?
+            .dns_resolver(Arc::new(policy.clone()))
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Guarded { client, policy })
+    }
+
+    /// Refuses `url` when its host is an address the policy does not allow.
+    pub fn check(&self, url: &str) -> Result<(), String> {
+        let parsed = url::Url::parse(url).map_err(|e| format!("{url} is not a URL: {e}"))?;
+        if self.policy.allows_url(&parsed) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} is a loopback, private, link-local or reserved address: execbox does not send \
+                 sign-in requests there for this server",
+                parsed.host_str().unwrap_or_default()
+            ))
+        }
+    }
+}
+
+/// A redirect policy that follows at most 10 redirects, and only within the origin (scheme,
+/// host, port) the request started from: a server cannot send execbox's request, with the
+/// headers configured for it, to another host.
+pub(crate) fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let origin = |u: &url::Url| {
+            (
+                u.scheme().to_owned(),
+                u.host_str().map(str::to_ascii_lowercase),
+                u.port_or_known_default(),
+            )
+        };
+        let first = attempt.previous().first().map(origin);
+        if attempt.previous().len() > 10 {
+            attempt.error("more than 10 redirects")
+        } else if first.as_ref() != Some(&origin(attempt.url())) {
+            attempt.stop()
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// Makes the process's TLS provider ring's, for the HTTP clients the MCP SDK builds itself
@@ -224,5 +471,92 @@ impl<C: StreamableHttpClient + Sync> StreamableHttpClient for Tolerant<C> {
                 max_sse_event_size,
             )
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_classed_as_the_mcp_sdk_classes_them() {
+        let class = |ip: &str| AddressClass::of(ip.parse().unwrap());
+        for ip in [
+            "169.254.169.254",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
+            "0.0.0.0",
+            "fe80::1",
+            "224.0.0.1",
+            "198.18.0.1",
+        ] {
+            assert_eq!(class(ip), AddressClass::Blocked, "{ip}");
+        }
+        assert_eq!(class("127.0.0.1"), AddressClass::Loopback);
+        assert_eq!(class("::1"), AddressClass::Loopback);
+        assert_eq!(class("10.1.2.3"), AddressClass::Private);
+        assert_eq!(class("fd00::1"), AddressClass::Private);
+        assert_eq!(class("100.64.0.1"), AddressClass::Private);
+        assert_eq!(class("93.184.216.34"), AddressClass::Public);
+        let policy = |base: &str| AddressPolicy::for_base(&url::Url::parse(base).unwrap());
+        let public = policy("https://mcp.example.com/mcp");
+        assert!(!public.allows_ip("127.0.0.1".parse().unwrap()));
+        assert!(!public.allows_ip("10.0.0.1".parse().unwrap()));
+        assert!(public.allows_ip("93.184.216.34".parse().unwrap()));
+        assert!(policy("http://localhost:3000/mcp").allows_ip("127.0.0.1".parse().unwrap()));
+        let private = policy("http://10.0.0.5/mcp");
+        assert!(private.allows_ip("10.9.9.9".parse().unwrap()));
+        assert!(!private.allows_ip("127.0.0.1".parse().unwrap()));
+        assert!(!private.allows_ip("169.254.169.254".parse().unwrap()));
+    }
+
+    #[tokio::test]
+    async fn redirects_are_followed_within_their_origin_only() {
+        let app = axum::Router::new()
+            .route(
+                "/same",
+                axum::routing::post(|| async {
+                    (
+                        axum::http::StatusCode::TEMPORARY_REDIRECT,
+                        [(axum::http::header::LOCATION, "/landed")],
+                    )
+                }),
+            )
+            .route("/landed", axum::routing::post(|| async { "landed" }));
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = app.route(
+            "/other",
+            axum::routing::post(move || async move {
+                (
+                    axum::http::StatusCode::TEMPORARY_REDIRECT,
+                    [(
+                        axum::http::header::LOCATION,
+                        format!("http://localhost:{port}/landed"),
+                    )],
+                )
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = tls_builder()
+            .unwrap()
+            .redirect(same_origin_redirects())
+            .build()
+            .unwrap();
+        let same = client
+            .post(format!("http://127.0.0.1:{port}/same"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(same.status(), 200);
+        // Another host (a name for the same address, here): not followed.
+        let other = client
+            .post(format!("http://127.0.0.1:{port}/other"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(other.status(), 307);
     }
 }

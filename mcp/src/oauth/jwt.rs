@@ -1,6 +1,8 @@
 //! `private_key_jwt` client authentication (RFC 7523) for the client credentials grant: a
 //! short-lived assertion signed with the client's key (ES256 or RS256, by ring), exchanged at
-//! the token endpoint.
+//! the token endpoint. The request is ours, not the MCP SDK's, so it goes through
+//! [`Guarded`]: the SDK's address policy, no redirects (a 307 would re-send the assertion
+//! elsewhere), 30 s.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -9,6 +11,8 @@ use ring::rand::SecureRandom as _;
 use serde_json::{json, Value};
 
 use super::config::SigningAlgorithm;
+use super::untrusted::shown;
+use crate::http_client::Guarded;
 
 /// How long an assertion is valid.
 const ASSERTION_LIFETIME: Duration = Duration::from_secs(300);
@@ -110,7 +114,7 @@ impl SigningKey {
 
 /// Asks `token_endpoint` for an access token with a client assertion; the answer's JSON.
 pub(crate) async fn exchange(
-    client: &reqwest::Client,
+    client: &Guarded,
     token_endpoint: &str,
     assertion: &str,
     scopes: &[String],
@@ -131,7 +135,9 @@ pub(crate) async fn exchange(
     let body = url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
         .finish();
+    client.check(token_endpoint)?;
     let response = client
+        .client
         .post(token_endpoint)
         .header(reqwest::header::ACCEPT, "application/json")
         .header(
@@ -145,7 +151,7 @@ pub(crate) async fn exchange(
         .map_err(|e| {
             format!(
                 "the token endpoint {token_endpoint} cannot be reached: {}",
-                crate::plain::plain_error(&e, 300)
+                shown(&crate::plain::plain_error(&e, 300), 300)
             )
         })?;
     let status = response.status();
@@ -176,12 +182,12 @@ pub(crate) async fn exchange(
             if error.is_empty() {
                 String::new()
             } else {
-                format!(", {error}")
+                format!(", {}", shown(error, 100))
             },
             if description.is_empty() {
                 String::new()
             } else {
-                format!(": {}", crate::content::one_line(description, 200))
+                format!(": {}", shown(description, 200))
             }
         ));
     }
@@ -234,6 +240,88 @@ mod tests {
         );
         let signed = format!("{}.{}", parts[0], parts[1]);
         public.verify(signed.as_bytes(), &decode(parts[2])).unwrap();
+    }
+
+    /// A token endpoint on 127.0.0.1 that redirects to `/elsewhere`; the number of requests
+    /// `/elsewhere` got.
+    async fn redirecting_token_endpoint() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>)
+    {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let hits = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let app = axum::Router::new()
+            .route(
+                "/token",
+                axum::routing::post(|| async {
+                    (
+                        axum::http::StatusCode::TEMPORARY_REDIRECT,
+                        [(axum::http::header::LOCATION, "/elsewhere")],
+                    )
+                }),
+            )
+            .route(
+                "/elsewhere",
+                axum::routing::post(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async { axum::Json(json!({"access_token": "x", "token_type": "Bearer"})) }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://127.0.0.1:{port}"), hits)
+    }
+
+    #[tokio::test]
+    async fn the_assertion_goes_to_the_token_endpoint_only_never_through_a_redirect() {
+        // Before: our own reqwest client followed a 307 and re-sent the assertion there.
+        let (base, hits) = redirecting_token_endpoint().await;
+        let client = Guarded::new(&format!("{base}/mcp")).unwrap();
+        let error = exchange(&client, &format!("{base}/token"), "a.b.c", &[], "r")
+            .await
+            .unwrap_err();
+        assert!(error.contains("HTTP 307"), "{error}");
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_token_endpoint_at_an_internal_address_is_never_requested() {
+        // Before: metadata naming cloud instance metadata or a loopback service made execbox
+        // post there; the MCP SDK's own requests refuse such addresses.
+        let (base, _) = redirecting_token_endpoint().await;
+        let public = Guarded::new("https://mcp.example.com/mcp").unwrap();
+        for endpoint in [
+            "http://169.254.169.254/latest/api/token".to_owned(),
+            "http://[::ffff:169.254.169.254]/token".to_owned(),
+            "http://10.0.0.8/token".to_owned(),
+            format!("{base}/token"),
+        ] {
+            let error = exchange(&public, &endpoint, "a.b.c", &[], "r")
+                .await
+                .unwrap_err();
+            assert!(
+                error.contains("does not send sign-in requests"),
+                "{endpoint}: {error}"
+            );
+        }
+        // A name is checked where it resolves.
+        let port = base.rsplit(':').next().unwrap();
+        let error = exchange(
+            &public,
+            &format!("http://localhost:{port}/token"),
+            "a.b.c",
+            &[],
+            "r",
+        )
+        .await
+        .unwrap_err();
+        assert!(error.contains("cannot be reached"), "{error}");
+        // Link-local stays refused even for a server on loopback.
+        let local = Guarded::new(&format!("{base}/mcp")).unwrap();
+        assert!(local.check("http://169.254.169.254/").is_err());
+        local.check(&format!("{base}/token")).unwrap();
     }
 
     #[test]

@@ -18,6 +18,7 @@ use serde_json::json;
 
 use super::config::{Grant, OAuthConfig};
 use super::store::TokenFile;
+use super::untrusted::{check_endpoints, shown};
 use crate::config::{UpstreamConfig, UpstreamTransport};
 use crate::plain::plain_error;
 
@@ -62,12 +63,14 @@ pub struct SignedIn {
 impl std::fmt::Display for SignedIn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "signed in to {} ({})", self.server, self.url)?;
+        // The issuer and the client ID are the authorization server's words.
         if let Some(issuer) = &self.issuer {
-            write!(f, " at {issuer}")?;
+            write!(f, " at {}", shown(issuer, 300))?;
         }
-        write!(f, " as client {}", self.client_id)?;
+        write!(f, " as client {}", shown(&self.client_id, 300))?;
         if !self.scopes.is_empty() {
-            write!(f, " with scope {:?}", self.scopes.join(" "))?;
+            let scope = format!("{:?}", self.scopes.join(" "));
+            write!(f, " with scope {}", shown(&scope, 300))?;
         }
         match &self.token_file {
             Some(file) => write!(f, "; tokens kept in {}", file.display()),
@@ -119,11 +122,19 @@ pub async fn sign_in(server: &UpstreamConfig, options: &SignInOptions) -> Result
         ));
     }
 
-    let http = crate::http_client::reqwest_client()?;
+    // The probe follows redirects within the server's own origin only: a redirect cannot send
+    // it, with the configured headers, to another host.
+    let http = crate::http_client::tls_builder()?
+        .redirect(crate::http_client::same_origin_redirects())
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let challenge = probe(&http, url, headers).await?;
-    let mut manager = AuthorizationManager::new(url.as_str())
-        .await
-        .map_err(|e| format!("cannot sign in to {url}: {}", plain_error(&e, 300)))?;
+    let mut manager = AuthorizationManager::new(url.as_str()).await.map_err(|e| {
+        format!(
+            "cannot sign in to {url}: {}",
+            shown(&plain_error(&e, 300), 300)
+        )
+    })?;
     manager.set_credential_store(file.clone());
     let metadata = within(
         "finding the authorization server",
@@ -133,10 +144,11 @@ pub async fn sign_in(server: &UpstreamConfig, options: &SignInOptions) -> Result
     .map_err(|e| {
         format!(
             "cannot find the authorization server of {name:?}: {}",
-            plain_error(&e, 300)
+            shown(&plain_error(&e, 300), 300)
         )
     })?
     .metadata;
+    check_endpoints(url, &metadata).map_err(|e| format!("cannot sign in to {name:?}: {e}"))?;
     manager.set_metadata(metadata.clone());
 
     let mut scopes: Vec<String> = if !config.scopes.is_empty() {
@@ -199,20 +211,28 @@ pub async fn sign_in(server: &UpstreamConfig, options: &SignInOptions) -> Result
         .map_err(|e| {
             format!(
                 "the authorization server of {name:?} did not register execbox: {}",
-                plain_error(&e, 300)
+                shown(&plain_error(&e, 300), 300)
             )
         })?;
         let secret = registered.client_secret.clone();
         (registered, secret)
     };
     let client_id = client.client_id.clone();
-    manager
-        .configure_client(client)
-        .map_err(|e| format!("cannot sign in to {name:?}: {}", plain_error(&e, 300)))?;
+    manager.configure_client(client).map_err(|e| {
+        format!(
+            "cannot sign in to {name:?}: {}",
+            shown(&plain_error(&e, 300), 300)
+        )
+    })?;
     let authorization_url = manager
         .get_authorization_url(&scope_refs)
         .await
-        .map_err(|e| format!("cannot sign in to {name:?}: {}", plain_error(&e, 300)))?;
+        .map_err(|e| {
+            format!(
+                "cannot sign in to {name:?}: {}",
+                shown(&plain_error(&e, 300), 300)
+            )
+        })?;
     let state = url::Url::parse(&authorization_url)
         .ok()
         .and_then(|u| {
@@ -241,7 +261,7 @@ pub async fn sign_in(server: &UpstreamConfig, options: &SignInOptions) -> Result
     .map_err(|e| {
         format!(
             "the authorization server of {name:?} did not give tokens for the sign-in: {}",
-            plain_error(&e, 300)
+            shown(&plain_error(&e, 300), 300)
         )
     })?;
     let issuer = metadata.issuer.clone();
@@ -432,7 +452,7 @@ async fn wait_for_redirect(
             }
             if let Some(error) = query.get("error") {
                 let description = query.get("error_description").cloned().unwrap_or_default();
-                let why = crate::content::one_line(&format!("{error} {description}"), 300);
+                let why = shown(&format!("{error} {description}"), 300);
                 let _ = found
                     .send(Err(format!(
                         "the authorization server of {server:?} refused the sign-in: {why}"

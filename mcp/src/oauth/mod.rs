@@ -9,13 +9,16 @@
 //! - [`store`]: the token files in the user's state folder;
 //! - [`login`]: `execbox mcp login`, with the browser and a loopback redirect listener;
 //! - [`session`]: the tokens on every request of a running `execbox mcp`;
-//! - [`jwt`]: `private_key_jwt` client assertions.
+//! - [`jwt`]: `private_key_jwt` client assertions;
+//! - [`untrusted`]: what servers send, checked before it is opened or sent to, and escaped
+//!   before it is shown.
 
 pub mod config;
 pub(crate) mod jwt;
 pub mod login;
 pub(crate) mod session;
 pub mod store;
+pub(crate) mod untrusted;
 
 pub use config::{Grant, OAuthConfig, Secret, SigningAlgorithm};
 pub use login::{sign_in, sign_out, SignInOptions, SignedIn};

@@ -25,6 +25,8 @@ use rmcp::transport::streamable_http_client::{
 use super::config::{Grant, OAuthConfig};
 use super::jwt::{self, SigningKey};
 use super::store::TokenFile;
+use super::untrusted::{check_endpoint, check_endpoints, shown};
+use crate::http_client::Guarded;
 use crate::plain::plain_error;
 
 /// The redirect URI a stored client is configured with when only refreshing (never visited).
@@ -44,7 +46,7 @@ enum Source {
         audience: String,
         token_endpoint: String,
         memory: InMemoryCredentialStore,
-        http: reqwest::Client,
+        http: Guarded,
     },
 }
 
@@ -84,6 +86,8 @@ async fn signed_in(url: &str, oauth: Option<&OAuthConfig>) -> Result<Option<Arc<
     let (Some(credentials), Some(metadata)) = (entry.credentials, entry.metadata) else {
         return Ok(None);
     };
+    // Checked again on every start: the file may predate the check, or not be of `login`.
+    check_endpoints(url, &metadata)?;
     let mut manager = AuthorizationManager::new(url)
         .await
         .map_err(|e| format!("oauth: {}", plain_error(&e, 300)))?;
@@ -123,10 +127,12 @@ async fn client_credentials(url: &str, config: &OAuthConfig) -> Result<Arc<Auth>
         .map_err(|e| {
             format!(
                 "cannot find the server's authorization server: {}",
-                plain_error(&e, 300)
+                shown(&plain_error(&e, 300), 300)
             )
         })?
         .metadata;
+    // The client's secret or assertion goes to this endpoint.
+    check_endpoint(url, "token_endpoint", &metadata.token_endpoint)?;
     manager.set_metadata(metadata.clone());
     let memory = InMemoryCredentialStore::new();
     manager.set_credential_store(memory.clone());
@@ -144,6 +150,12 @@ async fn client_credentials(url: &str, config: &OAuthConfig) -> Result<Arc<Auth>
             Source::ClientSecret(credentials)
         }
         (None, Some(key)) => Source::PrivateKey {
+            http: {
+                // Our own request, so the MCP SDK's address policy is applied here.
+                let guarded = Guarded::new(url)?;
+                guarded.check(&metadata.token_endpoint)?;
+                guarded
+            },
             key: SigningKey::from_pem(&key.read("private_key")?, config.signing_algorithm)?,
             client_id,
             scopes: config.scopes.clone(),
@@ -153,7 +165,6 @@ async fn client_credentials(url: &str, config: &OAuthConfig) -> Result<Arc<Auth>
                 .unwrap_or_else(|| metadata.token_endpoint.clone()),
             token_endpoint: metadata.token_endpoint.clone(),
             memory,
-            http: crate::http_client::reqwest_client()?,
         },
         (None, None) => return Err("oauth: client credentials need a secret or a key".into()),
     };
@@ -163,7 +174,9 @@ async fn client_credentials(url: &str, config: &OAuthConfig) -> Result<Arc<Auth>
         source,
         renewing: tokio::sync::Mutex::new(()),
     });
-    auth.exchange().await.map_err(|e| plain_error(&e, 500))?;
+    auth.exchange()
+        .await
+        .map_err(|e| shown(&plain_error(&e, 500), 500))?;
     Ok(auth)
 }
 
@@ -259,17 +272,25 @@ impl Auth {
         }
     }
 
-    /// Remembers the scope a call was refused for, for the next sign-in.
+    /// Remembers the scope a call was refused for, for the next sign-in: scope tokens as
+    /// RFC 6749 writes them, at most [`MAX_STEP_UP`] of them kept in all, so a server cannot
+    /// grow the token file or the next authorization URL without bound.
     async fn remember_step_up(&self, scope: Option<&str>) {
         let Source::SignedIn(file) = &self.source else {
             return;
         };
         let Some(scope) = scope else { return };
-        let wanted: Vec<String> = scope.split_whitespace().map(str::to_owned).collect();
+        let wanted: Vec<String> = step_up_scopes(scope);
+        if wanted.is_empty() {
+            return;
+        }
         let file = file.clone();
         let saved = tokio::task::spawn_blocking(move || {
             file.update(|entry| {
                 for scope in wanted {
+                    if entry.step_up.len() >= MAX_STEP_UP {
+                        break;
+                    }
                     if !entry.step_up.contains(&scope) {
                         entry.step_up.push(scope);
                     }
@@ -281,6 +302,32 @@ impl Auth {
             tracing::warn!("cannot remember the scope a call needs: {e}");
         }
     }
+}
+
+/// How many scopes a token file remembers for the next sign-in.
+const MAX_STEP_UP: usize = 32;
+
+/// The longest scope remembered.
+const MAX_SCOPE_CHARS: usize = 200;
+
+/// The scope tokens of a 403's `scope` that are worth asking for: RFC 6749's characters
+/// (printable ASCII but space, `"` and `\`), at most [`MAX_SCOPE_CHARS`] each, at most
+/// [`MAX_STEP_UP`].
+fn step_up_scopes(scope: &str) -> Vec<String> {
+    let mut wanted: Vec<String> = Vec::new();
+    for token in scope.split_whitespace() {
+        let valid = token.len() <= MAX_SCOPE_CHARS
+            && token
+                .bytes()
+                .all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\');
+        if valid && !wanted.iter().any(|w| w == token) {
+            wanted.push(token.to_owned());
+        }
+        if wanted.len() >= MAX_STEP_UP {
+            break;
+        }
+    }
+    wanted
 }
 
 /// An HTTP client that signs its requests with an upstream's tokens (see the module).
@@ -473,12 +520,18 @@ pub(crate) fn explain(
                 )),
                 StreamableHttpError::InsufficientScope(refused) => Some(format!(
                     "the MCP server {name:?} needs more access than its sign-in granted (HTTP 403, \
-                     scope {:?}): run `{login}` to grant it, then try again",
-                    refused.required_scope.as_deref().unwrap_or("not named")
+                     scope {}): run `{login}` to grant it, then try again",
+                    shown(
+                        &format!(
+                            "{:?}",
+                            refused.required_scope.as_deref().unwrap_or("not named")
+                        ),
+                        200
+                    )
                 )),
                 StreamableHttpError::Auth(auth) => Some(format!(
                     "signing in to the MCP server {name:?} failed: {}; if this lasts, run `{login}`",
-                    plain_error(auth, 300)
+                    shown(&plain_error(auth, 300), 300)
                 )),
                 _ => None,
             };
@@ -486,4 +539,20 @@ pub(crate) fn explain(
         current = e.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_scope_is_remembered_bounded_and_as_scope_tokens_only() {
+        // Before: every word of the 403's scope was kept, without bound, in the token file
+        // and asked for at the next sign-in.
+        assert_eq!(step_up_scopes("repo  read:org repo"), ["repo", "read:org"]);
+        let flood: String = (0..10_000).map(|i| format!("s{i} ")).collect();
+        assert_eq!(step_up_scopes(&flood).len(), MAX_STEP_UP);
+        let odd = format!("ok \"quoted\" back\\slash {} caf\u{e9}", "x".repeat(500));
+        assert_eq!(step_up_scopes(&odd), ["ok"]);
+    }
 }
