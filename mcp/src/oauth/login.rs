@@ -515,3 +515,38 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_authorization_url_reaches_the_browser_as_one_argument_never_as_shell_text() {
+        let dir = std::env::temp_dir().join(format!("execbox-browser-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let seen = dir.join("seen");
+        let pwned = dir.join("pwned");
+        let url = format!(
+            "https://as.example/authorize?a=$(touch {p})&b=`touch {p}`;touch {p}'\"",
+            p = pwned.display()
+        );
+        // `%s` and the URL appended as the last argument.
+        for browser in [
+            format!("echo %s > {}", seen.display()),
+            format!("show() {{ echo \"$1\" > {}; }}; show", seen.display()),
+        ] {
+            let _ = std::fs::remove_file(&seen);
+            open_browser(&browser, &url);
+            let started = std::time::Instant::now();
+            while !seen.exists() && started.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let shown = std::fs::read_to_string(&seen).unwrap();
+            assert_eq!(shown, format!("{url}\n"), "{browser}");
+        }
+        assert!(!pwned.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
