@@ -31,6 +31,8 @@ macro_rules! scenarios {
 }
 
 scenarios! {
+    conformance_client_initialize => "initialize",
+    conformance_client_tools_call => "tools_call",
     conformance_client_auth_metadata_default => "auth/metadata-default",
     conformance_client_auth_metadata_var1 => "auth/metadata-var1",
     conformance_client_auth_basic_cimd => "auth/basic-cimd",
@@ -39,6 +41,8 @@ scenarios! {
     conformance_client_auth_scope_from_www_authenticate => "auth/scope-from-www-authenticate",
     conformance_client_auth_scope_from_scopes_supported => "auth/scope-from-scopes-supported",
     conformance_client_auth_scope_omitted_when_undefined => "auth/scope-omitted-when-undefined",
+    conformance_client_auth_scope_step_up => "auth/scope-step-up",
+    conformance_client_auth_scope_retry_limit => "auth/scope-retry-limit",
     conformance_client_auth_token_endpoint_auth_basic => "auth/token-endpoint-auth-basic",
     conformance_client_auth_token_endpoint_auth_post => "auth/token-endpoint-auth-post",
     conformance_client_auth_token_endpoint_auth_none => "auth/token-endpoint-auth-none",
@@ -47,32 +51,15 @@ scenarios! {
 }
 
 // Scenarios execbox does not pass yet, left out of mcp.rs's list until it does (run one with
-// its name as the filter after adding it there):
-// - metadata-var2 and -var3: the authorization server's metadata names as `issuer` the server's
-//   root while the resource's metadata names `ROOT/tenant1`; login refuses ("Authorization
-//   server issuer mismatch") where the reference client goes on.
-// - scope-step-up: a call refused with HTTP 403 `insufficient_scope` fails without saying to run
-//   `execbox mcp login server`.
-// - scope-retry-limit: the same 403 on `tools/list` leaves the namespace unavailable without
-//   saying to sign in again, or that signing in again will not help.
-// - initialize: execbox proposes protocol version 2026-07-28; the suite accepts 2025-06-18 and
-//   2025-11-25 only.
-// - tools_call: the suite's server refuses every request after `initialize` on the SDK 1.32.2
-//   of package.json ("Already connected to a transport"), for the reference client too; it
-//   needs the SDK it was built with (1.25).
+// its name as the filter after adding it there): metadata-var2 and -var3. Their authorization
+// server's metadata names its root as `issuer` while the resource's metadata names
+// `ROOT/tenant1`; login refuses ("Authorization server issuer mismatch") where the reference
+// client goes on.
 scenarios! {
-    #[allow(dead_code)]
-    conformance_client_initialize => "initialize",
-    #[allow(dead_code)]
-    conformance_client_tools_call => "tools_call",
     #[allow(dead_code)]
     conformance_client_auth_metadata_var2 => "auth/metadata-var2",
     #[allow(dead_code)]
     conformance_client_auth_metadata_var3 => "auth/metadata-var3",
-    #[allow(dead_code)]
-    conformance_client_auth_scope_step_up => "auth/scope-step-up",
-    #[allow(dead_code)]
-    conformance_client_auth_scope_retry_limit => "auth/scope-retry-limit",
 }
 
 /// `conformance client --scenario S` in the trial's folder, with the adapter as the client.
