@@ -39,6 +39,7 @@ use durable::{
     a_program_nobody_can_approve_now_waits_for_an_operator,
     execution_result_gives_an_approved_program_its_answer_for_its_principal_only,
 };
+use interop::*;
 use mcp_upstream::{MARKS_ENV, ROLE_ENV};
 use mistakes::the_mistakes_table_is_current;
 use oauth::*;
@@ -116,6 +117,11 @@ fn main() {
         conformance_client_auth_client_credentials_jwt,
         conformance_client_auth_client_credentials_basic,
         oauth_sign_in_survives_expiry_and_revocation_and_logout_forgets_it,
+        an_http_500_answering_a_notification_is_tolerated,
+        a_json_body_answering_a_notification_is_tolerated,
+        a_json_rpc_error_answering_a_notification_is_tolerated,
+        plain_text_answering_a_notification_is_tolerated,
+        a_401_answering_a_notification_asks_for_a_sign_in,
     ];
     let trials = cases
         .into_iter()
@@ -165,6 +171,8 @@ macro_rules! check {
 mod conformance_client;
 #[path = "mcp/durable.rs"]
 mod durable;
+#[path = "mcp/interop.rs"]
+mod interop;
 #[path = "mcp/oauth.rs"]
 mod oauth;
 #[path = "mcp/openapi.rs"]

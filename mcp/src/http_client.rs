@@ -5,8 +5,9 @@
 //! notification, or our reply to its request): the official TypeScript client ignores an
 //! HTTP 500 or a JSON body answering `notifications/initialized`, and servers built on its
 //! stateless examples send both; the MCP SDK for Rust would close the connection instead.
-//! Failures that mean something still count: the server cannot be reached, it wants a
-//! sign-in (401) or more scope (403), or the session is gone (404).
+//! Failures that mean something still count: the server cannot be reached, or the session is
+//! gone (404). A sign-in (401) or more scope (403) asked for in answer to a notification is
+//! left to the next request, which meets it too and says what to do.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -318,12 +319,11 @@ fn tolerate<E: std::error::Error + Send + Sync + 'static>(
             );
             Ok(StreamableHttpPostResponse::Accepted)
         }
+        // A 401 or 403 is tolerated too: the SDK would end the connection on it with no word of
+        // why, while the next request meets the same refusal and says to sign in.
         Err(
             e @ (StreamableHttpError::Client(_)
             | StreamableHttpError::Io(_)
-            | StreamableHttpError::AuthRequired(_)
-            | StreamableHttpError::InsufficientScope(_)
-            | StreamableHttpError::Auth(_)
             | StreamableHttpError::SessionExpired),
         ) => Err(e),
         Err(e) => {
