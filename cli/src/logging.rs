@@ -44,6 +44,11 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat, traces: Option<TracesLa
             filter = filter.add_directive(off);
         }
     }
+    // The MCP SDK's OAuth code logs the authorization code at debug: never below info there,
+    // whatever RUST_LOG says (the last directive for a target wins).
+    if let Ok(capped) = "rmcp::transport::auth=info".parse() {
+        filter = filter.add_directive(capped);
+    }
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(verbose >= 2);

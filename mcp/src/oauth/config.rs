@@ -35,6 +35,10 @@ pub struct OAuthConfig {
     pub private_key: Option<Secret>,
     /// The JWS algorithm of `private_key`: `ES256` (default) or `RS256`.
     pub signing_algorithm: SigningAlgorithm,
+    /// The authorization server the client belongs to (its issuer identifier): when set,
+    /// execbox signs in with no other, whatever the MCP server names, so a configured secret
+    /// or key only ever reaches its own server.
+    pub issuer: Option<String>,
 }
 
 /// How tokens are obtained.
@@ -99,6 +103,7 @@ impl fmt::Debug for OAuthConfig {
             .field("client_metadata_url", &self.client_metadata_url)
             .field("private_key", &self.private_key)
             .field("signing_algorithm", &self.signing_algorithm)
+            .field("issuer", &self.issuer)
             .finish()
     }
 }
@@ -134,6 +139,7 @@ const FIELDS: &[&str] = &[
     "client_metadata_url",
     "private_key",
     "signing_algorithm",
+    "issuer",
 ];
 
 /// Parses the `oauth` field; `base` resolves `{"file": ...}` paths. The error names the field
@@ -223,6 +229,17 @@ pub(crate) fn parse(value: &Value, base: &Path) -> Result<OAuthConfig, (String, 
             ));
         }
     }
+    let issuer = string("issuer")?;
+    if let Some(issuer) = &issuer {
+        let web = url::Url::parse(issuer)
+            .is_ok_and(|u| matches!(u.scheme(), "https" | "http") && u.host().is_some());
+        if !web {
+            return Err(fail(
+                "issuer",
+                format!("expected the authorization server's https:// URL; got {issuer:?}"),
+            ));
+        }
+    }
     let config = OAuthConfig {
         client_id: string("client_id")?,
         client_secret: secret("client_secret")?,
@@ -231,6 +248,7 @@ pub(crate) fn parse(value: &Value, base: &Path) -> Result<OAuthConfig, (String, 
         client_metadata_url,
         private_key: secret("private_key")?,
         signing_algorithm,
+        issuer,
     };
     if config.client_secret.is_some() && config.client_id.is_none() {
         return Err(fail(
@@ -316,9 +334,14 @@ mod tests {
     fn every_field_is_read() {
         let config = parsed(json!({
             "client_id": "abc", "client_secret": {"env": "SECRET"}, "scopes": ["repo", "read:org"],
-            "client_metadata_url": "https://execbox.dev/client.json"
+            "client_metadata_url": "https://execbox.dev/client.json",
+            "issuer": "https://login.example.com/tenant"
         }))
         .unwrap();
+        assert_eq!(
+            config.issuer.as_deref(),
+            Some("https://login.example.com/tenant")
+        );
         assert_eq!(config.client_id.as_deref(), Some("abc"));
         assert_eq!(config.client_secret, Some(Secret::Env("SECRET".into())));
         assert_eq!(config.scopes, ["repo", "read:org"]);
@@ -374,6 +397,10 @@ mod tests {
             (
                 json!({"private_key": {"env": "K"}}),
                 "oauth.private_key: a private key is used",
+            ),
+            (
+                json!({"issuer": "login.example.com"}),
+                "oauth.issuer: expected the authorization",
             ),
         ];
         for (value, expected) in cases {

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::config::{Grant, OAuthConfig};
 use super::store::TokenFile;
-use super::untrusted::{check_endpoints, shown};
+use super::untrusted::{check_endpoints, check_issuer, shown};
 use crate::config::{UpstreamConfig, UpstreamTransport};
 use crate::plain::plain_error;
 
@@ -148,7 +148,9 @@ pub async fn sign_in(server: &UpstreamConfig, options: &SignInOptions) -> Result
         )
     })?
     .metadata;
-    check_endpoints(url, &metadata).map_err(|e| format!("cannot sign in to {name:?}: {e}"))?;
+    check_endpoints(url, &metadata)
+        .and_then(|()| check_issuer(config.issuer.as_deref(), &metadata))
+        .map_err(|e| format!("cannot sign in to {name:?}: {e}"))?;
     manager.set_metadata(metadata.clone());
 
     let mut scopes: Vec<String> = if !config.scopes.is_empty() {

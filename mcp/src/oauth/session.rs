@@ -25,7 +25,7 @@ use rmcp::transport::streamable_http_client::{
 use super::config::{Grant, OAuthConfig};
 use super::jwt::{self, SigningKey};
 use super::store::TokenFile;
-use super::untrusted::{check_endpoint, check_endpoints, shown};
+use super::untrusted::{check_endpoint, check_endpoints, check_issuer, shown};
 use crate::http_client::Guarded;
 use crate::plain::plain_error;
 
@@ -88,6 +88,7 @@ async fn signed_in(url: &str, oauth: Option<&OAuthConfig>) -> Result<Option<Arc<
     };
     // Checked again on every start: the file may predate the check, or not be of `login`.
     check_endpoints(url, &metadata)?;
+    check_issuer(oauth.and_then(|o| o.issuer.as_deref()), &metadata)?;
     let mut manager = AuthorizationManager::new(url)
         .await
         .map_err(|e| format!("oauth: {}", plain_error(&e, 300)))?;
@@ -133,6 +134,7 @@ async fn client_credentials(url: &str, config: &OAuthConfig) -> Result<Arc<Auth>
         .metadata;
     // The client's secret or assertion goes to this endpoint.
     check_endpoint(url, "token_endpoint", &metadata.token_endpoint)?;
+    check_issuer(config.issuer.as_deref(), &metadata)?;
     manager.set_metadata(metadata.clone());
     let memory = InMemoryCredentialStore::new();
     manager.set_credential_store(memory.clone());

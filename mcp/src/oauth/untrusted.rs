@@ -29,6 +29,27 @@ pub(crate) fn check_endpoints(
     Ok(())
 }
 
+/// Checks that `metadata` is of the authorization server `pinned` (the `oauth` field's
+/// `issuer`), when one is.
+pub(crate) fn check_issuer(
+    pinned: Option<&str>,
+    metadata: &AuthorizationMetadata,
+) -> Result<(), String> {
+    let Some(pinned) = pinned else { return Ok(()) };
+    let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+    match metadata.issuer.as_deref() {
+        Some(found) if same(found, pinned) => Ok(()),
+        found => {
+            Err(format!(
+            "the MCP server names the authorization server {}, not {pinned:?} (the \"issuer\" of \
+             its \"oauth\" field): execbox signs in with no other. If the server moved, correct \
+             \"issuer\"",
+            shown(&format!("{:?}", found.unwrap_or("(without an issuer)")), 200)
+        ))
+        }
+    }
+}
+
 /// Checks one endpoint (`field` of the metadata) of the MCP server at `server_url`.
 pub(crate) fn check_endpoint(server_url: &str, field: &str, value: &str) -> Result<(), String> {
     let plain_allowed = url::Url::parse(server_url).is_ok_and(|u| u.scheme() == "http");
@@ -121,5 +142,23 @@ mod tests {
         assert!(!out.contains('\u{202e}'));
         assert!(out.contains("\\u{1b}"), "{out}");
         assert_eq!(shown(&"x".repeat(1000), 10).chars().count(), 11);
+    }
+
+    #[test]
+    fn a_pinned_issuer_is_the_only_one_signed_in_with() {
+        let metadata = |issuer: Option<&str>| {
+            let mut metadata = AuthorizationMetadata::default();
+            metadata.issuer = issuer.map(str::to_owned);
+            metadata
+        };
+        let pinned = Some("https://login.example.com/");
+        assert!(check_issuer(pinned, &metadata(Some("https://login.example.com"))).is_ok());
+        assert!(check_issuer(None, &metadata(Some("https://evil.example"))).is_ok());
+        let error = check_issuer(pinned, &metadata(Some("https://evil.example"))).unwrap_err();
+        assert!(
+            error.contains("\"https://evil.example\"") && error.contains("issuer"),
+            "{error}"
+        );
+        assert!(check_issuer(pinned, &metadata(None)).is_err());
     }
 }
