@@ -116,6 +116,8 @@ fn main() {
         conformance_client_auth_token_endpoint_auth_none,
         conformance_client_auth_client_credentials_jwt,
         conformance_client_auth_client_credentials_basic,
+        conformance_client_auth_metadata_var2_is_refused_for_its_issuer,
+        conformance_client_auth_metadata_var3_is_refused_for_its_issuer,
         oauth_sign_in_survives_expiry_and_revocation_and_logout_forgets_it,
         an_http_500_answering_a_notification_is_tolerated,
         a_json_body_answering_a_notification_is_tolerated,

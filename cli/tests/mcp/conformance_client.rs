@@ -50,54 +50,55 @@ scenarios! {
     conformance_client_auth_client_credentials_basic => "auth/client-credentials-basic",
 }
 
-// Scenarios execbox does not pass yet, left out of mcp.rs's list until it does (run one with
-// its name as the filter after adding it there): metadata-var2 and -var3. Their authorization
-// server's metadata names its root as `issuer` while the resource's metadata names
-// `ROOT/tenant1`; login refuses ("Authorization server issuer mismatch") where the reference
-// client goes on.
-scenarios! {
-    #[allow(dead_code)]
-    conformance_client_auth_metadata_var2 => "auth/metadata-var2",
-    #[allow(dead_code)]
-    conformance_client_auth_metadata_var3 => "auth/metadata-var3",
+// Scenarios execbox refuses on purpose: metadata-var2 and -var3. Their authorization server
+// is found at `ROOT/tenant1` (the resource's metadata says so) but its metadata names `ROOT` as
+// its `issuer`; RFC 8414 §3.3 says such metadata MUST NOT be used (the defence against an
+// authorization server answering for another), and the MCP SDK for Rust holds to it where the
+// TypeScript SDK does not check. These trials pin the refusal: nothing is registered, no
+// browser is opened, no code or token is asked for, and the adapter says why.
+pub async fn conformance_client_auth_metadata_var2_is_refused_for_its_issuer(
+    h: Harness,
+) -> Result<(), String> {
+    refused_for_its_issuer(h, "auth/metadata-var2").await
+}
+
+pub async fn conformance_client_auth_metadata_var3_is_refused_for_its_issuer(
+    h: Harness,
+) -> Result<(), String> {
+    refused_for_its_issuer(h, "auth/metadata-var3").await
+}
+
+async fn refused_for_its_issuer(h: Harness, scenario: &str) -> Result<(), String> {
+    let Some((output, results, checks)) = run_scenario(&h, scenario).await? else {
+        return Ok(());
+    };
+    let client = std::fs::read_to_string(results.join("stderr.txt")).unwrap_or_default();
+    let reached: Vec<&str> = checks
+        .iter()
+        .filter(|c| c["status"] == "SUCCESS")
+        .filter_map(|c| c["id"].as_str())
+        .filter(|id| {
+            matches!(
+                *id,
+                "client-registration" | "authorization-request" | "token-request"
+            )
+        })
+        .collect();
+    check!(
+        client.contains("Authorization server issuer mismatch") && reached.is_empty(),
+        "{scenario}: expected login to refuse the metadata before registering; reached \
+         {reached:?}\n--- the client's stderr ---\n{client}\n{}",
+        said(&output)
+    );
+    Ok(())
 }
 
 /// `conformance client --scenario S` in the trial's folder, with the adapter as the client.
 async fn client_scenario(h: Harness, scenario: &str) -> Result<(), String> {
-    let Some(npm) = tokio::task::spawn_blocking(conformance::installed)
-        .await
-        .map_err(|e| e.to_string())?
-    else {
+    let Some((output, results, checks)) = run_scenario(&h, scenario).await? else {
         return Ok(());
     };
-    let run = Command::new("node")
-        .arg(conformance::suite(npm))
-        .args(["client", "--scenario", scenario, "--command"])
-        // The suite splits the command on spaces and appends the server's URL.
-        .arg(format!("node {ADAPTER}"))
-        .args(["--timeout", &CLIENT_TIMEOUT_MS.to_string()])
-        .current_dir(&h.dir)
-        .env("EXECBOX_BIN", EXECBOX)
-        .env("CONFORMANCE_NODE_MODULES", npm.join("node_modules"))
-        .env_remove("RUST_LOG")
-        .env_remove("EXECBOX_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(SUITE_WITHIN, run)
-        .await
-        .map_err(|_| format!("the suite did not finish {scenario} within {SUITE_WITHIN:?}"))?
-        .map_err(|e| format!("cannot run the conformance suite with node: {e}"))?;
-    let results = results_of(&h.dir.join("results")).ok_or_else(|| {
-        format!(
-            "{scenario}: the suite wrote no checks.json\n{}",
-            said(&output)
-        )
-    })?;
-    let text = std::fs::read_to_string(results.join("checks.json")).map_err(|e| e.to_string())?;
-    let checks: Vec<Value> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(&checks).unwrap_or_default();
     let bad: Vec<String> = checks
         .iter()
         .filter(|c| matches!(c["status"].as_str(), Some("FAILURE" | "WARNING")))
@@ -127,6 +128,49 @@ async fn client_scenario(h: Harness, scenario: &str) -> Result<(), String> {
         client("stderr.txt"),
         said(&output),
     ))
+}
+
+/// Runs the suite's client `scenario` with the adapter as the client: its output, the folder of
+/// its results and its checks; `None` when npm is missing outside CI.
+async fn run_scenario(
+    h: &Harness,
+    scenario: &str,
+) -> Result<Option<(std::process::Output, PathBuf, Vec<Value>)>, String> {
+    let Some(npm) = tokio::task::spawn_blocking(conformance::installed)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(None);
+    };
+    let run = Command::new("node")
+        .arg(conformance::suite(npm))
+        .args(["client", "--scenario", scenario, "--command"])
+        // The suite splits the command on spaces and appends the server's URL.
+        .arg(format!("node {ADAPTER}"))
+        .args(["--timeout", &CLIENT_TIMEOUT_MS.to_string()])
+        .current_dir(&h.dir)
+        .env("EXECBOX_BIN", EXECBOX)
+        .env("CONFORMANCE_NODE_MODULES", npm.join("node_modules"))
+        .env_remove("RUST_LOG")
+        .env_remove("EXECBOX_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(SUITE_WITHIN, run)
+        .await
+        .map_err(|_| format!("the suite did not finish {scenario} within {SUITE_WITHIN:?}"))?
+        .map_err(|e| format!("cannot run the conformance suite with node: {e}"))?;
+    let results = results_of(&h.dir.join("results")).ok_or_else(|| {
+        format!(
+            "{scenario}: the suite wrote no checks.json\n{}",
+            said(&output)
+        )
+    })?;
+    let text = std::fs::read_to_string(results.join("checks.json")).map_err(|e| e.to_string())?;
+    let checks: Vec<Value> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    Ok(Some((output, results, checks)))
 }
 
 /// The folder holding the run's `checks.json` (`results/<scenario>-<time>/`; an `auth/`
