@@ -14,16 +14,29 @@
 //! in flight, which are cancelled upstream in turn); progress of upstream calls is forwarded
 //! when the client gave a progress token. When an upstream's tools change, every connected
 //! client is sent `notifications/tools/list_changed` (the description changed).
+//!
+//! What the upstreams offer besides tools passes through: resources (`resources.rs`), prompts
+//! (`prompts.rs`), logging (`logging.rs`), and their questions during a call
+//! (`elicitation.rs`).
 
-use std::sync::{Arc, Mutex, Weak};
+// `logging/setLevel` and `resources/subscribe` are deprecated by newer protocols, which
+// clients still speak.
+#![allow(deprecated)]
+
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
-    ElicitResult, Implementation, InputRequest, InputRequiredResult, InputResponses, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    ToolAnnotations,
+    ElicitResult, GetPromptRequestParams, GetPromptResponse, Implementation, InputRequest,
+    InputRequiredResult, InputResponses, JsonObject, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, ToolAnnotations,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
 use tracing::Instrument as _;
@@ -35,12 +48,17 @@ use execbox_policy::{ApprovalRequest, AuditEvent, Enforcement};
 
 use super::approvals::{approval_form, approves, ElicitationApprover, NobodyNow};
 use super::catalog::Catalog;
+use super::elicitation::Asker;
+use super::logging::Sessions;
+use super::offers::Notice;
 use super::pauses::{
     no_execution, paused_answer, result_answer as answer, state_answer, DurablePauses,
     PausedExecution, EXECUTION_RESULT,
 };
+use super::resources::Subscriptions;
 use super::rounds::{Parked, Rounds, APPROVAL_INPUT};
 use super::upstream::Upstreams;
+use super::{prompts, resources};
 
 /// The name of the tool that runs a program.
 pub const EXECUTE_CODE: &str = "execute_code";
@@ -95,8 +113,10 @@ struct Inner {
     upstreams: Upstreams,
     executor: Arc<dyn Executor>,
     options: CodeModeOptions,
-    /// Clients to tell when the tools change.
-    peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// The client sessions: whom to tell when the tools change, and their log levels.
+    sessions: Sessions,
+    /// The clients' resource subscriptions.
+    subscriptions: Subscriptions,
     /// Programs waiting for a client's retry with an approval (MCP 2026-07-28).
     rounds: Rounds,
 }
@@ -117,7 +137,8 @@ impl CodeModeServer {
             upstreams,
             executor,
             options,
-            peers: Mutex::new(Vec::new()),
+            sessions: Sessions::default(),
+            subscriptions: Subscriptions::default(),
             rounds: Rounds::default(),
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);
@@ -125,14 +146,25 @@ impl CodeModeServer {
         tokio::spawn(async move {
             while changed.changed().await.is_ok() {
                 let Some(inner) = weak.upgrade() else { return };
-                let peers: Vec<Peer<RoleServer>> = {
-                    let mut peers = inner.peers.lock().unwrap_or_else(|e| e.into_inner());
-                    peers.retain(|p| !p.is_transport_closed());
-                    peers.clone()
-                };
-                for peer in peers {
+                for peer in inner.sessions.peers() {
                     let _ = peer.notify_tool_list_changed().await;
                 }
+            }
+        });
+        let weak: Weak<Inner> = Arc::downgrade(&inner);
+        let mut notices = inner.upstreams.notices();
+        tokio::spawn(async move {
+            loop {
+                let notice = match notices.recv().await {
+                    Ok(notice) => notice,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!("{n} notices of the upstreams were dropped");
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let Some(inner) = weak.upgrade() else { return };
+                inner.forward(notice).await;
             }
         });
         CodeModeServer(inner)
@@ -356,6 +388,26 @@ impl CodeModeServer {
             (None, Some(_)) => Some((Ledger::new(), None)),
             (durable, _) => durable,
         };
+        // Questions of the upstreams during this execution's calls go to this client, while
+        // it can be asked during a call and the execution has time left.
+        let modes = if context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+        {
+            HashSet::new()
+        } else {
+            context.peer.supported_elicitation_modes()
+        };
+        let _asking = self.0.upstreams.askers().register(
+            &id,
+            Asker {
+                peer: context.peer.clone(),
+                request: context.id.clone(),
+                modes,
+                deadline: tokio::time::Instant::now()
+                    + Duration::from_millis(self.0.options.runtime.timeout_ms),
+            },
+        );
         let _progress = context.meta.get_progress_token().map(|token| {
             self.0
                 .upstreams
@@ -589,15 +641,50 @@ fn describe(catalog: &Catalog, options: &CodeModeOptions) -> String {
     )
 }
 
+impl Inner {
+    /// Tells the clients what an upstream announced.
+    async fn forward(&self, notice: Notice) {
+        match notice {
+            Notice::ResourcesChanged => {
+                for peer in self.sessions.peers() {
+                    let _ = peer.notify_resource_list_changed().await;
+                }
+            }
+            Notice::PromptsChanged => {
+                for peer in self.sessions.peers() {
+                    let _ = peer.notify_prompt_list_changed().await;
+                }
+            }
+            Notice::ResourceUpdated { namespace, uri } => {
+                self.subscriptions.updated(&namespace, &uri).await;
+            }
+            Notice::Log { namespace, message } => self.sessions.log(&namespace, &message).await,
+        }
+    }
+}
+
 impl ServerHandler for CodeModeServer {
     fn get_info(&self) -> ServerConfig {
-        let mut config = ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
-        .with_instructions(
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        // Resources, prompts and logging pass through to the upstream servers; a tools file
+        // alone has none of them.
+        if self.0.upstreams.has_servers() {
+            let passed = ServerCapabilities::builder()
+                .enable_logging()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_resources_list_changed()
+                .build();
+            capabilities.logging = passed.logging;
+            capabilities.prompts = passed.prompts;
+            capabilities.resources = passed.resources;
+        }
+        let mut config = ServerConfig::new(capabilities).with_instructions(
             "Code mode: write one short program that calls many tools (execute_code) instead of \
              calling tools one by one. Use search_tools to learn the tools' parameters.",
         );
@@ -651,9 +738,91 @@ impl ServerHandler for CodeModeServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        let mut peers = self.0.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.retain(|p| !p.is_transport_closed());
-        peers.push(context.peer);
+        self.0.sessions.add(context.peer);
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.0.upstreams.settled().await;
+        Ok(resources::list(&self.0.upstreams.offers()).await)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.0.upstreams.settled().await;
+        Ok(resources::templates(&self.0.upstreams.offers()).await)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.0.upstreams.settled().await;
+        resources::read(&self.0.upstreams.offers(), &request.uri)
+            .await
+            .map(Into::into)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0.upstreams.settled().await;
+        self.0
+            .subscriptions
+            .subscribe(&self.0.upstreams.offers(), &context.peer, &request.uri)
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0
+            .subscriptions
+            .unsubscribe(&self.0.upstreams.offers(), &context.peer, &request.uri)
+            .await
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.0.upstreams.settled().await;
+        Ok(prompts::list(&self.0.upstreams.offers()).await)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.0.upstreams.settled().await;
+        prompts::get(&self.0.upstreams.offers(), request)
+            .await
+            .map(Into::into)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // Every server that has started is set; one starting later is set as it starts.
+        self.0.upstreams.settled().await;
+        let level = self.0.sessions.set_level(&context.peer, request.level);
+        self.0.upstreams.set_log_level(level).await;
+        Ok(())
     }
 }
 

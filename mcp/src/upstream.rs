@@ -19,16 +19,19 @@ use futures_util::StreamExt as _;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ProgressToken, Request, RequestId, RequestMetaObject, ServerResult,
+    ClientRequest, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    FormElicitationCapability, Implementation, InputRequest, InputRequests, InputResponses,
+    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+    Request, RequestId, RequestMetaObject, ResourceUpdatedNotificationParam, ServerResult,
+    SetLevelRequestParams, UrlElicitationCapability,
 };
 use rmcp::service::{
-    NotificationContext, Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService,
-    RunningServiceCancellationToken, ServiceError,
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RoleServer,
+    RunningService, RunningServiceCancellationToken, ServiceError,
 };
-use rmcp::{ClientHandler, ServiceExt as _};
+use rmcp::{ClientHandler, ErrorData, ServiceExt as _};
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tracing::Instrument as _;
 
 use execbox_host::declarations::shape_of;
@@ -40,7 +43,9 @@ use execbox_policy::{ObservedResults, PermissionAliases, Policy};
 use super::catalog::{Catalog, NamespaceStatus};
 use super::config::{McpConfig, UpstreamConfig, UpstreamPolicy, UpstreamTransport};
 use super::content::{one_line, result_value};
+use super::elicitation::{ask, ask_upstream_question, Askers, InFlight};
 use super::names::ToolNames;
+use super::offers::{Notice, Offer};
 use super::plain::plain_error;
 
 use super::upstream_process;
@@ -125,6 +130,19 @@ struct Hub {
     /// Cancelled by [`Upstreams::shutdown`]: a server still starting then is stopped (its
     /// process group killed) and reported as nothing, for execbox stopped it.
     stopping: tokio_util::sync::CancellationToken,
+    /// What the pass-through of resources, prompts, logging and questions shares with every
+    /// connection.
+    passthrough: Passthrough,
+}
+
+/// What every upstream connection shares for the pass-through to the clients of
+/// `execbox mcp`: where its announcements go, who answers its questions, the log level.
+#[derive(Clone)]
+struct Passthrough {
+    notices: broadcast::Sender<Notice>,
+    askers: Arc<Askers>,
+    /// The level the clients asked for, given to each server that declares logging.
+    log_level: Arc<Mutex<Option<LoggingLevel>>>,
 }
 
 struct Slot {
@@ -210,6 +228,11 @@ impl Upstreams {
             settled: AtomicUsize::new(0),
             aliases: PermissionAliases::new(),
             stopping: tokio_util::sync::CancellationToken::new(),
+            passthrough: Passthrough {
+                notices: broadcast::channel(256).0,
+                askers: Arc::new(Askers::default()),
+                log_level: Arc::new(Mutex::new(None)),
+            },
         };
         let catalog = hub.build()?;
         *hub.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
@@ -222,11 +245,12 @@ impl Upstreams {
             let aliases = hub.aliases.clone();
             let weak: Weak<Hub> = Arc::downgrade(&hub);
             let stopping = hub.stopping.clone();
+            let passthrough = hub.passthrough.clone();
             tokio::spawn(async move {
                 // A shutdown drops a start in progress: its process group is killed with it,
                 // and what that does to the start is ours, not the server's failure.
                 let link = tokio::select! {
-                    link = connect(index, &server, events.clone(), sinks, &options, aliases, stopping.clone()) => link,
+                    link = connect(index, &server, events.clone(), sinks, &options, aliases, stopping.clone(), passthrough) => link,
                     () = stopping.cancelled() => Err("execbox mcp stopped before it started".into()),
                 };
                 let Some(hub) = weak.upgrade() else { return };
@@ -350,6 +374,65 @@ impl Upstreams {
                 group.kill();
             }
         }
+    }
+
+    /// Every upstream connected and alive, for the pass-through of resources and prompts.
+    pub(crate) fn offers(&self) -> Vec<Offer> {
+        self.0
+            .slots
+            .iter()
+            .filter_map(Slot::ready)
+            .filter(|link| link.dead_reason().is_none())
+            .map(|link| Offer {
+                namespace: link.namespace.clone(),
+                name: link.name.clone(),
+                capabilities: link
+                    .peer
+                    .peer_info()
+                    .map(|info| info.capabilities.clone())
+                    .unwrap_or_default(),
+                peer: link.peer.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether any upstream MCP server is configured (a tools file alone has none).
+    pub(crate) fn has_servers(&self) -> bool {
+        !self.0.slots.is_empty()
+    }
+
+    /// What the upstreams announce: list changes, resource updates, log messages.
+    pub(crate) fn notices(&self) -> broadcast::Receiver<Notice> {
+        self.0.passthrough.notices.subscribe()
+    }
+
+    /// Where the questions of executions' upstream calls go.
+    pub(crate) fn askers(&self) -> Arc<Askers> {
+        self.0.passthrough.askers.clone()
+    }
+
+    /// Sets the log level of every server that declares logging, now and when one starts
+    /// later; a server that refuses is named on stderr.
+    pub(crate) async fn set_log_level(&self, level: LoggingLevel) {
+        *lock(&self.0.passthrough.log_level) = Some(level);
+        let sets = self
+            .offers()
+            .into_iter()
+            .filter(Offer::logging)
+            .map(|offer| async move {
+                let set = offer.peer.set_level(SetLevelRequestParams::new(level));
+                match tokio::time::timeout(Duration::from_secs(10), set).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        eprintln!("execbox mcp: {}", offer.failed("logging/setLevel", &e))
+                    }
+                    Err(_) => eprintln!(
+                        "execbox mcp: upstream {:?} did not answer logging/setLevel within 10s",
+                        offer.name
+                    ),
+                }
+            });
+        futures_util::future::join_all(sets).await;
     }
 
     /// Registers where the progress of execution `execution_id`'s upstream calls goes: the
@@ -503,6 +586,10 @@ struct Link {
     sinks: Arc<ProgressSinks>,
     /// Where the shape of each result goes.
     observed: Arc<ObservedResults>,
+    /// Its tool calls in flight, to which its questions belong.
+    inflight: Arc<InFlight>,
+    /// Who answers the questions of each execution's calls.
+    askers: Arc<Askers>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -531,14 +618,14 @@ impl Link {
 
     /// Lists every page of the server's tools and keeps them as [`Tool`]s; returns how many.
     async fn list_tools(self: &Arc<Self>) -> Result<usize, String> {
-        let listed =
-            self.peer
-                .list_all_tools()
-                .await
-                .map_err(|e| match self.sign_in_advice(&e) {
-                    Some(advice) => advice,
-                    None => format!("tools/list failed: {}", service_error_text(&e)),
-                })?;
+        let listed = self
+            .peer
+            .list_all_tools()
+            .await
+            .map_err(|e| match self.sign_in_advice(&e) {
+                Some(advice) => advice,
+                None => format!("tools/list failed: {}", service_error_text(&e)),
+            })?;
         let mut seen = HashSet::new();
         let mut kept = Vec::with_capacity(listed.len());
         for t in listed {
@@ -716,6 +803,60 @@ async fn call(
     };
     let mut params = CallToolRequestParams::new(name.clone());
     params.arguments = arguments;
+    let label = format!("{}.{}", link.namespace, name);
+    let sink = lock(&link.sinks.0).get(&ctx.execution_id).cloned();
+    let mut rounds = 0;
+    let result = loop {
+        match call_once(&link, params.clone(), &ctx, &label, sink.as_deref()).await? {
+            ServerResult::CallToolResult(result) => break serde_json::to_value(result),
+            // MCP 2026-07-28: the server asks in its answer, and is called again with the
+            // answers.
+            ServerResult::InputRequiredResult(asked) => {
+                rounds += 1;
+                if rounds > MAX_INPUT_ROUNDS {
+                    return Err(ToolError::tool(format!(
+                        "the MCP server {:?} asked for more input {MAX_INPUT_ROUNDS} times in                          one call; execbox gave up",
+                        link.name
+                    )));
+                }
+                params.input_responses =
+                    Some(answer_input_requests(&link, &ctx, asked.input_requests).await?);
+                params.request_state = asked.request_state;
+            }
+            ServerResult::CreateTaskResult(_) => {
+                return Err(ToolError::tool(
+                    "the MCP server started a task instead of answering, which execbox does \
+                     not support yet",
+                ))
+            }
+            other => break serde_json::to_value(other),
+        }
+    };
+    let result = result.map_err(|e| {
+        ToolError::tool(format!(
+            "the MCP server's result cannot be read as JSON: {e}"
+        ))
+    })?;
+    let value = result_value(result)?;
+    let shape = shape_of(&value, MAX_OBSERVED_SHAPE_CHARS);
+    if let Err(e) = link.observed.record(&link.namespace, &name, &shape) {
+        tracing::warn!(tool = %label, "cannot keep the shape of the result: {e}");
+    }
+    Ok(value)
+}
+
+/// The most rounds of questions an upstream may ask in its answers to one call.
+const MAX_INPUT_ROUNDS: usize = 8;
+
+/// One `tools/call` request of a call: its answer, with progress forwarded to `sink`. A call
+/// that failed after one of its questions was refused fails saying why.
+async fn call_once(
+    link: &Arc<Link>,
+    params: CallToolRequestParams,
+    ctx: &ToolContext,
+    label: &str,
+    sink: Option<&ProgressSink>,
+) -> Result<ServerResult, ToolError> {
     let handle = link
         .peer
         .send_request_with_option(
@@ -730,9 +871,9 @@ async fn call(
         peer: Some(link.peer.clone()),
         id: handle.id.clone(),
     };
-    let sink = lock(&link.sinks.0).get(&ctx.execution_id).cloned();
+    // Its questions go to the client of this execution until it ends.
+    let asking = link.inflight.start(handle.id.clone(), &ctx.execution_id);
     let mut progress = link.progress.subscribe(handle.progress_token.clone()).await;
-    let label = format!("{}.{}", link.namespace, name);
     let response = {
         let wait = handle.await_response();
         tokio::pin!(wait);
@@ -740,41 +881,64 @@ async fn call(
             tokio::select! {
                 response = &mut wait => break response,
                 Some(update) = progress.next() => {
-                    if let Some(sink) = &sink {
-                        sink.forward(&label, &update).await;
+                    if let Some(sink) = sink {
+                        sink.forward(label, &update).await;
                     }
                 }
             }
         }
     };
     guard.peer = None;
-    let result = match response.map_err(|e| link.call_error(&e))? {
-        ServerResult::CallToolResult(result) => serde_json::to_value(result),
-        ServerResult::InputRequiredResult(_) => {
-            return Err(ToolError::tool(
-                "the MCP server asked for more input (an elicitation round), which execbox \
-                 does not support yet",
-            ))
-        }
-        ServerResult::CreateTaskResult(_) => {
-            return Err(ToolError::tool(
-                "the MCP server started a task instead of answering, which execbox does not \
-                 support yet",
-            ))
-        }
-        other => serde_json::to_value(other),
+    let refused = |e: ToolError| match asking.refusal() {
+        Some(why) => ToolError::tool(why),
+        None => e,
     };
-    let result = result.map_err(|e| {
-        ToolError::tool(format!(
-            "the MCP server's result cannot be read as JSON: {e}"
-        ))
-    })?;
-    let value = result_value(result)?;
-    let shape = shape_of(&value, MAX_OBSERVED_SHAPE_CHARS);
-    if let Err(e) = link.observed.record(&link.namespace, &name, &shape) {
-        tracing::warn!(tool = %label, "cannot keep the shape of the result: {e}");
+    let response = response.map_err(|e| refused(link.call_error(&e)))?;
+    if let (ServerResult::CallToolResult(result), Some(why)) = (&response, asking.refusal()) {
+        if result.is_error == Some(true) {
+            return Err(ToolError::tool(why));
+        }
     }
-    Ok(value)
+    Ok(response)
+}
+
+/// Answers the questions of an upstream's `InputRequiredResult` by asking the client of the
+/// execution, one by one; a question it cannot answer fails the call saying why.
+async fn answer_input_requests(
+    link: &Link,
+    ctx: &ToolContext,
+    requests: Option<InputRequests>,
+) -> Result<InputResponses, ToolError> {
+    let asker = link.askers.get(&ctx.execution_id);
+    let mut responses = InputResponses::new();
+    for (key, request) in requests.unwrap_or_default() {
+        let InputRequest::Elicitation(request) = request else {
+            return Err(ToolError::tool(format!(
+                "the MCP server {:?} asked for input other than a question (sampling or \
+                 roots), which execbox does not offer",
+                link.name
+            )));
+        };
+        let Some(asker) = &asker else {
+            return Err(ToolError::tool(format!(
+                "the MCP server {:?} asked a question, and nobody can answer it here",
+                link.name
+            )));
+        };
+        let answer = ask(
+            &link.name,
+            asker,
+            request.params,
+            Vec::new(),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .map_err(|refusal| ToolError::tool(refusal.text()))?;
+        let answer = serde_json::to_value(answer)
+            .map_err(|e| ToolError::tool(format!("the client's answer cannot be sent: {e}")))?;
+        responses.insert(key, answer);
+    }
+    Ok(responses)
 }
 
 /// The options of a tool call upstream: our `traceparent` in `_meta` when traces are
@@ -897,20 +1061,63 @@ impl Drop for ProgressRegistration {
 struct UpstreamClient {
     index: usize,
     name: String,
+    namespace: String,
     events: mpsc::UnboundedSender<Event>,
     progress: ProgressDispatcher,
+    passthrough: Passthrough,
+    inflight: Arc<InFlight>,
 }
 
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
+        // Questions during a call are taken to the client whose program made it.
+        let mut capabilities = ClientCapabilities::default();
+        let mut elicitation = ElicitationCapability::new();
+        elicitation.form = Some(FormElicitationCapability::default());
+        elicitation.url = Some(UrlElicitationCapability::new());
+        capabilities.elicitation = Some(elicitation);
         // The newest version with an `initialize` handshake, the one the official TypeScript
         // SDK (most servers) speaks; the Rust SDK's default, 2026-07-28, is a revision without
         // the handshake, which clients and servers of 2025 do not know.
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("execbox", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        ask_upstream_question(
+            &self.name,
+            &self.inflight,
+            &self.passthrough.askers,
+            request,
+            context,
+        )
+        .await
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.passthrough.notices.send(Notice::ResourcesChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.passthrough.notices.send(Notice::PromptsChanged);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.passthrough.notices.send(Notice::ResourceUpdated {
+            namespace: self.namespace.clone(),
+            uri: params.uri,
+        });
     }
 
     async fn on_progress(
@@ -940,10 +1147,15 @@ impl ClientHandler for UpstreamClient {
             params.level,
             one_line(&data, 2000)
         );
+        let _ = self.passthrough.notices.send(Notice::Log {
+            namespace: self.namespace.clone(),
+            message: params,
+        });
     }
 }
 
 /// Connects to one server and lists its tools; `Err` says why not, for a person.
+#[allow(clippy::too_many_arguments)]
 async fn connect(
     index: usize,
     config: &UpstreamConfig,
@@ -952,12 +1164,19 @@ async fn connect(
     options: &UpstreamOptions,
     aliases: PermissionAliases,
     stopping: tokio_util::sync::CancellationToken,
+    passthrough: Passthrough,
 ) -> Result<Arc<Link>, String> {
+    let inflight = Arc::new(InFlight::default());
+    let log_level = passthrough.log_level.clone();
+    let askers = passthrough.askers.clone();
     let client = UpstreamClient {
         index,
         name: config.name.clone(),
+        namespace: config.namespace.clone(),
         events: events.clone(),
         progress: ProgressDispatcher::new(),
+        passthrough,
+        inflight: inflight.clone(),
     };
     let progress = client.progress.clone();
     let timeout = options.startup_timeout;
@@ -1010,6 +1229,8 @@ async fn connect(
         exit,
         sinks,
         observed: options.observed.clone(),
+        inflight,
+        askers,
     });
     let listed = tokio::time::timeout_at(deadline, link.list_tools()).await;
     let failure = match listed {
@@ -1020,6 +1241,16 @@ async fn connect(
     if let Some(why) = failure {
         link.abandon();
         return Err(why);
+    }
+    // A level the clients set before this server started.
+    let logs = link
+        .peer
+        .peer_info()
+        .is_some_and(|info| info.capabilities.logging.is_some());
+    let level = *lock(&log_level);
+    if let (Some(level), true) = (level, logs) {
+        let set = link.peer.set_level(SetLevelRequestParams::new(level));
+        let _ = tokio::time::timeout_at(deadline, set).await;
     }
     watch_connection(running, &link, events, stopping);
     Ok(link)
