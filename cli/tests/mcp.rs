@@ -41,9 +41,11 @@ use durable::{
 };
 use interop::*;
 use mcp_upstream::{MARKS_ENV, ROLE_ENV};
+use conformance_server::*;
 use mistakes::the_mistakes_table_is_current;
 use oauth::*;
 use openapi::github_openapi_is_searched_in_plain_words_and_called;
+use passthrough::*;
 use rounds::approvals_travel_in_the_answer_on_mcp_2026_07_28;
 
 const EXECBOX: &str = env!("CARGO_BIN_EXE_execbox");
@@ -99,6 +101,17 @@ fn main() {
         execute_code_meta_traceparent_is_the_parent_and_goes_upstream,
         http_traceparent_header_is_the_parent_of_the_execution,
         github_openapi_is_searched_in_plain_words_and_called,
+        resources_of_two_upstreams_are_listed_read_and_routed,
+        prompts_are_prefixed_and_routed_by_namespace,
+        the_log_level_is_applied_and_upstream_messages_forwarded,
+        subscriptions_and_list_changes_reach_the_client,
+        an_upstream_question_reaches_the_client_and_its_answer_goes_back,
+        without_elicitation_an_upstream_question_fails_the_call_saying_so,
+        conformance_server_initialize,
+        conformance_server_tools_list,
+        conformance_server_logging_set_level,
+        conformance_server_resources_list,
+        conformance_server_prompts_list,
         conformance_client_initialize,
         conformance_client_tools_call,
         conformance_client_auth_metadata_default,
@@ -179,6 +192,10 @@ mod interop;
 mod oauth;
 #[path = "mcp/openapi.rs"]
 mod openapi;
+#[path = "mcp/passthrough.rs"]
+mod passthrough;
+#[path = "mcp/conformance_server.rs"]
+mod conformance_server;
 #[path = "mcp/rounds.rs"]
 mod rounds;
 

@@ -14,20 +14,35 @@
 //! - `twins`: `delete-all` and `delete_all` (in that order: the index shows them as
 //!   `delete_all` and `delete_all__2`), each answering with its own name;
 //! - `garbage`: prints non-JSON lines on stdout and never answers;
-//! - `crash`: says why on stderr and exits with status 3 at once.
+//! - `crash`: says why on stderr and exits with status 3 at once;
+//! - `offers` and `offers2`: resources (`note://ROLE/a`, one whose name and URI have odd
+//!   characters, and `file:///shared.txt`, which both list; read as `ROLE read URI`; listed
+//!   one per page), the template `note://ROLE/items/{id}`, subscriptions, the prompt `greet
+//!   {name}`, logging (`logging/setLevel` marked `level LEVEL`), and the tools `log {level,
+//!   text}`, `touch {uri}` (`notifications/resources/updated`), `change` (resources and
+//!   prompts `list_changed`) and `ask {question}` (asks the client a form with one field
+//!   `answer`, and answers with it, or `declined`).
 //!
 //! Every call is appended to the file named by [`MARKS_ENV`] (`called add`, `started slow`,
 //! `cancelled slow`, and `traceparent VALUE` when the call's `_meta` carries one), so a test can
 //! see what reached the server.
+
+// Logging and resources/subscribe, which older clients still use, are deprecated by SEP-2577.
+#![allow(deprecated)]
 
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+    ElicitationAction, ElicitationSchema, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, Implementation, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam,
+    PaginatedRequestParams, ProgressNotificationParam, Prompt, PromptArgument, PromptMessage,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ResourceTemplate, ResourceUpdatedNotificationParam, Role, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
@@ -111,6 +126,22 @@ fn object(value: Value) -> Arc<JsonObject> {
 
 fn tool(name: &str, description: &str, input: Value) -> Tool {
     Tool::new(name.to_owned(), description.to_owned(), object(input))
+}
+
+fn text_result(text: &str) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text.to_owned())])
+}
+
+/// The resources of an `offers` role.
+fn resources(role: &str) -> Vec<Resource> {
+    vec![
+        Resource::new(format!("note://{role}/a"), "a").with_mime_type("text/plain"),
+        Resource::new(
+            format!("note://{role}/odd dir/\u{e9}?q=1#frag"),
+            "odd\u{202e}name with spaces/and.dots",
+        ),
+        Resource::new("file:///shared.txt", "shared"),
+    ]
 }
 
 fn no_input() -> Value {
@@ -202,6 +233,28 @@ impl Upstream {
                     json!({"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}),
                 ),
                 tool("sleep-a-while", "Sleeps briefly, then answers", no_input()),
+            ],
+            "offers" | "offers2" => vec![
+                tool(
+                    "log",
+                    "Sends a log message",
+                    json!({"type": "object", "properties": {"level": {"type": "string"}, "text": {"type": "string"}}}),
+                ),
+                tool(
+                    "touch",
+                    "Says a resource changed",
+                    json!({"type": "object", "properties": {"uri": {"type": "string"}}}),
+                ),
+                tool(
+                    "change",
+                    "Says the resources and prompts changed",
+                    no_input(),
+                ),
+                tool(
+                    "ask",
+                    "Asks the user a question",
+                    json!({"type": "object", "properties": {"question": {"type": "string"}}}),
+                ),
             ],
             "twins" => vec![
                 tool("delete-all", "Deletes everything (dashed)", no_input()),
@@ -305,6 +358,67 @@ impl Upstream {
                     .to_owned(),
             )),
             ("calc", "sleep-a-while") => Ok(text("slept".into())),
+            (_, "log") => {
+                let level: LoggingLevel =
+                    serde_json::from_value(args.get("level").cloned().unwrap_or(json!("info")))
+                        .unwrap_or(LoggingLevel::Info);
+                let text = args.get("text").cloned().unwrap_or(json!(""));
+                let _ = context
+                    .peer
+                    .notify_logging_message(LoggingMessageNotificationParam::new(level, text))
+                    .await;
+                Ok(text_result("logged"))
+            }
+            (_, "touch") => {
+                let uri = args.get("uri").and_then(Value::as_str).unwrap_or_default();
+                let _ = context
+                    .peer
+                    .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                    .await;
+                Ok(text_result("touched"))
+            }
+            (_, "change") => {
+                let _ = context.peer.notify_resource_list_changed().await;
+                let _ = context.peer.notify_prompt_list_changed().await;
+                Ok(text_result("changed"))
+            }
+            (_, "ask") => {
+                let question = args
+                    .get("question")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_owned();
+                let schema = ElicitationSchema::builder()
+                    .required_string("answer")
+                    .build()
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let asked = context
+                    .peer
+                    .create_elicitation(ElicitRequestParams::FormElicitationParams {
+                        meta: None,
+                        message: question,
+                        requested_schema: schema,
+                    })
+                    .await;
+                match asked {
+                    Ok(answer) if answer.action == ElicitationAction::Accept => {
+                        let said = answer
+                            .content
+                            .as_ref()
+                            .and_then(|c| c.get("answer"))
+                            .cloned()
+                            .unwrap_or(Value::Null);
+                        Ok(text_result(&said.to_string()))
+                    }
+                    Ok(_) => Ok(text_result("\"declined\"")),
+                    Err(e) => {
+                        mark(&format!("ask failed: {e}"));
+                        Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                            "could not ask: {e}"
+                        ))]))
+                    }
+                }
+            }
             ("mortal", "die") => {
                 eprintln!("mortal: exiting as asked");
                 std::process::exit(9);
@@ -314,14 +428,27 @@ impl Upstream {
     }
 }
 
+#[allow(deprecated)] // logging and resources/subscribe, which older clients use
 impl ServerHandler for Upstream {
     fn get_info(&self) -> ServerConfig {
-        let mut config = ServerConfig::new(
+        let capabilities = if self.role.starts_with("offers") {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
-                .build(),
-        );
+                .enable_logging()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_resources_list_changed()
+                .build()
+        } else {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        };
+        let mut config = ServerConfig::new(capabilities);
         config.server_info = Implementation::new(format!("test-{}", self.role), "1.0.0");
         config
     }
@@ -361,5 +488,120 @@ impl ServerHandler for Upstream {
         self.call(&request.name, args, context)
             .await
             .map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        // One per page, so every page must be read.
+        let all = resources(&self.role);
+        let at: usize = request
+            .and_then(|r| r.cursor)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let mut page =
+            ListResourcesResult::with_all_items(all.get(at).cloned().into_iter().collect());
+        if at + 1 < all.len() {
+            page.next_cursor = Some((at + 1).to_string());
+        }
+        Ok(page)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new(format!("note://{}/items/{{id}}", self.role), "item"),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = request.uri;
+        mark(&format!("read {uri}"));
+        let listed = resources(&self.role).iter().any(|r| r.uri == uri);
+        let item = uri.starts_with(&format!("note://{}/items/", self.role));
+        if !listed && !item {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}"),
+                None,
+            ));
+        }
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(
+            format!("{} read {uri}", self.role),
+            uri,
+        )])
+        .into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        mark(&format!("subscribe {}", request.uri));
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        mark(&format!("unsubscribe {}", request.uri));
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
+            "greet",
+            Some("Greets someone"),
+            Some(vec![PromptArgument::new("name").with_required(true)]),
+        )]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if request.name != "greet" {
+            return Err(ErrorData::invalid_params(
+                format!("no prompt {}", request.name),
+                None,
+            ));
+        }
+        let name = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("nobody");
+        Ok(GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            format!("Hello {name} from {}", self.role),
+        )])
+        .into())
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let level = serde_json::to_value(request.level).unwrap_or_default();
+        mark(&format!("level {}", level.as_str().unwrap_or("?")));
+        Ok(())
     }
 }
