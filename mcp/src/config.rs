@@ -746,7 +746,18 @@ mod tests {
         assert_eq!(
             error(r#"{"mcpServers": {"d": {"url": "http://x", "cwd": "/"}}}"#),
             "mcp.json: server \"d\", field \"cwd\": not a field of a streamable HTTP server; its \
-             fields are type, url, headers, rateLimit, requireApproval"
+             fields are type, url, headers, oauth, rateLimit, requireApproval"
+        );
+        assert_eq!(
+            error(r#"{"mcpServers": {"d": {"url": "http://x", "oauth": {"scope": ["a"]}}}}"#),
+            "mcp.json: server \"d\", field \"oauth.scope\": unknown field; the fields are \
+             client_id, client_secret, scopes, grant, client_metadata_url, private_key, \
+             signing_algorithm, issuer"
+        );
+        assert_eq!(
+            error(r#"{"mcpServers": {"d": {"command": "x", "oauth": {}}}}"#),
+            "mcp.json: server \"d\", field \"oauth\": not a field of a stdio server; its fields \
+             are type, command, args, env, cwd, rateLimit, requireApproval"
         );
         assert_eq!(
             error(r#"{"mcpServers": {"d": {"type": "sse", "url": "http://x"}}}"#),
