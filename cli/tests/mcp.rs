@@ -132,6 +132,8 @@ fn main() {
         conformance_client_auth_metadata_var2_is_refused_for_its_issuer,
         conformance_client_auth_metadata_var3_is_refused_for_its_issuer,
         oauth_sign_in_survives_expiry_and_revocation_and_logout_forgets_it,
+        oauth_a_token_endpoint_stalled_or_down_fails_calls_clearly_in_bounded_time,
+        oauth_login_against_a_stalled_token_endpoint_ends_in_bounded_time,
         an_http_500_answering_a_notification_is_tolerated,
         a_json_body_answering_a_notification_is_tolerated,
         a_json_rpc_error_answering_a_notification_is_tolerated,

@@ -8,6 +8,9 @@
 //! Failures that mean something still count: the server cannot be reached, or the session is
 //! gone (404). A sign-in (401) or more scope (403) asked for in answer to a notification is
 //! left to the next request, which meets it too and says what to do.
+//!
+//! [`SignInClient`] carries the MCP SDK's OAuth requests with the SDK's own address policy,
+//! and says why one failed (the SDK says only "Request failed").
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -261,6 +264,242 @@ impl Guarded {
     }
 }
 
+/// The longest body [`SignInClient`] reads, as the MCP SDK's own OAuth client.
+const MAX_SIGN_IN_BODY: usize = 1024 * 1024;
+
+/// How many redirects [`SignInClient`] follows when a request lets it.
+const MAX_SIGN_IN_REDIRECTS: usize = 10;
+
+/// How long one request of [`SignInClient`] may take, body included.
+const SIGN_IN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The HTTP client of the MCP SDK's OAuth requests (discovery, registration, token requests):
+/// the address policy of the SDK's own client ([`AddressPolicy`], checked on the request and
+/// on every redirect it follows), the request's redirect policy (follow at most 10, or none),
+/// 30 s per request and bodies of at most 1 MiB. It remembers its last failure in plain words
+/// naming the endpoint ([`SignInClient::failure_since`]): the SDK reports a failed token
+/// request only as "Request failed".
+pub(crate) struct SignInClient {
+    follow: reqwest::Client,
+    stop: reqwest::Client,
+    policy: AddressPolicy,
+    timeout: std::time::Duration,
+    /// How many requests failed so far, and the words of the last failure.
+    failures: std::sync::Mutex<(u64, Option<String>)>,
+}
+
+impl SignInClient {
+    /// The client for the sign-in of the MCP server at `base`.
+    pub fn new(base: &str) -> Result<Arc<SignInClient>, String> {
+        SignInClient::with_timeout(base, SIGN_IN_TIMEOUT)
+    }
+
+    fn with_timeout(base: &str, timeout: std::time::Duration) -> Result<Arc<SignInClient>, String> {
+        let parsed = url::Url::parse(base).map_err(|e| format!("{base} is not a URL: {e}"))?;
+        let policy = AddressPolicy::for_base(&parsed);
+        let checked = policy.clone();
+        let follow = reqwest::redirect::Policy::custom(move |attempt| {
+            if !checked.allows_url(attempt.url()) {
+                let refused = refused_address(attempt.url());
+                attempt.error(refused)
+            } else if attempt.previous().len() > MAX_SIGN_IN_REDIRECTS {
+                attempt.error(format!("more than {MAX_SIGN_IN_REDIRECTS} redirects"))
+            } else {
+                attempt.follow()
+            }
+        });
+        let build = |redirect: reqwest::redirect::Policy| {
+            tls_builder()?
+                .dns_resolver(Arc::new(policy.clone()))
+                .redirect(redirect)
+                .timeout(timeout)
+                .build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))
+        };
+        Ok(Arc::new(SignInClient {
+            follow: build(follow)?,
+            stop: build(reqwest::redirect::Policy::none())?,
+            policy,
+            timeout,
+            failures: std::sync::Mutex::new((0, None)),
+        }))
+    }
+
+    /// A mark to pass to [`SignInClient::failure_since`].
+    pub fn mark(&self) -> u64 {
+        self.failures.lock().map(|f| f.0).unwrap_or_default()
+    }
+
+    /// Why the last request that failed after `mark` failed, in plain words.
+    pub fn failure_since(&self, mark: u64) -> Option<String> {
+        let failures = self.failures.lock().ok()?;
+        (failures.0 > mark).then(|| failures.1.clone()).flatten()
+    }
+
+    fn remember(&self, failure: &str) {
+        tracing::debug!("a sign-in request failed: {failure}");
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.0 += 1;
+            failures.1 = Some(failure.to_owned());
+        }
+    }
+
+    /// Sends `request`, remembering why when it fails.
+    async fn run(
+        &self,
+        request: oauth2::HttpRequest,
+        redirects: rmcp::transport::auth::OAuthHttpRedirectPolicy,
+    ) -> Result<oauth2::HttpResponse, String> {
+        let answer = self.send(request, redirects).await;
+        if let Err(failure) = &answer {
+            self.remember(failure);
+        }
+        answer
+    }
+
+    async fn send(
+        &self,
+        request: oauth2::HttpRequest,
+        redirects: rmcp::transport::auth::OAuthHttpRedirectPolicy,
+    ) -> Result<oauth2::HttpResponse, String> {
+        use futures_util::StreamExt as _;
+        use rmcp::transport::auth::OAuthHttpRedirectPolicy;
+        let client = match redirects {
+            OAuthHttpRedirectPolicy::Stop => &self.stop,
+            _ => &self.follow,
+        };
+        let endpoint = format!("{} {}", endpoint_kind(&request), shown_url(request.uri()));
+        let request = reqwest::Request::try_from(request)
+            .map_err(|e| format!("cannot send a request to {endpoint}: {e}"))?;
+        if !self.policy.allows_url(request.url()) {
+            return Err(format!(
+                "cannot send a request to {endpoint}: {}",
+                refused_address(request.url())
+            ));
+        }
+        let exchange = async {
+            let response = client.execute(request).await?;
+            let mut answer = oauth2::http::Response::builder()
+                .status(response.status())
+                .version(response.version());
+            for (name, value) in response.headers() {
+                answer = answer.header(name, value);
+            }
+            let mut body = Vec::new();
+            let mut chunks = response.bytes_stream();
+            while let Some(chunk) = chunks.next().await {
+                let chunk = chunk?;
+                if chunk.len() > MAX_SIGN_IN_BODY - body.len() {
+                    return Ok(Err(format!(
+                        "{endpoint} answered with more than {} KiB",
+                        MAX_SIGN_IN_BODY / 1024
+                    )));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, reqwest::Error>(
+                answer
+                    .body(body)
+                    .map_err(|e| format!("{endpoint} answered oddly: {e}")),
+            )
+        };
+        let stalled = || {
+            format!(
+                "cannot reach {endpoint}: it did not answer within {}s",
+                self.timeout.as_secs()
+            )
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Err(stalled()),
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) if e.is_timeout() => Err(stalled()),
+            Ok(Err(e)) => Err(format!(
+                "cannot reach {endpoint}: {}",
+                transport_failure(e.without_url())
+            )),
+        }
+    }
+}
+
+impl rmcp::transport::auth::OAuthHttpClient for SignInClient {
+    fn execute(
+        &self,
+        request: rmcp::transport::auth::OAuthHttpRequest,
+    ) -> rmcp::transport::auth::OAuthHttpClientFuture<'_> {
+        Box::pin(async move {
+            self.run(request.request, request.redirect_policy)
+                .await
+                .map_err(Into::into)
+        })
+    }
+}
+
+/// What a sign-in request goes to: a form is posted to a token endpoint, JSON to a
+/// registration endpoint; the rest reads metadata.
+fn endpoint_kind(request: &oauth2::HttpRequest) -> &'static str {
+    let form = request
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    match (request.method().as_str(), form) {
+        ("POST", true) => "the token endpoint",
+        ("POST", false) => "the registration endpoint",
+        _ => "the authorization server's metadata at",
+    }
+}
+
+/// `uri` without its query (which may carry a code) and credentials: scheme, host, port and
+/// path.
+fn shown_url(uri: &oauth2::http::Uri) -> String {
+    let path = uri.path();
+    match uri.host() {
+        Some(host) => {
+            let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+            let scheme = uri.scheme_str().unwrap_or("https");
+            let shown = format!("{scheme}://{host}{port}{path}");
+            crate::oauth::untrusted::shown(&shown, 300)
+        }
+        None => crate::oauth::untrusted::shown(path, 300),
+    }
+}
+
+/// Why a request that reached no answer failed, in plain words: `connection refused` rather
+/// than reqwest's "error sending request". Without the URL: its query may carry a code.
+fn transport_failure(error: reqwest::Error) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind;
+            let said = match io.kind() {
+                ErrorKind::ConnectionRefused => Some("connection refused"),
+                ErrorKind::ConnectionReset => Some("the connection was reset"),
+                ErrorKind::ConnectionAborted => Some("the connection was aborted"),
+                ErrorKind::TimedOut => Some("the connection timed out"),
+                ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => {
+                    Some("the host is unreachable")
+                }
+                _ => None,
+            };
+            if let Some(said) = said {
+                return said.to_owned();
+            }
+        }
+        cause = e.source();
+    }
+    // Other causes (a name that does not resolve, a refused address, TLS) name themselves.
+    crate::plain::plain_error(&error, 300)
+}
+
+/// Why a request to `url` is not sent.
+fn refused_address(url: &url::Url) -> String {
+    format!(
+        "{} is a loopback, private, link-local or reserved address: execbox does not send \
+         sign-in requests there for this server",
+        url.host_str().unwrap_or_default()
+    )
+}
+
 /// A redirect policy that follows at most 10 redirects, and only within the origin (scheme,
 /// host, port) the request started from: a server cannot send execbox's request, with the
 /// headers configured for it, to another host.
@@ -508,6 +747,115 @@ mod tests {
         assert!(private.allows_ip("10.9.9.9".parse().unwrap()));
         assert!(!private.allows_ip("127.0.0.1".parse().unwrap()));
         assert!(!private.allows_ip("169.254.169.254".parse().unwrap()));
+    }
+
+    /// A form posted to `url`, as the MCP SDK posts a token request.
+    fn token_request(url: &str) -> oauth2::HttpRequest {
+        oauth2::http::Request::builder()
+            .method("POST")
+            .uri(url)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(b"grant_type=refresh_token&refresh_token=SECRET-REFRESH".to_vec())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_token_endpoint_that_refuses_or_stalls_is_named_with_why() {
+        use rmcp::transport::auth::OAuthHttpRedirectPolicy::Stop;
+        // Refused: a port nothing listens on any more.
+        let closed = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let base = format!("http://127.0.0.1:{port}/mcp");
+        let client = SignInClient::with_timeout(&base, std::time::Duration::from_secs(1)).unwrap();
+        let mark = client.mark();
+        assert_eq!(client.failure_since(mark), None);
+        let token = format!("http://127.0.0.1:{port}/token?code=SECRET-CODE");
+        let refused = client.run(token_request(&token), Stop).await.unwrap_err();
+        assert_eq!(
+            refused,
+            format!(
+                "cannot reach the token endpoint http://127.0.0.1:{port}/token: connection refused"
+            )
+        );
+        assert_eq!(client.failure_since(mark), Some(refused));
+        let mark = client.mark();
+        assert_eq!(client.failure_since(mark), None);
+
+        // Stalled: accepted, never answered.
+        let stalled = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let port = stalled.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((connection, _)) = stalled.accept().await {
+                open.push(connection);
+            }
+        });
+        let token = format!("http://127.0.0.1:{port}/token");
+        let started = std::time::Instant::now();
+        let failure = client.run(token_request(&token), Stop).await.unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(
+            failure,
+            format!(
+                "cannot reach the token endpoint http://127.0.0.1:{port}/token: it did not \
+                 answer within 1s"
+            )
+        );
+        assert_eq!(client.failure_since(mark), Some(failure.clone()));
+        assert!(!failure.contains("SECRET"));
+        held.abort();
+    }
+
+    #[tokio::test]
+    async fn a_sign_in_request_is_not_redirected_to_a_link_local_address() {
+        use rmcp::transport::auth::OAuthHttpRedirectPolicy::{Follow, Stop};
+        let app = axum::Router::new().route(
+            "/.well-known/oauth-authorization-server",
+            axum::routing::get(|| async {
+                (
+                    axum::http::StatusCode::FOUND,
+                    [(
+                        axum::http::header::LOCATION,
+                        "http://169.254.169.254/latest/meta-data/",
+                    )],
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = SignInClient::new(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
+        let metadata = || {
+            oauth2::http::Request::builder()
+                .uri(format!(
+                    "http://127.0.0.1:{port}/.well-known/oauth-authorization-server"
+                ))
+                .body(Vec::new())
+                .unwrap()
+        };
+        let refused = client.run(metadata(), Follow).await.unwrap_err();
+        assert!(
+            refused.contains("169.254.169.254 is a loopback, private, link-local or reserved"),
+            "{refused}"
+        );
+        // Not followed at all when the request says so: the redirect itself is the answer.
+        let answer = client.run(metadata(), Stop).await.unwrap();
+        assert_eq!(answer.status(), 302);
+        // Nor sent there directly.
+        let direct = oauth2::http::Request::builder()
+            .uri("http://169.254.169.254/latest/meta-data/")
+            .body(Vec::new())
+            .unwrap();
+        let refused = client.run(direct, Follow).await.unwrap_err();
+        assert!(refused.contains("link-local"), "{refused}");
     }
 
     #[tokio::test]

@@ -412,10 +412,8 @@ async fn refresh_fails_clearly(
     Ok(())
 }
 
-// Not in mcp.rs's list yet: a failed refresh says why only as "OAuth token refresh failed:
-// Request failed", for a token endpoint that refuses connections as for one that never answers
-// (30 s): rmcp keeps the Display of oauth2's `RequestTokenError::Request`, not its source.
-#[allow(dead_code)]
+// rmcp keeps only the Display of oauth2's `RequestTokenError::Request` ("Request failed"):
+// execbox's own OAuth HTTP client says why (refused, or no answer within 30 s).
 pub async fn oauth_a_token_endpoint_stalled_or_down_fails_calls_clearly_in_bounded_time(
     h: Harness,
 ) -> Result<(), String> {
@@ -440,9 +438,7 @@ pub async fn oauth_a_token_endpoint_stalled_or_down_fails_calls_clearly_in_bound
     Ok(())
 }
 
-// Not in mcp.rs's list yet: after 30 s the login says only "OAuth token exchange failed:
-// Request failed", not that the token endpoint did not answer.
-#[allow(dead_code)]
+// The token endpoint never answers: after 30 s the login ends, saying so.
 pub async fn oauth_login_against_a_stalled_token_endpoint_ends_in_bounded_time(
     h: Harness,
 ) -> Result<(), String> {

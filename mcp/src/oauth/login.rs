@@ -5,18 +5,19 @@
 //! authorization server, registers execbox there (or uses the client in `mcp.json`, or a
 //! client ID metadata document), opens `$BROWSER` on the authorization URL (PKCE S256,
 //! `state`, the resource indicator) and waits on a loopback listener for the redirect, then
-//! exchanges the code and keeps the tokens ([`super::store`]). A server that refused a call
-//! for more scope (step-up) gets asked for it; one that refuses a scope its sign-in already
-//! has is not asked again: that would loop.
+//! exchanges the code and keeps the tokens ([`super::store`]), and only then tells the browser
+//! how it ended. A server that refused a call for more scope (step-up) gets asked for it; one
+//! that refuses a scope its sign-in already has is not asked again: that would loop.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rmcp::transport::auth::{AuthorizationManager, OAuthClientConfig};
+use rmcp::transport::auth::OAuthClientConfig;
 use serde_json::json;
 
 use super::config::{Grant, OAuthConfig};
+use super::session::with_cause;
 use super::store::TokenFile;
 use super::untrusted::{check_endpoints, check_issuer, shown};
 use crate::config::{UpstreamConfig, UpstreamTransport};
@@ -129,12 +130,9 @@ pub async fn sign_in(server: &UpstreamConfig, options: &SignInOptions) -> Result
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let challenge = probe(&http, url, headers).await?;
-    let mut manager = AuthorizationManager::new(url.as_str()).await.map_err(|e| {
-        format!(
-            "cannot sign in to {url}: {}",
-            shown(&plain_error(&e, 300), 300)
-        )
-    })?;
+    let (mut manager, sign_in_http) = super::session::manager(url)
+        .await
+        .map_err(|e| format!("cannot sign in to {url}: {}", shown(&e, 300)))?;
     manager.set_credential_store(file.clone());
     let metadata = within(
         "finding the authorization server",
@@ -205,11 +203,13 @@ pub async fn sign_in(server: &UpstreamConfig, options: &SignInOptions) -> Result
                 server.source.display()
             ));
         }
+        let mark = sign_in_http.mark();
         let registered = within(
             "registering execbox",
             manager.register_client("execbox", &redirect_uri, &scope_refs),
         )
         .await?
+        .map_err(|e| with_cause(e, &sign_in_http, mark))
         .map_err(|e| {
             format!(
                 "the authorization server of {name:?} did not register execbox: {}",
@@ -250,28 +250,34 @@ pub async fn sign_in(server: &UpstreamConfig, options: &SignInOptions) -> Result
     if let Some(browser) = &options.browser {
         open_browser(browser, &authorization_url);
     }
-    let callback = wait_for_redirect(listener, &state, name, options.timeout).await?;
-    within(
-        "exchanging the code for tokens",
-        manager.exchange_code_for_token_with_issuer(
-            &callback.code,
-            &state,
-            callback.issuer.as_deref(),
-        ),
-    )
-    .await?
-    .map_err(|e| {
-        format!(
-            "the authorization server of {name:?} did not give tokens for the sign-in: {}",
-            shown(&plain_error(&e, 300), 300)
-        )
-    })?;
     let issuer = metadata.issuer.clone();
-    file.update(|entry| {
-        entry.metadata = Some(metadata);
-        entry.client_secret = registered_secret;
-        entry.step_up.clear();
-    })?;
+    // The browser's page says how this ended, once it has.
+    let (manager, sign_in_http, file_kept, state_sent) = (&manager, &sign_in_http, &file, &state);
+    let exchange = |callback: Callback| async move {
+        let mark = sign_in_http.mark();
+        within(
+            "exchanging the code for tokens",
+            manager.exchange_code_for_token_with_issuer(
+                &callback.code,
+                state_sent,
+                callback.issuer.as_deref(),
+            ),
+        )
+        .await?
+        .map_err(|e| with_cause(e, sign_in_http, mark))
+        .map_err(|e| {
+            format!(
+                "the authorization server of {name:?} did not give tokens for the sign-in: {}",
+                shown(&plain_error(&e, 300), 300)
+            )
+        })?;
+        file_kept.update(|entry| {
+            entry.metadata = Some(metadata);
+            entry.client_secret = registered_secret;
+            entry.step_up.clear();
+        })
+    };
+    wait_for_redirect(listener, &state, name, options.timeout, exchange).await?;
     let granted = file
         .read()?
         .and_then(|e| e.credentials)
@@ -425,20 +431,35 @@ struct Callback {
     issuer: Option<String>,
 }
 
-/// Waits on `listener` for the redirect that carries `state`, at most `timeout`; other
-/// requests are answered and ignored, so a stray or forged one cannot end the sign-in.
-async fn wait_for_redirect(
+/// How long the browser's page waits for the sign-in to end before it says to look at the
+/// terminal.
+const PAGE_WAIT: Duration = Duration::from_secs(90);
+
+/// Waits on `listener` for the redirect that carries `state`, at most `timeout`, then runs
+/// `exchange` on it and answers the browser with how that ended; other requests are answered
+/// and ignored, so a stray or forged one cannot end the sign-in.
+async fn wait_for_redirect<F, Fut>(
     listener: tokio::net::TcpListener,
     state: &str,
     name: &str,
     timeout: Duration,
-) -> Result<Callback, String> {
+    exchange: F,
+) -> Result<(), String>
+where
+    F: FnOnce(Callback) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     use axum::extract::{Query, State};
     use axum::response::Html;
     use std::collections::HashMap;
 
-    type Found = tokio::sync::mpsc::Sender<Result<Callback, String>>;
-    let (found, mut arrived) = tokio::sync::mpsc::channel::<Result<Callback, String>>(1);
+    /// The redirect, or the authorization server's refusal; with where to say how it ended.
+    type Arrival = (
+        Result<Callback, String>,
+        tokio::sync::oneshot::Sender<Result<(), String>>,
+    );
+    type Found = tokio::sync::mpsc::Sender<Arrival>;
+    let (found, mut arrived) = tokio::sync::mpsc::channel::<Arrival>(1);
     let expected = state.to_owned();
     let server = name.to_owned();
     let handler = move |State(found): State<Found>,
@@ -452,14 +473,16 @@ async fn wait_for_redirect(
                     Html("This is not the sign-in execbox is waiting for.".to_owned()),
                 );
             }
+            let (told, outcome) = tokio::sync::oneshot::channel();
             if let Some(error) = query.get("error") {
                 let description = query.get("error_description").cloned().unwrap_or_default();
                 let why = shown(&format!("{error} {description}"), 300);
-                let _ = found
-                    .send(Err(format!(
+                let _ = found.try_send((
+                    Err(format!(
                         "the authorization server of {server:?} refused the sign-in: {why}"
-                    )))
-                    .await;
+                    )),
+                    told,
+                ));
                 return (
                     axum::http::StatusCode::OK,
                     Html(format!(
@@ -475,14 +498,49 @@ async fn wait_for_redirect(
                 );
             };
             let issuer = query.get("iss").cloned();
-            let _ = found.send(Ok(Callback { code, issuer })).await;
-            (
-                axum::http::StatusCode::OK,
-                Html(format!(
-                    "Signed in to {} for execbox. You can close this window.",
-                    escape(&server)
-                )),
-            )
+            if found
+                .try_send((Ok(Callback { code, issuer }), told))
+                .is_err()
+            {
+                return (
+                    axum::http::StatusCode::CONFLICT,
+                    Html(
+                        "execbox already has this sign-in's redirect; see the terminal.".to_owned(),
+                    ),
+                );
+            }
+            match tokio::time::timeout(PAGE_WAIT, outcome).await {
+                Ok(Ok(Ok(()))) => (
+                    axum::http::StatusCode::OK,
+                    Html(format!(
+                        "Signed in to {} for execbox. You can close this window.",
+                        escape(&server)
+                    )),
+                ),
+                Ok(Ok(Err(why))) => (
+                    axum::http::StatusCode::OK,
+                    Html(format!(
+                        "Signing in to {} failed: {}. See the terminal; you can close this \
+                         window.",
+                        escape(&server),
+                        escape(&why)
+                    )),
+                ),
+                Ok(Err(_)) => (
+                    axum::http::StatusCode::OK,
+                    Html(format!(
+                        "Signing in to {} ended without finishing; see the terminal.",
+                        escape(&server)
+                    )),
+                ),
+                Err(_) => (
+                    axum::http::StatusCode::OK,
+                    Html(format!(
+                        "Still signing in to {}; see the terminal. You can close this window.",
+                        escape(&server)
+                    )),
+                ),
+            }
         }
     };
     let app = axum::Router::new()
@@ -495,20 +553,27 @@ async fn wait_for_redirect(
             .with_graceful_shutdown(async move { stopped.cancelled().await })
             .await
     });
-    let outcome = tokio::time::timeout(timeout, arrived.recv()).await;
-    // Let the browser get its page before the listener goes.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(2), serving).await;
-    match outcome {
-        Ok(Some(result)) => result,
+    let outcome = match tokio::time::timeout(timeout, arrived.recv()).await {
+        Ok(Some((Ok(callback), told))) => {
+            let ended = exchange(callback).await;
+            let _ = told.send(ended.clone());
+            ended
+        }
+        Ok(Some((Err(refused), _))) => Err(refused),
         Ok(None) => Err("the sign-in's redirect listener stopped".into()),
         Err(_) => Err(format!(
             "no sign-in arrived within {}s: open the URL above in a browser (or set BROWSER), \
              or give more time with --timeout-ms",
             timeout.as_secs()
         )),
-    }
+    };
+    // Let the browser get its page before the listener goes (graceful: the page being
+    // answered is finished first).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.cancel();
+    drop(arrived);
+    let _ = tokio::time::timeout(Duration::from_secs(2), serving).await;
+    outcome
 }
 
 fn escape(text: &str) -> String {

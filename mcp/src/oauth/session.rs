@@ -26,7 +26,7 @@ use super::config::{Grant, OAuthConfig};
 use super::jwt::{self, SigningKey};
 use super::store::TokenFile;
 use super::untrusted::{check_endpoint, check_endpoints, check_issuer, shown};
-use crate::http_client::Guarded;
+use crate::http_client::{Guarded, SignInClient};
 use crate::plain::plain_error;
 
 /// The redirect URI a stored client is configured with when only refreshing (never visited).
@@ -54,6 +54,8 @@ enum Source {
 pub(crate) struct Auth {
     url: String,
     manager: AuthorizationManager,
+    /// The manager's HTTP client, which says why a token request failed.
+    http: Arc<SignInClient>,
     source: Source,
     /// One renewal at a time: two calls rejected together spend one refresh token once.
     renewing: tokio::sync::Mutex<()>,
@@ -89,9 +91,7 @@ async fn signed_in(url: &str, oauth: Option<&OAuthConfig>) -> Result<Option<Arc<
     // Checked again on every start: the file may predate the check, or not be of `login`.
     check_endpoints(url, &metadata)?;
     check_issuer(oauth.and_then(|o| o.issuer.as_deref()), &metadata)?;
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|e| format!("oauth: {}", plain_error(&e, 300)))?;
+    let (mut manager, http) = manager(url).await?;
     manager.set_metadata(metadata);
     manager.set_credential_store(file.clone());
     let secret = match oauth.and_then(|o| o.client_secret.as_ref()) {
@@ -112,6 +112,7 @@ async fn signed_in(url: &str, oauth: Option<&OAuthConfig>) -> Result<Option<Arc<
     Ok(Some(Arc::new(Auth {
         url: url.to_owned(),
         manager,
+        http,
         source: Source::SignedIn(file),
         renewing: tokio::sync::Mutex::new(()),
     })))
@@ -119,9 +120,7 @@ async fn signed_in(url: &str, oauth: Option<&OAuthConfig>) -> Result<Option<Arc<
 
 async fn client_credentials(url: &str, config: &OAuthConfig) -> Result<Arc<Auth>, String> {
     let client_id = config.client_id.clone().unwrap_or_default();
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|e| format!("oauth: {}", plain_error(&e, 300)))?;
+    let (mut manager, http) = manager(url).await?;
     let metadata = manager
         .resolve_metadata()
         .await
@@ -173,13 +172,43 @@ async fn client_credentials(url: &str, config: &OAuthConfig) -> Result<Arc<Auth>
     let auth = Arc::new(Auth {
         url: url.to_owned(),
         manager,
+        http,
         source,
         renewing: tokio::sync::Mutex::new(()),
     });
+    let mark = auth.http.mark();
     auth.exchange()
         .await
+        .map_err(|e| with_cause(e, &auth.http, mark))
         .map_err(|e| shown(&plain_error(&e, 500), 500))?;
     Ok(auth)
+}
+
+/// An authorization manager for the upstream at `url` whose requests go through our
+/// [`SignInClient`], and that client.
+pub(crate) async fn manager(
+    url: &str,
+) -> Result<(AuthorizationManager, Arc<SignInClient>), String> {
+    let http = SignInClient::new(url)?;
+    let manager = AuthorizationManager::new_with_oauth_http_client(url, http.clone())
+        .await
+        .map_err(|e| format!("oauth: {}", plain_error(&e, 300)))?;
+    Ok((manager, http))
+}
+
+/// `error`, saying why when a request of `http` failed since `mark`: the MCP SDK reports a
+/// failed token request only as "Request failed".
+pub(crate) fn with_cause(error: AuthError, http: &SignInClient, mark: u64) -> AuthError {
+    let Some(cause) = http.failure_since(mark) else {
+        return error;
+    };
+    match error {
+        AuthError::TokenRefreshFailed(_) => AuthError::TokenRefreshFailed(cause),
+        AuthError::TokenExchangeFailed(_) => AuthError::TokenExchangeFailed(cause),
+        AuthError::ClientCredentialsError(_) => AuthError::ClientCredentialsError(cause),
+        AuthError::RegistrationFailed(_) => AuthError::RegistrationFailed(cause),
+        other => other,
+    }
 }
 
 fn now() -> u64 {
@@ -240,6 +269,13 @@ impl Auth {
 
     /// The token to send: `None` when there is none to send (no sign-in any more).
     async fn token(&self) -> Result<Option<String>, AuthError> {
+        let mark = self.http.mark();
+        self.token_unexplained()
+            .await
+            .map_err(|e| with_cause(e, &self.http, mark))
+    }
+
+    async fn token_unexplained(&self) -> Result<Option<String>, AuthError> {
         match self.manager.get_access_token().await {
             Ok(token) => Ok(Some(token)),
             Err(AuthError::AuthorizationRequired) if self.headless() => {
@@ -258,6 +294,13 @@ impl Auth {
     /// a refreshed one, or a new one from the client's credentials; `None` when only a new
     /// sign-in can help.
     async fn renew(&self, rejected: Option<&str>) -> Result<Option<String>, AuthError> {
+        let mark = self.http.mark();
+        self.renew_unexplained(rejected)
+            .await
+            .map_err(|e| with_cause(e, &self.http, mark))
+    }
+
+    async fn renew_unexplained(&self, rejected: Option<&str>) -> Result<Option<String>, AuthError> {
         let _renewing = self.renewing.lock().await;
         if let Ok(current) = self.manager.get_access_token().await {
             if Some(current.as_str()) != rejected {
