@@ -35,13 +35,13 @@ use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
 use conformance_client::*;
+use conformance_server::*;
 use durable::{
     a_program_nobody_can_approve_now_waits_for_an_operator,
     execution_result_gives_an_approved_program_its_answer_for_its_principal_only,
 };
 use interop::*;
 use mcp_upstream::{MARKS_ENV, ROLE_ENV};
-use conformance_server::*;
 use mistakes::the_mistakes_table_is_current;
 use oauth::*;
 use openapi::github_openapi_is_searched_in_plain_words_and_called;
@@ -186,6 +186,8 @@ macro_rules! check {
 // After `check!`, which they use.
 #[path = "mcp/conformance_client.rs"]
 mod conformance_client;
+#[path = "mcp/conformance_server.rs"]
+mod conformance_server;
 #[path = "mcp/durable.rs"]
 mod durable;
 #[path = "mcp/interop.rs"]
@@ -196,8 +198,6 @@ mod oauth;
 mod openapi;
 #[path = "mcp/passthrough.rs"]
 mod passthrough;
-#[path = "mcp/conformance_server.rs"]
-mod conformance_server;
 #[path = "mcp/rounds.rs"]
 mod rounds;
 

@@ -618,14 +618,14 @@ impl Link {
 
     /// Lists every page of the server's tools and keeps them as [`Tool`]s; returns how many.
     async fn list_tools(self: &Arc<Self>) -> Result<usize, String> {
-        let listed = self
-            .peer
-            .list_all_tools()
-            .await
-            .map_err(|e| match self.sign_in_advice(&e) {
-                Some(advice) => advice,
-                None => format!("tools/list failed: {}", service_error_text(&e)),
-            })?;
+        let listed =
+            self.peer
+                .list_all_tools()
+                .await
+                .map_err(|e| match self.sign_in_advice(&e) {
+                    Some(advice) => advice,
+                    None => format!("tools/list failed: {}", service_error_text(&e)),
+                })?;
         let mut seen = HashSet::new();
         let mut kept = Vec::with_capacity(listed.len());
         for t in listed {
