@@ -7,9 +7,12 @@ rounds taking turns so a busy machine disturbs all alike:
   (b) `execute_code` of `1 + 1` through `execbox mcp --config <mcp.json naming the upstream>`;
   (c) `execute_code` of a program making one upstream call, `(await alpha.add({ a: 1, b: 2 })).sum`
       (client -> execbox mcp -> a pooled runner -> the host -> upstream, and back).
+and a `ping` of each server (the same client's round trip with no tool: each server's floor).
 Prints p50 and p90 per row (over all the timed calls of all rounds) and execbox's own cost as the
 issue defines it: p50 of (b) minus p50 of (a) (target <= 100 µs), and p50 of (c) minus p50 of (a)
-(target <= 150 µs). Every answer is checked.
+(target <= 150 µs); then (b) beside execbox's `ping`, (a) beside the upstream's, and (c) - (b)
+beside (a), which say what execbox costs when the upstream, in (a), is slower than an execution.
+Every answer is checked.
 
     python3 -m venv /tmp/mcp-bench
     /tmp/mcp-bench/bin/pip install -r cli/benches/requirements-mcp.txt
