@@ -47,6 +47,8 @@ use crate::executor::{next_execution_id, ExecuteRequest, ExecuteResult, Unawaite
 use crate::guard::{CallGuard, ExecutionEnd};
 use crate::ledger::Recorder;
 use crate::notes::{self, CancelledBy, Fate};
+#[cfg(unix)]
+use crate::pipe_writer::PipeWriter;
 use crate::tool::ToolContext;
 use crate::toolset::{Halt, ToolSet};
 use crate::trace;
@@ -107,9 +109,31 @@ impl Default for SessionTimings {
     }
 }
 
+/// Where a connection's messages to its runner go.
+enum Outgoing {
+    /// To the transport's writer (a WebSocket, an in-process session).
+    Channel(mpsc::UnboundedSender<Message>),
+    /// Into a runner's stdin, by the sender itself.
+    #[cfg(unix)]
+    Pipe(Arc<PipeWriter>),
+}
+
+/// The transport is closed: nothing sent reaches the runner any more.
+struct TransportClosed;
+
+impl Outgoing {
+    fn send(&self, message: Message) -> Result<(), TransportClosed> {
+        match self {
+            Outgoing::Channel(tx) => tx.send(message).map_err(|_| TransportClosed),
+            #[cfg(unix)]
+            Outgoing::Pipe(pipe) => pipe.send(&message).map_err(|_| TransportClosed),
+        }
+    }
+}
+
 /// One runner link. Not reusable after [`Connection::is_broken`] turns true.
 pub struct Connection {
-    tx: mpsc::UnboundedSender<Message>,
+    tx: Outgoing,
     rx: mpsc::UnboundedReceiver<RunnerEvent>,
     terminate: Option<Terminate>,
     broken: bool,
@@ -125,6 +149,27 @@ impl Connection {
     /// Wraps the two halves of a transport.
     pub fn new(
         tx: mpsc::UnboundedSender<Message>,
+        rx: mpsc::UnboundedReceiver<RunnerEvent>,
+        terminate: Terminate,
+        timings: SessionTimings,
+    ) -> Self {
+        Connection::with_outgoing(Outgoing::Channel(tx), rx, terminate, timings)
+    }
+
+    /// A connection whose messages are written straight into a runner's stdin by whoever
+    /// sends them ([`PipeWriter`]).
+    #[cfg(unix)]
+    pub(crate) fn with_pipe(
+        pipe: Arc<PipeWriter>,
+        rx: mpsc::UnboundedReceiver<RunnerEvent>,
+        terminate: Terminate,
+        timings: SessionTimings,
+    ) -> Self {
+        Connection::with_outgoing(Outgoing::Pipe(pipe), rx, terminate, timings)
+    }
+
+    fn with_outgoing(
+        tx: Outgoing,
         rx: mpsc::UnboundedReceiver<RunnerEvent>,
         terminate: Terminate,
         timings: SessionTimings,

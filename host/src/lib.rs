@@ -49,6 +49,7 @@ mod answer;
 mod command_tool;
 mod connection;
 pub mod declarations;
+mod eager;
 mod executor;
 mod guard;
 #[cfg(feature = "inprocess")]
@@ -58,6 +59,8 @@ mod ledger;
 mod names;
 mod notes;
 mod paused;
+#[cfg(unix)]
+mod pipe_writer;
 mod pool;
 pub mod process_output;
 pub mod program;
@@ -82,6 +85,7 @@ pub use connection::{
     Connection, RunnerEvent, SessionTimings, Terminate, DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
     MAX_QUEUED_TOOL_CALLS, MAX_QUEUED_TOOL_INPUT_BYTES, REPLAY_DIVERGED,
 };
+pub use eager::spawn_eager;
 pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor, Unawaited};
 pub use guard::{
     Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall,

@@ -4,8 +4,12 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use execbox_protocol::{ErrorCode, LineFramer, Message, DEFAULT_MAX_MESSAGE_BYTES};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+#[cfg(not(unix))]
+use execbox_protocol::Message;
+use execbox_protocol::{ErrorCode, LineFramer, DEFAULT_MAX_MESSAGE_BYTES};
+#[cfg(not(unix))]
+use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
@@ -128,21 +132,11 @@ impl RunnerCommand {
             )
         })?;
         let pid = child.id().unwrap_or_default();
-        let mut stdin = child.stdin.take().expect("piped stdin");
+        let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
-        let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
         let (event_tx, event_rx) = mpsc::unbounded_channel::<RunnerEvent>();
-
-        tokio::spawn(async move {
-            while let Some(message) = host_rx.recv().await {
-                let mut line = message.encode();
-                line.push('\n');
-                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
-                    break;
-                }
-            }
-        });
+        let outgoing = Outgoing::new(stdin)?;
 
         // The last stderr lines, to explain a crash.
         let (stderr_tx, stderr_rx) = tokio::sync::oneshot::channel::<String>();
@@ -193,7 +187,53 @@ impl RunnerCommand {
                 drop(exit_rx);
             })
         });
-        Ok(Connection::new(host_tx, event_rx, terminate, timings))
+        Ok(outgoing.connect(event_rx, terminate, timings))
+    }
+}
+
+/// The host's side of a runner's stdin: written by each sender itself on Unix
+/// ([`PipeWriter`](crate::pipe_writer::PipeWriter)), by a writer task elsewhere.
+enum Outgoing {
+    #[cfg(unix)]
+    Pipe(std::sync::Arc<crate::pipe_writer::PipeWriter>),
+    #[cfg(not(unix))]
+    Task(mpsc::UnboundedSender<Message>),
+}
+
+impl Outgoing {
+    #[cfg(unix)]
+    fn new(stdin: tokio::process::ChildStdin) -> std::io::Result<Outgoing> {
+        let fd = stdin.into_owned_fd()?;
+        Ok(Outgoing::Pipe(crate::pipe_writer::PipeWriter::new(fd)?))
+    }
+
+    #[cfg(not(unix))]
+    fn new(mut stdin: tokio::process::ChildStdin) -> std::io::Result<Outgoing> {
+        let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
+        tokio::spawn(async move {
+            while let Some(message) = host_rx.recv().await {
+                let mut line = message.encode();
+                line.push('\n');
+                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Outgoing::Task(host_tx))
+    }
+
+    fn connect(
+        self,
+        events: mpsc::UnboundedReceiver<RunnerEvent>,
+        terminate: Terminate,
+        timings: SessionTimings,
+    ) -> Connection {
+        match self {
+            #[cfg(unix)]
+            Outgoing::Pipe(pipe) => Connection::with_pipe(pipe, events, terminate, timings),
+            #[cfg(not(unix))]
+            Outgoing::Task(tx) => Connection::new(tx, events, terminate, timings),
+        }
     }
 }
 
