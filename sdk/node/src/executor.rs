@@ -3,17 +3,21 @@
 use std::sync::Mutex;
 
 use execbox_host::{
-    CancellationToken, ExecuteRequest, Executor, PoolOptions, PooledExecutor, RunnerCommand,
-    RuntimeOptions,
+    spawn_eager, CancellationToken, ExecuteRequest, Executor, PoolOptions, PooledExecutor,
+    RunnerCommand, RuntimeOptions,
 };
-use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw};
+use napi::bindgen_prelude::{within_runtime_if_available, Object, PromiseRaw};
 use napi::{Env, Error, Result, Status};
 use napi_derive::napi;
+use tokio::runtime::Handle;
 
 use crate::limits::{runtime_options, RunLimits};
 use crate::policy::NativePolicy;
 use crate::result::{convert, NativeResult};
 use crate::tools::NativeTools;
+
+/// How an execution's Promise is resolved, from whichever thread it ends on.
+type Resolve = Box<dyn FnOnce(Env) -> Result<NativeResult> + Send>;
 
 /// A cancellation token: `cancel()` ends the executions it was given to.
 #[napi]
@@ -76,7 +80,7 @@ impl NativeExecutor {
         limits: RunLimits,
         cancel: Option<&NativeCancel>,
         policy: Option<&NativePolicy>,
-    ) -> Result<PromiseRaw<'env, NativeResult>> {
+    ) -> Result<Object<'env>> {
         let pool = self
             .pool
             .lock()
@@ -94,7 +98,16 @@ impl NativeExecutor {
         if let Some(policy) = policy {
             request = request.guard(policy.guard());
         }
-        env.spawn_future(async move { Ok(convert(pool.execute(request).await)) })
+        let (deferred, promise) = env.create_deferred::<NativeResult, Resolve>()?;
+        // Started on this thread: the `execute` line is written before this call returns,
+        // without waking a worker of the runtime for it (see `spawn_eager`).
+        within_runtime_if_available(|| {
+            spawn_eager(&Handle::current(), async move {
+                let result = convert(pool.execute(request).await);
+                deferred.resolve(Box::new(move |_| Ok(result)));
+            })
+        });
+        Ok(promise)
     }
 
     /// Drops the pool: idle runners end now; executions in flight keep their runner to the end.

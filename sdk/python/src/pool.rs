@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use execbox_host::{
-    CancellationToken, ExecuteRequest, ExecuteResult, Executor, PoolOptions, PooledExecutor,
-    RunnerCommand, RuntimeOptions,
+    spawn_eager, CancellationToken, ExecuteRequest, ExecuteResult, Executor, PoolOptions,
+    PooledExecutor, RunnerCommand, RuntimeOptions,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -133,7 +133,7 @@ impl NativePool {
         let prepared = self.prepare(tools, code, limits, event_loop, policy.as_deref())?;
         let cancel = prepared.cancel.clone();
         let (tx, rx) = mpsc::sync_channel::<ExecuteResult>(1);
-        spawn(tools, prepared, move |result| {
+        spawn(py, tools, prepared, move |result| {
             let _ = tx.send(result);
         })?;
         // `Receiver` is not `Sync`: it goes into each wait without the GIL and comes back.
@@ -174,6 +174,7 @@ impl NativePool {
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
+        py: Python<'_>,
         tools: &NativeTools,
         code: String,
         callback: Py<PyAny>,
@@ -187,7 +188,7 @@ impl NativePool {
         let limits = options(timeout_ms, memory_limit_bytes, max_log_lines, max_log_chars);
         let prepared = self.prepare(tools, code, limits, event_loop, policy.as_deref())?;
         let cancel = prepared.cancel.clone();
-        spawn(tools, prepared, move |result| {
+        spawn(py, tools, prepared, move |result| {
             // At exit nobody waits for the result any more: it is dropped.
             let _ = crate::attach::attach(|py| {
                 let delivered = to_python(py, result).and_then(|t| callback.call1(py, (t,)));
@@ -270,8 +271,11 @@ impl NativePool {
     }
 }
 
-/// Runs `prepared` on the runtime and hands its result to `deliver`.
+/// Runs `prepared` on the runtime and hands its result to `deliver`. The execution starts on
+/// this thread, without the GIL: its `execute` line is written before this returns, and no
+/// worker of the runtime is woken for it (see `spawn_eager`).
 fn spawn(
+    py: Python<'_>,
     tools: &NativeTools,
     prepared: Prepared,
     deliver: impl FnOnce(ExecuteResult) + Send + 'static,
@@ -290,10 +294,12 @@ fn spawn(
             return Err(e);
         }
     };
-    runtime.spawn(async move {
-        let result = executor.execute(request).await;
-        loops.forget(&id);
-        deliver(result);
+    py.detach(|| {
+        spawn_eager(runtime.handle(), async move {
+            let result = executor.execute(request).await;
+            loops.forget(&id);
+            deliver(result);
+        })
     });
     Ok(())
 }
