@@ -1,5 +1,6 @@
 //! Provider manifests: the metadata that becomes guest-visible tool namespaces.
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 /// One provider as sent in `execute.providers`: metadata only, never a capability.
@@ -82,6 +83,14 @@ impl ProviderManifest {
         Value::Object(out)
     }
 
+    /// Whether every tool has its own key: the wire form is then written without building
+    /// a [`Value`] first (two tools under one key leave the last one, as [`Self::to_value`]).
+    fn keys_are_distinct(&self) -> bool {
+        let keys: std::collections::HashSet<&str> =
+            self.tools.iter().map(|t| t.key.as_str()).collect();
+        keys.len() == self.tools.len()
+    }
+
     /// Reads a manifest from its wire form. `path` names the value in error messages
     /// (e.g. `providers[0]`); the error is the path of the offending field and what is wrong.
     pub fn from_value(value: &Value, path: &str) -> Result<Self, (String, String)> {
@@ -162,6 +171,68 @@ impl ProviderManifest {
     }
 }
 
+/// The wire form, written as [`ProviderManifest::to_value`] builds it, field for field and in
+/// the same order, without the intermediate tree: `execute` carries every manifest each time.
+impl Serialize for ProviderManifest {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if !self.keys_are_distinct() {
+            return self.to_value().serialize(serializer);
+        }
+        let fields =
+            2 + usize::from(self.types.is_some()) + usize::from(self.unavailable.is_some());
+        let mut out = serializer.serialize_map(Some(fields))?;
+        out.serialize_entry("name", &self.name)?;
+        out.serialize_entry("tools", &Tools(&self.tools))?;
+        if let Some(types) = &self.types {
+            out.serialize_entry("types", types)?;
+        }
+        if let Some(why) = &self.unavailable {
+            out.serialize_entry("unavailable", why)?;
+        }
+        out.end()
+    }
+}
+
+/// `ProviderManifest.tools` on the wire: an object keyed by each tool's key.
+struct Tools<'a>(&'a [ToolManifest]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = serializer.serialize_map(Some(self.0.len()))?;
+        for tool in self.0 {
+            out.serialize_entry(&tool.key, &Entry(tool))?;
+        }
+        out.end()
+    }
+}
+
+/// One tool's entry: the known fields, then the unknown ones that do not repeat them.
+struct Entry<'a>(&'a ToolManifest);
+
+impl Serialize for Entry<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let tool = self.0;
+        let known = |k: &str| match k {
+            "safeName" => true,
+            "originalName" => tool.original_name.is_some(),
+            "description" => tool.description.is_some(),
+            _ => false,
+        };
+        let mut out = serializer.serialize_map(None)?;
+        out.serialize_entry("safeName", &tool.safe_name)?;
+        if let Some(original) = &tool.original_name {
+            out.serialize_entry("originalName", original)?;
+        }
+        if let Some(description) = &tool.description {
+            out.serialize_entry("description", description)?;
+        }
+        for (k, v) in tool.extra.iter().filter(|(k, _)| !known(k)) {
+            out.serialize_entry(k, v)?;
+        }
+        out.end()
+    }
+}
+
 /// `"must be T, got K"` where K is the JSON kind of `value`.
 pub(crate) fn expected(what: &str, value: &Value) -> String {
     format!("must be {what}, got {}", json_kind(value))
@@ -205,6 +276,35 @@ mod tests {
         let m = ProviderManifest::from_value(&wire, "providers[0]").unwrap();
         assert_eq!(m.unavailable.as_deref(), Some("the upstream did not start"));
         assert_eq!(m.to_value(), wire);
+    }
+
+    #[test]
+    fn the_wire_form_is_written_as_to_value_builds_it() {
+        let mut m = ProviderManifest::from_value(
+            &json!({
+                "name": "tools",
+                "tools": {
+                    "b": {"safeName": "b", "inputSchema": {"type": "object"}, "x": [1, "é\n"]},
+                    "a-1": {"safeName": "a_1", "originalName": "a-1", "description": "A \"q\""}
+                },
+                "types": "declare namespace tools {}",
+                "unavailable": "why"
+            }),
+            "providers[0]",
+        )
+        .unwrap();
+        let direct = |m: &ProviderManifest| serde_json::to_string(m).unwrap();
+        assert_eq!(direct(&m), m.to_value().to_string());
+        // Unknown fields that repeat a known one are left out, as `to_value` does; one that
+        // names a field the tool does not have is kept.
+        m.tools[0]
+            .extra
+            .insert("safeName".into(), json!("not this"));
+        m.tools[0].extra.insert("description".into(), json!("kept"));
+        assert_eq!(direct(&m), m.to_value().to_string());
+        // Two tools under one key: the last one, in the first one's place.
+        m.tools.push(ToolManifest::named("b"));
+        assert_eq!(direct(&m), m.to_value().to_string());
     }
 
     #[test]

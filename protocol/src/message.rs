@@ -191,7 +191,7 @@ impl Message {
                 id: Some(&m.id),
                 code: Some(&m.code),
                 options: Some(m.options),
-                providers: Some(m.providers.iter().map(ProviderManifest::to_value).collect()),
+                providers: Some(&m.providers),
                 replay: m.replay.as_ref(),
                 ..Wire::default()
             },
@@ -705,7 +705,7 @@ struct Wire<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     options: Option<RuntimeOptions>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    providers: Option<Vec<Value>>,
+    providers: Option<&'a [ProviderManifest]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     replay: Option<&'a Replay>,
     #[serde(skip_serializing_if = "Option::is_none")]
