@@ -709,14 +709,15 @@ impl ServerHandler for CodeModeServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let result = match request.name.as_ref() {
             EXECUTE_CODE => {
-                return Ok(self
-                    .execute_code(
-                        request.arguments,
-                        request.request_state,
-                        request.input_responses,
-                        &context,
-                    )
-                    .await)
+                // Boxed: the execution's future is large, and rmcp moves the handler's
+                // future (as big as its largest arm) into a task of its own per request.
+                return Ok(Box::pin(self.execute_code(
+                    request.arguments,
+                    request.request_state,
+                    request.input_responses,
+                    &context,
+                ))
+                .await);
             }
             SEARCH_TOOLS => self.search_tools(request.arguments).await,
             EXECUTION_RESULT if self.0.options.pauses.is_some() => {
@@ -764,10 +765,14 @@ impl ServerHandler for CodeModeServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.0.upstreams.settled().await;
-        resources::read(&self.0.upstreams.offers(), &request.uri)
-            .await
-            .map(Into::into)
+        // Boxed, as are the other pass-through requests: rmcp moves the handler's future (as
+        // large as its largest arm) into a task per request, `execute_code`'s included.
+        Box::pin(async {
+            self.0.upstreams.settled().await;
+            resources::read(&self.0.upstreams.offers(), &request.uri).await
+        })
+        .await
+        .map(Into::into)
     }
 
     async fn subscribe(
@@ -775,11 +780,14 @@ impl ServerHandler for CodeModeServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.0.upstreams.settled().await;
-        self.0
-            .subscriptions
-            .subscribe(&self.0.upstreams.offers(), &context.peer, &request.uri)
-            .await
+        Box::pin(async {
+            self.0.upstreams.settled().await;
+            self.0
+                .subscriptions
+                .subscribe(&self.0.upstreams.offers(), &context.peer, &request.uri)
+                .await
+        })
+        .await
     }
 
     async fn unsubscribe(
@@ -787,10 +795,12 @@ impl ServerHandler for CodeModeServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.0
-            .subscriptions
-            .unsubscribe(&self.0.upstreams.offers(), &context.peer, &request.uri)
-            .await
+        Box::pin(self.0.subscriptions.unsubscribe(
+            &self.0.upstreams.offers(),
+            &context.peer,
+            &request.uri,
+        ))
+        .await
     }
 
     async fn list_prompts(
@@ -807,10 +817,12 @@ impl ServerHandler for CodeModeServer {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.0.upstreams.settled().await;
-        prompts::get(&self.0.upstreams.offers(), request)
-            .await
-            .map(Into::into)
+        Box::pin(async {
+            self.0.upstreams.settled().await;
+            prompts::get(&self.0.upstreams.offers(), request).await
+        })
+        .await
+        .map(Into::into)
     }
 
     async fn set_level(

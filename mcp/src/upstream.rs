@@ -819,8 +819,10 @@ async fn call(
                         link.name
                     )));
                 }
+                // Boxed, as is every path a plain call does not take: the call's future is
+                // moved into a task of its own, so its size is paid on each call.
                 params.input_responses =
-                    Some(answer_input_requests(&link, &ctx, asked.input_requests).await?);
+                    Some(Box::pin(answer_input_requests(&link, &ctx, asked.input_requests)).await?);
                 params.request_state = asked.request_state;
             }
             ServerResult::CreateTaskResult(_) => {
@@ -857,14 +859,13 @@ async fn call_once(
     label: &str,
     sink: Option<&ProgressSink>,
 ) -> Result<ServerResult, ToolError> {
-    let handle = link
-        .peer
-        .send_request_with_option(
-            ClientRequest::CallToolRequest(Request::new(params)),
-            request_options(),
-        )
-        .await
-        .map_err(|e| link.call_error(&e))?;
+    // Boxed: the SDK's future is large, and would be laid out beside the wait below.
+    let handle = Box::pin(link.peer.send_request_with_option(
+        ClientRequest::CallToolRequest(Request::new(params)),
+        request_options(),
+    ))
+    .await
+    .map_err(|e| link.call_error(&e))?;
     // From here on, being dropped (the execution was cancelled, or ended without awaiting
     // this call) tells the server to stop.
     let mut guard = CancelOnDrop {
@@ -882,7 +883,7 @@ async fn call_once(
                 response = &mut wait => break response,
                 Some(update) = progress.next() => {
                     if let Some(sink) = sink {
-                        sink.forward(label, &update).await;
+                        Box::pin(sink.forward(label, &update)).await;
                     }
                 }
             }
