@@ -18,8 +18,8 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult, ElicitationCapability,
     FormElicitationCapability, Implementation, InputRequest, InputRequests, InputResponses,
     LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
     Request, RequestId, RequestMetaObject, ResourceUpdatedNotificationParam, ServerResult,
@@ -806,16 +806,17 @@ async fn call(
     let label = format!("{}.{}", link.namespace, name);
     let sink = lock(&link.sinks.0).get(&ctx.execution_id).cloned();
     let mut rounds = 0;
-    let result = loop {
+    let value = loop {
         match call_once(&link, params.clone(), &ctx, &label, sink.as_deref()).await? {
-            ServerResult::CallToolResult(result) => break serde_json::to_value(result),
+            ServerResult::CallToolResult(result) => break call_result_value(result)?,
             // MCP 2026-07-28: the server asks in its answer, and is called again with the
             // answers.
             ServerResult::InputRequiredResult(asked) => {
                 rounds += 1;
                 if rounds > MAX_INPUT_ROUNDS {
                     return Err(ToolError::tool(format!(
-                        "the MCP server {:?} asked for more input {MAX_INPUT_ROUNDS} times in                          one call; execbox gave up",
+                        "the MCP server {:?} asked for more input {MAX_INPUT_ROUNDS} times in \
+                         one call; execbox gave up",
                         link.name
                     )));
                 }
@@ -831,20 +832,35 @@ async fn call(
                      not support yet",
                 ))
             }
-            other => break serde_json::to_value(other),
+            other => break result_value(result_json(other)?)?,
         }
     };
-    let result = result.map_err(|e| {
-        ToolError::tool(format!(
-            "the MCP server's result cannot be read as JSON: {e}"
-        ))
-    })?;
-    let value = result_value(result)?;
     let shape = shape_of(&value, MAX_OBSERVED_SHAPE_CHARS);
     if let Err(e) = link.observed.record(&link.namespace, &name, &shape) {
         tracing::warn!(tool = %label, "cannot keep the shape of the result: {e}");
     }
     Ok(value)
+}
+
+/// The guest's value for a `CallToolResult`: its structured content as it is, when it has
+/// some and is not an error (what [`result_value`] gives, without turning the whole result into
+/// JSON first); else [`result_value`] of its JSON.
+fn call_result_value(mut result: CallToolResult) -> Result<Value, ToolError> {
+    if result.is_error != Some(true) {
+        if let Some(structured) = result.structured_content.take().filter(|v| !v.is_null()) {
+            return Ok(structured);
+        }
+    }
+    result_value(result_json(result)?)
+}
+
+/// An upstream's result as JSON.
+fn result_json(result: impl serde::Serialize) -> Result<Value, ToolError> {
+    serde_json::to_value(result).map_err(|e| {
+        ToolError::tool(format!(
+            "the MCP server's result cannot be read as JSON: {e}"
+        ))
+    })
 }
 
 /// The most rounds of questions an upstream may ask in its answers to one call.
