@@ -49,6 +49,10 @@ const SCHEMA_VERSION: i64 = 4;
 /// How long to wait for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many prepared statements the connection keeps (rusqlite's default is 16; the store
+/// has about twenty).
+const STATEMENT_CACHE: usize = 64;
+
 use super::Take;
 use super::{EXECUTION_ID_ENV, INTERRUPTED_MESSAGE, MAX_LIST};
 
@@ -58,6 +62,9 @@ pub(crate) struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
     recovered: Vec<String>,
+    /// This process as the owner of the executions it records: its pid and start time, read
+    /// once at open (neither changes while it runs).
+    owner: (i64, Option<i64>),
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -75,10 +82,60 @@ fn store_error(path: &Path, e: impl std::fmt::Display) -> CapabilityError {
     )
 }
 
-const COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms, logs, pending_approval, decisions";
+/// The columns of a record, in the order [`record`] reads them.
+macro_rules! columns {
+    () => {
+        "id, capability, type, executor, capability_path, parent_id, principal, status, params, result, additional_context, error_code, error_message, created_ms, updated_ms, ended_ms, logs, pending_approval, decisions"
+    };
+}
+
+const COLUMNS: &str = columns!();
 
 /// [`COLUMNS`] without the params, result, additional context and logs, for lists.
 const SUMMARY_COLUMNS: &str = "id, capability, type, executor, capability_path, parent_id, principal, status, NULL, NULL, NULL, error_code, error_message, created_ms, updated_ms, ended_ms, NULL, pending_approval, decisions";
+
+/// One execution by id.
+const GET: &str = concat!("SELECT ", columns!(), " FROM executions WHERE id = ?1");
+
+/// A status change with its detail.
+const HISTORY_INSERT: &str =
+    "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, ?2, ?3, ?4)";
+
+/// A write transaction (`BEGIN DEFERRED`, as rusqlite's `Connection::transaction`) whose
+/// `BEGIN`, `COMMIT` and `ROLLBACK` are prepared once, not parsed at every write; rolled back
+/// unless committed, on any error or unwinding.
+struct Write<'c> {
+    conn: &'c Connection,
+    done: bool,
+}
+
+impl<'c> Write<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Write<'c>> {
+        conn.prepare_cached("BEGIN")?.execute([])?;
+        Ok(Write { conn, done: false })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Write<'_> {
+    fn drop(&mut self) {
+        // A failed COMMIT (busy) leaves the transaction open: roll it back too.
+        if !self.done && !self.conn.is_autocommit() {
+            let rolled_back = self
+                .conn
+                .prepare_cached("ROLLBACK")
+                .and_then(|mut s| s.execute([]));
+            if let Err(e) = rolled_back {
+                tracing::error!("cannot roll back a write of the execution store: {e}");
+            }
+        }
+    }
+}
 
 /// The history detail of a resume.
 pub(super) const RESUMED_DETAIL: &str = "resumed after approval";
@@ -112,6 +169,9 @@ impl SqliteStore {
         }
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(fail)?;
+        // Every statement of the hot path stays prepared (`prepare_cached`): parsing SQL
+        // cost more than running it.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -190,10 +250,12 @@ impl SqliteStore {
             }
             tx.commit().map_err(fail)?;
         }
+        let pid = i64::from(std::process::id());
         let mut store = SqliteStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
             recovered: Vec::new(),
+            owner: (pid, start_time(pid)),
         };
         store.recovered = store.recover()?;
         Ok(store)
@@ -264,12 +326,15 @@ impl SqliteStore {
 
     /// Records a new execution, owned by this process, with its first status.
     pub(crate) fn insert(&self, record: &ExecutionRecord) -> Result<(), CapabilityError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.fail(e))?;
-        tx.execute(
+        let (pid, start) = self.owner;
+        let conn = self.lock();
+        let tx = Write::begin(&conn).map_err(|e| self.fail(e))?;
+        conn.prepare_cached(
             "INSERT INTO executions (id, capability, type, executor, capability_path, parent_id, principal, status, params, created_ms, updated_ms, owner_pid, owner_start)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
-            params![
+        )
+        .and_then(|mut s| {
+            s.execute(params![
                 record.execution_id,
                 record.capability,
                 record.capability_type,
@@ -280,19 +345,21 @@ impl SqliteStore {
                 record.status.as_str(),
                 record.params.to_string(),
                 record.created_ms as i64,
-                std::process::id() as i64,
-                start_time(std::process::id() as i64),
-            ],
-        )
+                pid,
+                start,
+            ])
+        })
         .map_err(|e| self.fail(e))?;
-        tx.execute(
+        conn.prepare_cached(
             "INSERT INTO status_history (execution_id, status, at_ms) VALUES (?1, ?2, ?3)",
-            params![
+        )
+        .and_then(|mut s| {
+            s.execute(params![
                 record.execution_id,
                 record.status.as_str(),
                 record.created_ms as i64
-            ],
-        )
+            ])
+        })
         .map_err(|e| self.fail(e))?;
         tx.commit().map_err(|e| self.fail(e))
     }
@@ -308,20 +375,18 @@ impl SqliteStore {
         detail: Option<&str>,
     ) -> Result<(), CapabilityError> {
         let now = now_ms() as i64;
-        let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.fail(e))?;
-        let changed = tx
-            .execute(
+        let conn = self.lock();
+        let tx = Write::begin(&conn).map_err(|e| self.fail(e))?;
+        let changed = conn
+            .prepare_cached(
                 "UPDATE executions SET status = ?2, updated_ms = ?3 WHERE id = ?1 AND (status = 'starting' OR (status = 'running' AND ?2 = 'stopping'))",
-                params![id, status.as_str(), now],
             )
+            .and_then(|mut s| s.execute(params![id, status.as_str(), now]))
             .map_err(|e| self.fail(e))?;
         if changed > 0 {
-            tx.execute(
-                "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, ?2, ?3, ?4)",
-                params![id, status.as_str(), now, detail],
-            )
-            .map_err(|e| self.fail(e))?;
+            conn.prepare_cached(HISTORY_INSERT)
+                .and_then(|mut s| s.execute(params![id, status.as_str(), now, detail]))
+                .map_err(|e| self.fail(e))?;
         }
         tx.commit().map_err(|e| self.fail(e))
     }
@@ -350,33 +415,42 @@ impl SqliteStore {
         logs: &[String],
     ) -> Result<Option<u64>, CapabilityError> {
         let now = now_ms();
-        let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.fail(e))?;
+        let conn = self.lock();
+        let tx = Write::begin(&conn).map_err(|e| self.fail(e))?;
         // One terminal status per execution: an execution another process already ended
         // (recovered as interrupted) keeps that end.
-        let changed = tx.execute(
-            "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, logs = COALESCE(?8, logs), pgid = NULL, pending_approval = NULL WHERE id = ?1 AND status IN ('starting', 'running', 'stopping', 'awaiting_approval')",
-            params![
-                id,
-                status.as_str(),
-                result.map(Value::to_string),
-                additional_context.map(Value::to_string),
-                error.map(|e| e.code.as_str()),
-                error.map(|e| e.message.as_str()),
-                now as i64,
-                (!logs.is_empty()).then(|| Value::from(logs).to_string()),
-            ],
-        )
-        .map_err(|e| self.fail(e))?;
+        let changed = conn
+            .prepare_cached(
+                "UPDATE executions SET status = ?2, result = ?3, additional_context = ?4, error_code = ?5, error_message = ?6, updated_ms = ?7, ended_ms = ?7, logs = COALESCE(?8, logs), pgid = NULL, pending_approval = NULL WHERE id = ?1 AND status IN ('starting', 'running', 'stopping', 'awaiting_approval')",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    status.as_str(),
+                    result.map(Value::to_string),
+                    additional_context.map(Value::to_string),
+                    error.map(|e| e.code.as_str()),
+                    error.map(|e| e.message.as_str()),
+                    now as i64,
+                    (!logs.is_empty()).then(|| Value::from(logs).to_string()),
+                ])
+            })
+            .map_err(|e| self.fail(e))?;
         if changed == 0 {
             return Ok(None);
         }
-        tx.execute(
-            "INSERT INTO status_history (execution_id, status, at_ms, detail) VALUES (?1, ?2, ?3, ?4)",
-            params![id, status.as_str(), now as i64, error.map(|e| e.message.as_str())],
-        )
-        .map_err(|e| self.fail(e))?;
-        tx.execute("DELETE FROM ledgers WHERE execution_id = ?1", [id])
+        conn.prepare_cached(HISTORY_INSERT)
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    status.as_str(),
+                    now as i64,
+                    error.map(|e| e.message.as_str())
+                ])
+            })
+            .map_err(|e| self.fail(e))?;
+        conn.prepare_cached("DELETE FROM ledgers WHERE execution_id = ?1")
+            .and_then(|mut s| s.execute([id]))
             .map_err(|e| self.fail(e))?;
         tx.commit().map_err(|e| self.fail(e))?;
         Ok(Some(now))
@@ -521,12 +595,8 @@ impl SqliteStore {
     /// One execution.
     pub(crate) fn get(&self, id: &str) -> Result<Option<ExecutionRecord>, CapabilityError> {
         self.lock()
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM executions WHERE id = ?1"),
-                [id],
-                record,
-            )
-            .optional()
+            .prepare_cached(GET)
+            .and_then(|mut s| s.query_row([id], record).optional())
             .map_err(|e| self.fail(e))
     }
 
