@@ -34,6 +34,7 @@ pub use approvals::{
     DEFAULT_PAUSE_EXPIRY, MAX_PAUSED_BYTES_PER_PRINCIPAL, MAX_PAUSED_PER_PRINCIPAL,
 };
 pub use execbox_host::{CallRef, Decision};
+pub(crate) use nested::NestedTools;
 pub(crate) use running::{ProgramRun, Run};
 
 /// The default bound on nested capabilities (a top-level execution is depth 1).
@@ -183,6 +184,8 @@ struct Inner {
     /// Stops the task that hears the other replicas (shared stores only): set once the
     /// manager exists, since the task reaches it through a weak reference.
     signals_task: std::sync::OnceLock<tokio::task::AbortHandle>,
+    /// The `capabilities` namespace of scripts, built at the first run.
+    nested: std::sync::OnceLock<nested::NestedTools>,
 }
 
 impl Drop for Inner {
@@ -250,6 +253,7 @@ impl CapabilityManager {
             events,
             changed: watch::channel(0).0,
             signals_task: std::sync::OnceLock::new(),
+            nested: std::sync::OnceLock::new(),
         }));
         // Started only now that the manager exists: a task started while it was being built
         // (inside `Arc::new_cyclic`) could hear a notification first, find no manager behind

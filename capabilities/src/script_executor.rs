@@ -13,13 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execbox_host::{
-    CallGuard, ExecuteRequest, Executor, Ledger, Provider, ToolSet, ToolsFile, REPLAY_DIVERGED,
+    CallGuard, ExecuteRequest, Executor, Ledger, ToolSet, ToolsFile, REPLAY_DIVERGED,
 };
 use execbox_protocol::ErrorCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::config::CapabilityConfig;
+use super::manager::NestedTools;
 use super::outcome::{split_result, RunOutcome};
 
 /// One run's inputs.
@@ -33,8 +34,8 @@ pub(crate) struct ScriptRun<'a> {
     /// What is left of it: it runs from the execution's acceptance.
     pub timeout: Duration,
     pub cancel: CancellationToken,
-    /// The `capabilities` provider (nested runs), when nesting is allowed.
-    pub nested: Option<Provider>,
+    /// The `capabilities` namespace (nested runs), when nesting is allowed.
+    pub nested: Option<&'a NestedTools>,
     /// The policy of its tool calls, for the caller who started it.
     pub guard: Arc<dyn CallGuard>,
     /// How it is durable: resumed from a ledger (with the approved call's number), or, for
@@ -92,7 +93,14 @@ async fn run_logged(mut run: ScriptRun<'_>, logs: &mut Vec<String>) -> RunOutcom
         Err(e) => return RunOutcome::Failed(format!("cannot read entry {}: {e}", entry.display())),
     };
     let mut providers = match &run.capability.tools {
-        None => Vec::new(),
+        // No tools file: the namespace alone, as it was built once.
+        None => {
+            let code = program(&text, run.params);
+            return match run.nested {
+                Some(nested) => execute(code, &nested.alone, run, logs).await,
+                None => execute(code, &ToolSet::empty(), run, logs).await,
+            };
+        }
         Some(path) => {
             let path = path.clone();
             match tokio::task::spawn_blocking(move || ToolsFile::load_checked(&path)).await {
@@ -105,13 +113,14 @@ async fn run_logged(mut run: ScriptRun<'_>, logs: &mut Vec<String>) -> RunOutcom
         }
     };
     if let Some(nested) = run.nested.take() {
+        let nested = &nested.provider;
         if providers.iter().any(|p| p.name() == nested.name()) {
             return RunOutcome::Failed(format!(
                 "the tools file of capability `{name}` declares a provider `{}`, a name execbox keeps for nested capabilities; rename it",
                 nested.name()
             ));
         }
-        providers.push(nested);
+        providers.push(nested.clone());
     }
     let tools = match ToolSet::new(providers) {
         Ok(t) => t,

@@ -151,7 +151,7 @@ impl CapabilityManager {
                 // program (`execute_code`) has the tools it was written for, and no more.
                 let nested = match program {
                     Some(_) => None,
-                    None => Some(self.nested_provider(principal.clone())),
+                    None => Some(self.nested_tools()),
                 };
                 let executor = match (&record.parent_id, &self.0.options.nested_executor) {
                     (Some(parent), Some(nested)) if self.live().contains_key(parent) => nested,
@@ -167,7 +167,7 @@ impl CapabilityManager {
                     cancel: cancel.clone(),
                     nested,
                     guard: Arc::new(match principal {
-                        Some(p) => self.0.options.enforcement.for_principal(p.clone()),
+                        Some(p) => self.0.options.enforcement.for_principal(p),
                         None => self.0.options.enforcement.clone(),
                     }),
                     durable,
