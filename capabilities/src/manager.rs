@@ -358,6 +358,18 @@ impl CapabilityManager {
     ) -> Result<Vec<ExecutionRecord>, CapabilityError> {
         self.0.store.list(filter).await
     }
+    /// The owner (principal name) of an execution live in this process, `None` when it is
+    /// not live here: who may see it, without reading the store.
+    #[cfg(feature = "serve")]
+    pub(crate) fn live_owner(&self, id: &str) -> Option<Option<String>> {
+        self.live().get(id).map(|l| {
+            l.principal
+                .as_ref()
+                .and_then(Principal::name)
+                .map(str::to_owned)
+        })
+    }
+
     /// How many executions run in this process now.
     pub fn running(&self) -> usize {
         self.live().len()

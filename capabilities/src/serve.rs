@@ -573,7 +573,18 @@ async fn wait(
     query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| invalid(format!("{e}; the only parameter is timeoutMs")))?;
-    visible(&state, &caller, &id).await?;
+    // An execution live here whose owner the caller sees needs no read of the store; any
+    // other is read once, and one that has ended is answered from that read.
+    let seen_live = state
+        .manager
+        .live_owner(&id)
+        .is_some_and(|owner| sees(&caller, owner.as_deref()));
+    if !seen_live {
+        let record = visible(&state, &caller, &id).await?;
+        if record.status.is_terminal() {
+            return Ok(Json(record.outcome()).into_response());
+        }
+    }
     let timeout = q
         .timeout_ms
         .map(Duration::from_millis)
