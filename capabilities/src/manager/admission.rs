@@ -135,7 +135,9 @@ impl CapabilityManager {
             _ => Durability::IfApprovalNeeded,
         };
         let manager = self.clone();
-        tokio::spawn(
+        // Boxed: the future of a whole run is large (several kB: the executor's, the
+        // store's), and spawning moves it several times; boxed, it is moved once.
+        tokio::spawn(Box::pin(
             async move {
                 manager
                     .drive(
@@ -156,7 +158,7 @@ impl CapabilityManager {
                     .await;
             }
             .instrument(span),
-        );
+        ));
         Ok(id)
     }
 

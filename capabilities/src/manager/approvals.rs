@@ -345,10 +345,11 @@ impl CapabilityManager {
         };
         let manager = self.clone();
         let resumed = record.clone();
-        tokio::spawn(tracing::Instrument::instrument(
+        // Boxed, as a start's: the future of a whole run is large.
+        tokio::spawn(Box::pin(tracing::Instrument::instrument(
             async move { manager.drive(resumed, run, done_tx).await },
             span,
-        ));
+        )));
         Ok(record)
     }
 
