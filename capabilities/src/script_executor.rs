@@ -88,7 +88,10 @@ async fn run_logged(mut run: ScriptRun<'_>, logs: &mut Vec<String>) -> RunOutcom
             "capability `{name}` has no `entry`; a script capability needs one (e.g. `entry: index.js`)"
         ));
     };
-    let text = match tokio::fs::read_to_string(entry).await {
+    // Read here, not on a blocking thread (`tokio::fs`): an entry is a small file of the
+    // project, read at every run (an edit counts at the next run), and handing the read to
+    // another thread and back cost more than the read.
+    let text = match std::fs::read_to_string(entry) {
         Ok(t) => t,
         Err(e) => return RunOutcome::Failed(format!("cannot read entry {}: {e}", entry.display())),
     };
