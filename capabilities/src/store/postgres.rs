@@ -182,6 +182,10 @@ const PAUSE: &str = "WITH u AS (
     )
     SELECT pg_notify('execbox_events', $8)::text FROM u";
 
+/// One execution by id ($1).
+static GET: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {COLUMNS} FROM {FROM} WHERE e.id = $1"));
+
 /// The one statement that decides who resumes an execution awaiting approval: it locks the
 /// row (`FOR UPDATE`: a concurrent resume waits, then finds it `running` and gets no row),
 /// reads it as it was and its ledger, makes it `running` under this replica ($3) with no
@@ -658,12 +662,9 @@ impl PgStore {
         let id = id.to_string();
         self.pg
             .run(move |c| async move {
-                let row = c
-                    .query_opt(
-                        &format!("SELECT {COLUMNS} FROM {FROM} WHERE e.id = $1"),
-                        &[&id],
-                    )
-                    .await?;
+                // Prepared once per connection: one round trip, not two.
+                let statement = c.prepare_cached(&GET).await?;
+                let row = c.query_opt(&statement, &[&id]).await?;
                 Ok(row.map(|r| record(&r)))
             })
             .await
