@@ -1,9 +1,9 @@
 //! Capabilities through `execbox serve`: `cargo bench -p execbox-cli --bench capabilities`.
 //!
 //! Starts `execbox serve --listen 127.0.0.1:0 --pool 2 --max-live 1000
-//! --max-live-per-principal 1000` (warm runners; no 429 for the concurrent load) over a project with a
-//! trivial script capability (`1 + 1`), and drives it over HTTP with reqwest, in three parts,
-//! one table each:
+//! --max-live-per-principal 1000 --max-long-requests-per-principal 1000` (warm runners; no 429
+//! for the concurrent load) over a project with a trivial script capability (`1 + 1`), and
+//! drives it over HTTP with reqwest, in three parts, one table each:
 //! 1. on a SQLite file:
 //!    - start → completed: `POST /v1/executions`, then `GET /v1/executions/{id}/wait`, one at a
 //!      time, after a warm-up (target: p50 ≤ 2 ms);
@@ -21,6 +21,8 @@
 //!    latency apart), then 1,000 at once (executions per second).
 //!
 //! Without PostgreSQL binaries (see `TestServer`), parts 2 and 3 say why they are missing.
+//! `EXECBOX_BENCH_EXECBOX=PATH` serves with that `execbox` instead of this build's (the
+//! in-process rows still use this build).
 
 use std::time::{Duration, Instant};
 
@@ -53,13 +55,19 @@ struct Serve {
 
 impl Serve {
     /// `execbox serve --listen 127.0.0.1:0 --pool 2 --project DIR --db DB ARGS…`, with the
-    /// bounds on live executions raised to `CONCURRENT` (the default bound per principal, 64,
-    /// would refuse part of the concurrent load with 429).
+    /// bounds on live executions and on long requests per principal raised to `CONCURRENT`
+    /// (the default bounds per principal, 64 executions and 16 waits, would refuse part of the
+    /// concurrent load with 429).
     fn start(project: &std::path::Path, db: &std::ffi::OsStr, args: &[&str]) -> Serve {
         let bound = CONCURRENT.to_string();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execbox"))
+        // `EXECBOX_BENCH_EXECBOX=PATH` serves with another build (to compare two builds
+        // under the same load); this bench's own `execbox` by default.
+        let program = std::env::var_os("EXECBOX_BENCH_EXECBOX")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_execbox").into());
+        let mut child = std::process::Command::new(program)
             .args(["serve", "--listen", "127.0.0.1:0", "--pool", "2"])
             .args(["--max-live", &bound, "--max-live-per-principal", &bound])
+            .args(["--max-long-requests-per-principal", &bound])
             .arg("--project")
             .arg(project)
             .arg("--db")
