@@ -4,7 +4,8 @@
 //! Both paths use an `rmcp` client over stdio and the same upstream server (this binary,
 //! serving `alpha` from `tests/support/mcp_upstream.rs`): directly, client → upstream; through
 //! execbox, client → `execbox mcp` → a pooled runner → the host → upstream, and back.
-//! `BENCH_ITERATIONS` sets the number of timed calls per row (default 500).
+//! `BENCH_ITERATIONS` sets the number of timed calls per row (default 500); `EXECBOX=PATH`
+//! measures another `execbox` binary (an earlier build, say) with the same client and upstream.
 
 #[path = "../tests/support/mcp_upstream.rs"]
 mod mcp_upstream;
@@ -106,7 +107,10 @@ async fn run(iterations: usize) {
     let config = dir.join("mcp.json");
     let servers = json!({"mcpServers": {"alpha": {"command": exe, "env": {ROLE_ENV: "alpha"}}}});
     std::fs::write(&config, servers.to_string()).expect("config");
-    let mut execbox = Command::new(env!("CARGO_BIN_EXE_execbox"));
+    let binary = std::env::var_os("EXECBOX")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_execbox").into());
+    let mut execbox = Command::new(binary);
     execbox
         .args(["mcp", "--config"])
         .arg(&config)
