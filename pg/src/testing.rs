@@ -186,14 +186,23 @@ impl TestServer {
         self.port
     }
 
-    /// Kills the server at once, keeping its data: SIGKILL to its whole process group, the
-    /// postmaster and every backend, as a crash of its machine would; returns once none of
-    /// them is left (so no connection made before survives).
+    /// Kills the server at once, keeping its data: SIGKILL to the postmaster and every
+    /// backend, as a crash of its machine would; returns once none of them is left (so no
+    /// connection made before survives, and a [`TestServer::resume`] finds no process still
+    /// attached to the old shared memory, which PostgreSQL would refuse to start beside).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let group = child.id();
+            let postmaster = child.id();
+            // Each backend is a process group of its own (PostgreSQL's children call setsid),
+            // so killing the postmaster's group misses them: they are found as its children,
+            // the postmaster stopped first so that it starts no new one meanwhile, and
+            // killed one by one.
+            signal("STOP", &[postmaster]);
+            let mut pids = children_of(postmaster);
+            pids.push(postmaster);
+            signal("KILL", &pids);
             let _ = Command::new("sh")
-                .args(["-c", "kill -KILL -\"$1\"", "sh", &group.to_string()])
+                .args(["-c", "kill -KILL -\"$1\"", "sh", &postmaster.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -201,7 +210,9 @@ impl TestServer {
             let _ = child.kill();
             let _ = child.wait();
             let deadline = Instant::now() + Duration::from_secs(10);
-            while group_alive(group) && Instant::now() < deadline {
+            while (group_alive(postmaster) || pids.iter().any(|&pid| alive(pid)))
+                && Instant::now() < deadline
+            {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -342,6 +353,16 @@ fn command(program: &Path, user: Option<(u32, u32)>) -> Command {
 }
 
 /// Whether a process of group `group` is still there (read from `/proc`).
+/// Whether process `pid` exists and is not a zombie (a zombie holds no memory any more).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // After the command's closing parenthesis: the state.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z")
+    })
+}
+
 fn group_alive(group: u32) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return false;
