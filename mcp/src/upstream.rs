@@ -765,11 +765,13 @@ impl ToolHandler for UpstreamTool {
             execbox.duration_ms = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        let call = call(self.link.clone(), self.name.clone(), input, ctx);
+        let (link, name) = (self.link.clone(), self.name.clone());
         Box::pin(
             async move {
                 let started = std::time::Instant::now();
-                let result = call.await;
+                // Made here, not captured: a future captured and then awaited would be laid
+                // out twice in this one.
+                let result = call(link, name, input, ctx).await;
                 trace::record_outcome(
                     &tracing::Span::current(),
                     result.as_ref().err().map(|e| e.code.as_str()),
@@ -892,8 +894,8 @@ async fn call_once(
     let asking = link.inflight.start(handle.id.clone(), &ctx.execution_id);
     let mut progress = link.progress.subscribe(handle.progress_token.clone()).await;
     let response = {
-        let wait = handle.await_response();
-        tokio::pin!(wait);
+        // Boxed too: the SDK's wait for the answer is as large as the request's future.
+        let mut wait = Box::pin(handle.await_response());
         loop {
             tokio::select! {
                 response = &mut wait => break response,
