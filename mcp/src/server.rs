@@ -202,35 +202,6 @@ impl CodeModeServer {
             "required": ["code"],
             "additionalProperties": false
         });
-        let execute_output = json!({
-            "type": "object",
-            "properties": {
-                "ok": {"type": "boolean"},
-                "result": {"description": "the program's result (absent when it is undefined)"},
-                "error": {
-                    "type": "object",
-                    "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-                    "required": ["code", "message"]
-                },
-                "logs": {"type": "array", "items": {"type": "string"}},
-                "truncated": {
-                    "type": "object",
-                    "description": "present when the answer was cut; the result is then left out",
-                    "properties": {"chars": {"type": "integer"}, "limit": {"type": "integer"}}
-                },
-                "status": {
-                    "type": "string",
-                    "description": "\"awaiting_approval\": the program paused before a call that needs a person's approval (not a failure; `message` says what to tell the user)"
-                },
-                "executionId": {"type": "string", "description": "the paused execution, as an operator approves it"},
-                "waitingFor": {
-                    "type": "object",
-                    "properties": {"tool": {"type": "string"}, "input": {}}
-                },
-                "message": {"type": "string"}
-            },
-            "required": ["ok"]
-        });
         let search_input = json!({
             "type": "object",
             "properties": {
@@ -253,7 +224,7 @@ impl CodeModeServer {
             self.execute_code_description(),
             object(execute_input),
         );
-        execute.output_schema = Some(Arc::new(object(execute_output)));
+        execute.output_schema = Some(Arc::new(object(execute_output_schema())));
         execute.annotations = Some(ToolAnnotations::with_title("Run code against the tools"));
         let mut search = rmcp::model::Tool::new(
             SEARCH_TOOLS,
@@ -838,6 +809,43 @@ impl ServerHandler for CodeModeServer {
     }
 }
 
+/// The output schema of `execute_code`. It names its dialect, JSON Schema draft 7, which is
+/// all it uses: a client that checks every answer against the schema checks the schema first,
+/// and without `$schema` it would be read as 2020-12, whose metaschema is far slower to check
+/// against (the Python MCP SDK's `call_tool`: about 5.5 ms an answer, against about 1 ms).
+fn execute_output_schema() -> Value {
+    json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "result": {"description": "the program's result (absent when it is undefined)"},
+            "error": {
+                "type": "object",
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                "required": ["code", "message"]
+            },
+            "logs": {"type": "array", "items": {"type": "string"}},
+            "truncated": {
+                "type": "object",
+                "description": "present when the answer was cut; the result is then left out",
+                "properties": {"chars": {"type": "integer"}, "limit": {"type": "integer"}}
+            },
+            "status": {
+                "type": "string",
+                "description": "\"awaiting_approval\": the program paused before a call that needs a person's approval (not a failure; `message` says what to tell the user)"
+            },
+            "executionId": {"type": "string", "description": "the paused execution, as an operator approves it"},
+            "waitingFor": {
+                "type": "object",
+                "properties": {"tool": {"type": "string"}, "input": {}}
+            },
+            "message": {"type": "string"}
+        },
+        "required": ["ok"]
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -861,6 +869,23 @@ mod tests {
 
     fn text(result: &CallToolResult) -> &str {
         &result.content[0].as_text().unwrap().text
+    }
+
+    #[test]
+    fn every_answer_fits_the_output_schema_in_the_draft_it_names() {
+        let schema = execute_output_schema();
+        assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+        let schema = execbox_host::Schema::compile(&schema).unwrap();
+        let failed = ExecuteResult::failed(ErrorCode::RuntimeError, "boom");
+        for result in [ok("1", &[]), ok("{\"a\":[1]}", &["line"]), failed] {
+            let answer = answer(&result, 1000);
+            let structured = answer.structured_content.unwrap();
+            schema.validate(&structured, "answer").unwrap();
+        }
+        let cut = answer(&ok(&format!("\"{}\"", "x".repeat(5000)), &[]), 100);
+        schema
+            .validate(&cut.structured_content.unwrap(), "answer")
+            .unwrap();
     }
 
     #[test]
