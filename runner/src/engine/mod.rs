@@ -82,6 +82,12 @@ pub(crate) struct RunLimits {
     pub(crate) max_pending_tool_calls: usize,
 }
 
+/// Offers the core to another thread that is ready to run on it, if any (a system call of a
+/// microsecond or so when there is none).
+fn between_steps() {
+    std::thread::yield_now();
+}
+
 /// Runs executions, one at a time, each in a fresh sandbox.
 pub(crate) struct Engine {
     spare: Option<Sandbox>,
@@ -113,10 +119,18 @@ impl Engine {
     }
 
     /// Idle-time work: frees the last execution's sandbox and builds the next one.
+    ///
+    /// It runs while the next execution does, and often on the same core as the host's thread
+    /// waiting for that execution's answer (the scheduler keeps a woken thread on the core it
+    /// last ran on, busy or not): the work offers its core ([`between_steps`]) before and
+    /// after each of its steps (freeing, the context, the bootstrap's bytecode, running it),
+    /// a few tens of microseconds apart, instead of holding it for a few hundred.
     pub(crate) fn prepare(&mut self) {
+        between_steps();
         self.retired = None;
+        between_steps();
         if self.spare.is_none() {
-            match Sandbox::new(self.interrupt.clone(), self.memory.clone()) {
+            match Sandbox::new(self.interrupt.clone(), self.memory.clone(), between_steps) {
                 Ok(sandbox) => self.spare = Some(sandbox),
                 Err(e) => tracing::error!("cannot prepare a sandbox: {e}"),
             }
@@ -138,7 +152,8 @@ impl Engine {
         self.retired = None;
         let sandbox = match self.spare.take() {
             Some(s) => s,
-            None => match Sandbox::new(self.interrupt.clone(), self.memory.clone()) {
+            // Built now, on the critical path: nothing else comes first.
+            None => match Sandbox::new(self.interrupt.clone(), self.memory.clone(), || {}) {
                 Ok(s) => s,
                 Err(e) => {
                     return Finished {
@@ -211,7 +226,12 @@ enum Stop {
 }
 
 impl Sandbox {
-    fn new(interrupt: Arc<AtomicBool>, memory: Arc<AtomicBool>) -> rquickjs::Result<Sandbox> {
+    /// A fresh sandbox; `between_steps` runs between the steps of building it.
+    fn new(
+        interrupt: Arc<AtomicBool>,
+        memory: Arc<AtomicBool>,
+        between_steps: fn(),
+    ) -> rquickjs::Result<Sandbox> {
         let budget = Budget::new(memory);
         let runtime = Runtime::new_with_alloc(BudgetAllocator {
             budget: budget.clone(),
@@ -238,6 +258,7 @@ impl Sandbox {
             Rc::new(move || must_stop(&interrupt, &budget, &deadline))
         };
         let context = Context::full(&runtime)?;
+        between_steps();
         let state = Rc::new(RefCell::new(ExecState {
             logs: LogBuffer::default(),
             compiled: None,
@@ -247,7 +268,7 @@ impl Sandbox {
             max_message_bytes: usize::MAX,
         }));
         context.with(|ctx| {
-            register_guest_surface(&ctx, &state, stopped).map_err(|e| {
+            register_guest_surface(&ctx, &state, stopped, between_steps).map_err(|e| {
                 if matches!(e, rquickjs::Error::Exception) {
                     let thrown = ctx.catch();
                     let text = thrown
@@ -492,6 +513,7 @@ fn register_guest_surface<'js>(
     ctx: &Ctx<'js>,
     state: &Rc<RefCell<ExecState>>,
     stopped: Rc<dyn Fn() -> bool>,
+    between_steps: fn(),
 ) -> rquickjs::Result<()> {
     let log_state = state.clone();
     let emit_log = Function::new(ctx.clone(), move |line: String| {
@@ -555,6 +577,7 @@ fn register_guest_surface<'js>(
         },
     )?;
     let factory: Function = precompiled::load(ctx)?.get()?;
+    between_steps();
     let hooks: Object = factory.call((
         emit_log,
         send_tool_call,
