@@ -181,6 +181,12 @@ impl Executor for PooledExecutor {
             let inner = &self.inner;
             let permit = if self.overflow {
                 inner.permits.try_acquire().ok()
+            } else if request.cancel.is_cancelled() {
+                return ExecuteResult::cancelled_early();
+            } else if let Ok(permit) = inner.permits.try_acquire() {
+                // The usual case, without arming a timer: from a thread outside the runtime
+                // (an SDK's caller, see `spawn_eager`) that would wake a worker for nothing.
+                Some(permit)
             } else {
                 tokio::select! {
                     permit = inner.permits.acquire() => match permit {
