@@ -136,7 +136,6 @@ impl RunnerCommand {
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
         let (event_tx, event_rx) = mpsc::unbounded_channel::<RunnerEvent>();
-        let outgoing = Outgoing::new(stdin)?;
 
         // The last stderr lines, to explain a crash.
         let (stderr_tx, stderr_rx) = tokio::sync::oneshot::channel::<String>();
@@ -187,54 +186,42 @@ impl RunnerCommand {
                 drop(exit_rx);
             })
         });
-        Ok(outgoing.connect(event_rx, terminate, timings))
+        connect(stdin, event_rx, terminate, timings)
     }
 }
 
-/// The host's side of a runner's stdin: written by each sender itself on Unix
-/// ([`PipeWriter`](crate::pipe_writer::PipeWriter)), by a writer task elsewhere.
-enum Outgoing {
-    #[cfg(unix)]
-    Pipe(std::sync::Arc<crate::pipe_writer::PipeWriter>),
-    #[cfg(not(unix))]
-    Task(mpsc::UnboundedSender<Message>),
+/// A connection over a runner's stdin, written by each sender itself on Unix
+/// ([`PipeWriter`](crate::pipe_writer::PipeWriter)).
+#[cfg(unix)]
+fn connect(
+    stdin: tokio::process::ChildStdin,
+    events: mpsc::UnboundedReceiver<RunnerEvent>,
+    terminate: Terminate,
+    timings: SessionTimings,
+) -> std::io::Result<Connection> {
+    let pipe = crate::pipe_writer::PipeWriter::new(stdin.into_owned_fd()?)?;
+    Ok(Connection::with_pipe(pipe, events, terminate, timings))
 }
 
-impl Outgoing {
-    #[cfg(unix)]
-    fn new(stdin: tokio::process::ChildStdin) -> std::io::Result<Outgoing> {
-        let fd = stdin.into_owned_fd()?;
-        Ok(Outgoing::Pipe(crate::pipe_writer::PipeWriter::new(fd)?))
-    }
-
-    #[cfg(not(unix))]
-    fn new(mut stdin: tokio::process::ChildStdin) -> std::io::Result<Outgoing> {
-        let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
-        tokio::spawn(async move {
-            while let Some(message) = host_rx.recv().await {
-                let mut line = message.encode();
-                line.push('\n');
-                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
-                    break;
-                }
+/// A connection over a runner's stdin, written by a writer task.
+#[cfg(not(unix))]
+fn connect(
+    mut stdin: tokio::process::ChildStdin,
+    events: mpsc::UnboundedReceiver<RunnerEvent>,
+    terminate: Terminate,
+    timings: SessionTimings,
+) -> std::io::Result<Connection> {
+    let (host_tx, mut host_rx) = mpsc::unbounded_channel::<Message>();
+    tokio::spawn(async move {
+        while let Some(message) = host_rx.recv().await {
+            let mut line = message.encode();
+            line.push('\n');
+            if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                break;
             }
-        });
-        Ok(Outgoing::Task(host_tx))
-    }
-
-    fn connect(
-        self,
-        events: mpsc::UnboundedReceiver<RunnerEvent>,
-        terminate: Terminate,
-        timings: SessionTimings,
-    ) -> Connection {
-        match self {
-            #[cfg(unix)]
-            Outgoing::Pipe(pipe) => Connection::with_pipe(pipe, events, terminate, timings),
-            #[cfg(not(unix))]
-            Outgoing::Task(tx) => Connection::new(tx, events, terminate, timings),
         }
-    }
+    });
+    Ok(Connection::new(host_tx, events, terminate, timings))
 }
 
 /// Re-emits one stderr line of a runner as our own `tracing` event, at the runner's level and
