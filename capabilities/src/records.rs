@@ -376,6 +376,17 @@ pub struct PendingApproval {
     pub permission: String,
     /// Whether the principal that started the execution may approve it.
     pub self_approval: bool,
+    /// The policy rule that asked for this approval (`rules[2]`, or the rule's `name`);
+    /// `None` when the tool's own `requires_approval` asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The rule's `reason`, shown to the approver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The roles or principals the rule names as its approvers; empty: whoever holds
+    /// `permission`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
     /// When it paused, Unix milliseconds.
     pub since_ms: u64,
 }

@@ -87,6 +87,9 @@ impl CapabilityManager {
                 .map_or(DEFAULT_APPROVE_PERMISSION, |p| p.approve_permission())
                 .to_string(),
             self_approval: policy.is_none_or(|p| p.allows_self_approval()),
+            rule: None,
+            reason: None,
+            approvers: Vec::new(),
             since_ms: now_ms(),
         };
         match self.0.store.pause(id, &pending, &text, logs).await {

@@ -954,6 +954,9 @@ mod tests {
             input_sha256: execbox_host::input_sha256(&json!({"to": "bob", "amount": 5})),
             permission: "bank:approve".into(),
             self_approval: false,
+            rule: None,
+            reason: None,
+            approvers: Vec::new(),
             since_ms: 1_700_000_000_000,
         }
     }
