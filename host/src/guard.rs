@@ -97,7 +97,37 @@ pub enum GuardError {
     /// ([`ExecuteResult::paused`](crate::ExecuteResult::paused)) so that it can be resumed
     /// once someone approves.
     #[error("the call waits for approval")]
-    Pause,
+    Pause(ApprovalAsk),
+}
+
+/// Who must decide a call that waits for approval, and why: what a guard that pauses an
+/// execution ([`GuardError::Pause`]) says, kept with the paused call for its approvers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovalAsk {
+    /// The policy rule that asked (its name, or `rules[N]`); `None` when the tool's own
+    /// `requires_approval` did.
+    pub rule: Option<String>,
+    /// Why, in the rule's words, for the approver.
+    pub reason: Option<String>,
+    /// The roles or principals that may decide; empty: whoever the policy's approve
+    /// permission names.
+    pub approvers: Vec<String>,
+}
+
+impl ApprovalAsk {
+    /// Asked by `rule`, for `reason`, of `approvers` (empty: the policy's approvers).
+    pub fn by_rule(
+        rule: impl Into<String>,
+        reason: Option<String>,
+        approvers: Vec<String>,
+    ) -> Self {
+        ApprovalAsk {
+            rule: Some(rule.into()),
+            reason,
+            approvers,
+        }
+    }
 }
 
 /// How an execution ended, for [`CallGuard::execution_finished`].

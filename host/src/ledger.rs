@@ -27,6 +27,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::guard::ApprovalAsk;
 use execbox_protocol::{ClockRun, ErrorBody, RawValue, Replay};
 
 /// The record a durable execution is resumed from (stored as JSON).
@@ -80,6 +81,8 @@ pub struct PausedCall {
     pub input: Value,
     /// The SHA-256 of its input over canonical JSON ([`input_sha256`](crate::json::input_sha256)), in lowercase hex.
     pub input_sha256: String,
+    /// Who must decide it, and why (the rule that asked, when a policy rule did).
+    pub asked: ApprovalAsk,
 }
 
 impl PausedCall {
@@ -90,7 +93,14 @@ impl PausedCall {
             tool: tool.into(),
             input_sha256: crate::json::input_sha256(&input),
             input,
+            asked: ApprovalAsk::default(),
         }
+    }
+
+    /// The same call, asked of the approvers `asked` names.
+    pub fn asked(mut self, asked: ApprovalAsk) -> PausedCall {
+        self.asked = asked;
+        self
     }
 
     /// Its number as approvers see it: from 1.
@@ -238,12 +248,12 @@ impl Recorder {
 
     /// Records the pause at call `index`; `false` when the execution has paused already (at
     /// another call, which stays the one an approver sees).
-    pub(crate) fn pause(&self, index: u32, tool: &str, input: &Value) -> bool {
+    pub(crate) fn pause(&self, index: u32, tool: &str, input: &Value, asked: ApprovalAsk) -> bool {
         let mut state = self.state();
         if state.paused.is_some() {
             return false;
         }
-        state.paused = Some(PausedCall::new(index, tool, input.clone()));
+        state.paused = Some(PausedCall::new(index, tool, input.clone()).asked(asked));
         true
     }
 
@@ -383,8 +393,8 @@ mod tests {
             recorder.before(0, "mail.send", &json!({"to": "b"})),
             Step::Live { approved: false }
         ));
-        assert!(recorder.pause(0, "mail.send", &json!({"to": "b"})));
-        assert!(!recorder.pause(3, "mail.other", &json!({})));
+        assert!(recorder.pause(0, "mail.send", &json!({"to": "b"}), ApprovalAsk::default()));
+        assert!(!recorder.pause(3, "mail.other", &json!({}), ApprovalAsk::default()));
         let (ledger, paused) = recorder.finish(Some(vec![ClockRun { ms: 5.0, count: 3 }]));
         assert_eq!(paused.unwrap().tool, "mail.send");
         assert_eq!(ledger.clock, vec![(5.0, 3)]);

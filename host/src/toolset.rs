@@ -758,10 +758,10 @@ impl ToolSet {
             Ok(admission) => admission,
             Err(GuardError::Refused(error)) => return Ok(Err(error)),
             Err(GuardError::Fatal(message)) => return Err(Detour::Halt(Halt::Fatal(message))),
-            Err(GuardError::Pause) => {
+            Err(GuardError::Pause(asked)) => {
                 return match journal {
                     Some((recorder, index)) => {
-                        recorder.pause(index, &label, &input);
+                        recorder.pause(index, &label, &input, asked);
                         Err(Detour::Halt(Halt::Pause))
                     }
                     None => Ok(Err(ToolError::tool(format!("{label}: approval required"))
@@ -774,7 +774,7 @@ impl ToolSet {
             Ok(()) => Ok(result),
             Err(GuardError::Fatal(message)) => Err(Detour::Halt(Halt::Fatal(message))),
             Err(GuardError::Refused(error)) => Ok(Err(error)),
-            Err(GuardError::Pause) => Ok(result),
+            Err(GuardError::Pause(_)) => Ok(result),
         }
     }
 

@@ -23,6 +23,15 @@ use serde::de::DeserializeOwned;
 use serde_saphyr::options::{AliasLimits, DuplicateKeyPolicy};
 use serde_saphyr::{Budget, Error as SaphyrError, Options};
 
+/// A value with where the file wrote it (line and column), for errors found after loading.
+pub use serde_saphyr::Spanned;
+
+/// A value written in code, not read from a file: spanned nowhere (line and column 0).
+pub fn unplaced<T>(value: T) -> Spanned<T> {
+    let nowhere = serde_saphyr::Location::UNKNOWN;
+    Spanned::new(value, nowhere, nowhere)
+}
+
 /// The largest configuration file read (4 MiB).
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 

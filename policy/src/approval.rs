@@ -32,6 +32,15 @@ pub struct ApprovalRequest {
     /// what an approver shown elsewhere (a console, a chat) names to bind its answer to this
     /// input, as a durable execution's `inputSha256` does.
     pub input_sha256: String,
+    /// The policy rule that asked (`rules[N]`, with its name); `None` when the tool's own
+    /// `requires_approval` did.
+    pub rule: Option<String>,
+    /// The rule's reason, to show with the question.
+    pub reason: Option<String>,
+    /// The roles or principals the rule names as the ones who may decide (empty: whoever
+    /// the policy's approve permission names). An approver of the application's own must
+    /// let only those answer.
+    pub approvers: Vec<String>,
 }
 
 impl ApprovalRequest {
@@ -48,7 +57,18 @@ impl ApprovalRequest {
             tool: tool.into(),
             input_sha256: execbox_host::input_sha256(&input),
             input,
+            rule: None,
+            reason: None,
+            approvers: Vec::new(),
         }
+    }
+
+    /// The same request, asked by a policy rule: its name, reason and approvers.
+    pub fn asked_by(mut self, asked: &execbox_host::ApprovalAsk) -> Self {
+        self.rule = asked.rule.clone();
+        self.reason = asked.reason.clone();
+        self.approvers = asked.approvers.clone();
+        self
     }
 }
 
@@ -71,6 +91,16 @@ pub trait Approver: Send + Sync + 'static {
     /// Decides one call. The future may wait for a person; it is dropped if the execution
     /// ends first.
     fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval>;
+
+    /// Whether this approver may be asked a question a policy rule reserves for named
+    /// approvers ([`ApprovalRequest::approvers`]): an application's own approver gets the
+    /// names and must let only them answer (the default); an approver that asks whoever is
+    /// at hand (a terminal, an MCP client's user) cannot tell who answers and says `false`,
+    /// and such a call waits for those approvers instead (a durable execution pauses) or is
+    /// refused.
+    fn tells_who_answers(&self) -> bool {
+        true
+    }
 }
 
 /// Approves every call (`execbox run --approve-all`).
@@ -127,6 +157,10 @@ fn open_tty() -> std::io::Result<std::fs::File> {
 }
 
 impl Approver for TerminalApprover {
+    fn tells_who_answers(&self) -> bool {
+        false
+    }
+
     fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval> {
         let asking = self.asking.clone();
         Box::pin(async move {
@@ -158,9 +192,18 @@ pub(crate) fn ask(
         Some(p) => format!(" by {}", escape_for_display(p)),
         None => String::new(),
     };
+    let why = match (&request.rule, &request.reason) {
+        (Some(rule), Some(reason)) => format!(
+            "\npolicy {} asks: {}",
+            escape_for_display(rule),
+            escape_for_display(reason)
+        ),
+        (Some(rule), None) => format!("\npolicy {} asks for approval", escape_for_display(rule)),
+        _ => String::new(),
+    };
     write!(
         out,
-        "\nexecbox: execution {} asks to call {}{principal} with this input:\n{shown}\nApprove this call? [y/N] ",
+        "\nexecbox: execution {} asks to call {}{principal} with this input:\n{shown}{why}\nApprove this call? [y/N] ",
         escape_for_display(&request.execution_id),
         escape_for_display(&request.tool),
     )?;
@@ -226,6 +269,22 @@ mod tests {
         assert_eq!(answer("no\n").0, Approval::Denied);
         assert_eq!(answer("yep\n").0, Approval::Denied);
         assert_eq!(answer("").0, Approval::Denied, "end of input is no");
+    }
+
+    #[test]
+    fn the_question_names_the_rule_that_asked_and_its_reason() {
+        let asked = execbox_host::ApprovalAsk::by_rule(
+            "rules[0] (big)",
+            Some("payments over 100\u{1b}[2J".into()),
+            vec!["finance".into()],
+        );
+        let mut out = Vec::new();
+        ask(&request().asked_by(&asked), &mut "n\n".as_bytes(), &mut out).unwrap();
+        let question = String::from_utf8(out).unwrap();
+        assert!(
+            question.contains("policy rules[0] (big) asks: payments over 100\\u{001b}[2J"),
+            "{question}"
+        );
     }
 
     #[tokio::test]

@@ -12,11 +12,12 @@
 //! | `tool` | `tool_call*` | `provider.tool`, as the guest called it |
 //! | `original_tool` | `tool_call*` | the tool's own name, as its definition gives it (an MCP server's `delete-all`) |
 //! | `call_id` | `tool_call*`, when the call has one | the runner's id of the call: pairs a `tool_call_started` line with its `tool_call` line |
-//! | `outcome` | `tool_call`, `execution_finished`, `capability_finished`; `capability_started` when refused | `ok`, `denied`, `rate_limited`, `approval_denied`, or the error code; for `capability_finished` the terminal status (`completed`, `failed`, `timeout`, `stopped`) |
+//! | `outcome` | `tool_call`, `execution_finished`, `capability_finished`; `capability_started` when refused | `ok`, `denied`, `rate_limited`, `approval_denied`, `blocked`, `awaiting_approval`, or the error code; for `capability_finished` the terminal status (`completed`, `failed`, `timeout`, `stopped`) |
 //! | `duration_ms` | `tool_call`, `execution_finished`, `capability_finished` | milliseconds, with microseconds as decimals |
 //! | `input_sha256` | `tool_call*` | SHA-256 of the input as compact JSON, hex |
 //! | `input` | with `include_input: true` | the input itself (off by default: inputs carry secrets) |
 //! | `error` | when there is one | the error message |
+//! | `rule` | `tool_call*`, when a policy rule decided the call | the rule (`rules[N]`, with its name) and what it decided: `{"name": "rules[0] (big)", "action": "approve"}` |
 //!
 //! The file is opened with `O_APPEND` (created with mode 0600), and each line is handed to
 //! the kernel in a single `write(2)`: concurrent writers, in this process or others, never
@@ -65,6 +66,8 @@ pub enum AuditOutcome {
     RateLimited,
     /// Approval was refused, or nobody could be asked.
     ApprovalDenied,
+    /// A policy rule blocked the call.
+    Blocked,
     /// The call or execution failed with this code.
     Error(ErrorCode),
     /// A capability execution ended with this status (`completed`, `failed`, ...).
@@ -79,6 +82,7 @@ impl AuditOutcome {
             AuditOutcome::Denied => "denied",
             AuditOutcome::RateLimited => "rate_limited",
             AuditOutcome::ApprovalDenied => "approval_denied",
+            AuditOutcome::Blocked => "blocked",
             AuditOutcome::Error(code) => code.as_str(),
             AuditOutcome::Status(status) => status,
         }
@@ -106,6 +110,14 @@ pub struct AuditEvent<'a> {
     duration: Option<Duration>,
     input: Input<'a>,
     error: Option<&'a str>,
+    rule: Option<RuleLine<'a>>,
+}
+
+/// The policy rule that decided a call, as its audit line names it.
+#[derive(Clone, Copy, Debug, Serialize)]
+struct RuleLine<'a> {
+    name: &'a str,
+    action: &'static str,
 }
 
 /// A call's input as an event carries it.
@@ -139,6 +151,7 @@ impl<'a> AuditEvent<'a> {
             duration: None,
             input: Input::None,
             error: None,
+            rule: None,
         }
     }
 
@@ -288,6 +301,15 @@ impl<'a> AuditEvent<'a> {
         self
     }
 
+    /// Adds the policy rule that decided the call (`rules[N]`, with its name) and its action.
+    pub fn rule(mut self, name: &'a str, action: crate::RuleAction) -> Self {
+        self.rule = Some(RuleLine {
+            name,
+            action: action.as_str(),
+        });
+        self
+    }
+
     /// Adds the tool's own name, as its definition gives it (an MCP server's `delete-all`,
     /// which the guest calls `delete_all` or `delete_all__2`).
     pub fn original_tool(mut self, name: &'a str) -> Self {
@@ -328,6 +350,8 @@ struct Line<'a> {
     input: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<RuleLine<'a>>,
 }
 
 /// An append-only JSON-lines audit log, in a file or a PostgreSQL database; see the module
@@ -454,6 +478,7 @@ impl AuditLog {
             input_sha256,
             input,
             error: event.error,
+            rule: event.rule,
         };
         let mut bytes = Vec::with_capacity(512);
         serde_json::to_writer(&mut bytes, &line)

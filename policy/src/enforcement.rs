@@ -32,10 +32,11 @@ use super::aliases::PermissionAliases;
 use super::approval::{Approval, ApprovalRequest, ApproveAll, Approver, DenyAll};
 use super::audit::{AuditEvent, AuditLog, AuditOutcome, InputDigest};
 use super::limits::RateLimits;
-use super::{Policy, PolicyError, Principal, StoreLocation};
+use super::rules::RuledCall;
+use super::{Policy, PolicyError, Principal, RuleAction, RuleDecision, StoreLocation};
 use execbox_host::{
-    Admission, Admitted, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall, RateLimit,
-    ToolError, ToolRequirements,
+    Admission, Admitted, ApprovalAsk, CallGuard, ExecutionEnd, GuardError, GuardFuture,
+    GuardedCall, RateLimit, ToolError, ToolRequirements,
 };
 
 /// What the policy flags of a front end say (`--policy --principal --audit-log --state
@@ -256,10 +257,26 @@ impl Enforcement {
         } = call;
         if !self.may_call_tool(requirements) {
             return Err(self.refuse(
-                &call,
+                &AuditCall { call, rule: None },
                 AuditOutcome::Denied,
                 ToolError::tool(format!("{tool}: permission denied"))
                     .with_reason(REASON_PERMISSION_DENIED),
+            ));
+        }
+        let ruled = self.rule_for(&call);
+        let call = AuditCall {
+            call,
+            rule: ruled.as_ref(),
+        };
+        if let Some(decision) = ruled.as_ref().filter(|d| d.action == RuleAction::Block) {
+            let message = match &decision.reason {
+                Some(reason) => format!("{tool}: blocked by policy {}: {reason}", decision.rule),
+                None => format!("{tool}: blocked by policy {}", decision.rule),
+            };
+            return Err(self.refuse(
+                &call,
+                AuditOutcome::Blocked,
+                ToolError::tool(message).with_reason(REASON_BLOCKED),
             ));
         }
         if let Some(limit) = &requirements.rate_limit {
@@ -285,35 +302,54 @@ impl Enforcement {
                 }
             }
         }
-        if requirements.requires_approval && !call.approved {
+        let needs_approval = match &ruled {
+            Some(decision) => decision.action == RuleAction::Approve,
+            None => requirements.requires_approval,
+        };
+        if needs_approval && !call.approved {
+            let asked = match &ruled {
+                Some(d) => ApprovalAsk::by_rule(&d.rule, d.reason.clone(), d.approvers.clone()),
+                None => ApprovalAsk::default(),
+            };
             let request = ApprovalRequest::new(
                 execution_id.to_owned(),
                 self.principal.name(),
                 tool,
                 input.clone(),
-            );
+            )
+            .asked_by(&asked);
+            // Only the rule's approvers may answer: an approver that cannot tell who answers
+            // is not asked (the call waits for them, durably, or is refused).
+            let answer = if asked.approvers.is_empty() || self.approver.tells_who_answers() {
+                self.approver.approve(request).await
+            } else {
+                Approval::Unavailable
+            };
             // A denial is the core's one refusal (`execbox_host::approval_denied`), as for a
             // durable execution's call denied later.
-            let refused = match self.approver.approve(request).await {
+            let refused = match answer {
                 Approval::Approved => None,
                 Approval::Denied => Some(execbox_host::approval_denied(tool, None)),
                 Approval::NotAsked(why) => Some(execbox_host::approval_denied(tool, Some(&why))),
                 Approval::Unavailable if call.can_pause => {
                     // Nobody can answer now, and the execution can wait durably for someone
                     // who can: it pauses at this call, which does not run.
-                    let event = AuditEvent::tool_call(
-                        call.execution_id,
+                    let event = call.event(
                         self.principal.name(),
-                        call.tool,
-                        call.input,
                         AuditOutcome::Status("awaiting_approval"),
-                        Duration::ZERO,
-                    )
-                    .original_tool(call.original_name)
-                    .call_id(call.call_id);
+                    );
                     self.record(&event).map_err(fatal)?;
-                    return Err(GuardError::Pause);
+                    return Err(GuardError::Pause(asked));
                 }
+                Approval::Unavailable if !asked.approvers.is_empty() => Some(
+                    ToolError::tool(format!(
+                        "{tool}: approval required from {} (policy {}); run the program as a \
+                         durable execution so that it waits for their decision",
+                        asked.approvers.join(", "),
+                        asked.rule.as_deref().unwrap_or("rule")
+                    ))
+                    .with_reason(REASON_APPROVAL_REQUIRED),
+                ),
                 Approval::Unavailable => Some(
                     ToolError::tool(format!("{tool}: approval required"))
                         .with_reason(REASON_APPROVAL_REQUIRED),
@@ -327,17 +363,18 @@ impl Enforcement {
             Some(log) => {
                 let digest = log.digest(input).map_err(fatal)?;
                 // Written before the tool runs: a call that cannot be recorded does not run.
-                log.record(
-                    &AuditEvent::tool_call_started(
-                        execution_id,
-                        self.principal.name(),
-                        tool,
-                        &digest,
-                    )
-                    .original_tool(call.original_name)
-                    .call_id(call.call_id),
+                let mut event = AuditEvent::tool_call_started(
+                    execution_id,
+                    self.principal.name(),
+                    tool,
+                    &digest,
                 )
-                .map_err(fatal)?;
+                .original_tool(call.original_name)
+                .call_id(call.call_id);
+                if let Some(rule) = call.rule {
+                    event = event.rule(&rule.rule, rule.action);
+                }
+                log.record(&event).map_err(fatal)?;
                 Some(digest)
             }
             None => None,
@@ -349,8 +386,20 @@ impl Enforcement {
             tool: tool.to_owned(),
             original_tool: call.original_name.to_owned(),
             call_id: call.call_id.to_owned(),
+            rule: ruled.map(|d| (d.rule, d.action)),
             input: digest,
             started: Instant::now(),
+        })
+    }
+
+    /// The decision of the policy's first rule that matches the call, if one does.
+    fn rule_for(&self, call: &GuardedCall<'_>) -> Option<RuleDecision> {
+        let policy = self.policy.as_ref().filter(|p| p.has_rules())?;
+        policy.rules().decide(&RuledCall {
+            tool: call.tool,
+            original_name: call.original_name,
+            input: call.input,
+            principal: &self.principal,
         })
     }
 
@@ -388,21 +437,13 @@ impl Enforcement {
     /// Audits a refused call; an audit failure outranks the refusal.
     fn refuse(
         &self,
-        call: &GuardedCall<'_>,
+        call: &AuditCall<'_, '_>,
         outcome: AuditOutcome,
         error: ToolError,
     ) -> GuardError {
-        let event = AuditEvent::tool_call(
-            call.execution_id,
-            self.principal.name(),
-            call.tool,
-            call.input,
-            outcome,
-            Duration::ZERO,
-        )
-        .original_tool(call.original_name)
-        .call_id(call.call_id)
-        .error(&error.message);
+        let event = call
+            .event(self.principal.name(), outcome)
+            .error(&error.message);
         match self.record(&event) {
             Ok(()) => GuardError::Refused(error),
             Err(e) => fatal(e),
@@ -415,6 +456,8 @@ const REASON_PERMISSION_DENIED: &str = "permission_denied";
 /// `error.reason` of a call refused by the tool's rate limit; `error.retryAfterMs` says when
 /// the same call may be admitted.
 const REASON_RATE_LIMITED: &str = "rate_limited";
+/// `error.reason` of a call a policy rule blocks.
+const REASON_BLOCKED: &str = "blocked";
 /// `error.reason` of a call that needs approval when nobody could be asked.
 const REASON_APPROVAL_REQUIRED: &str = "approval_required";
 
@@ -479,6 +522,40 @@ impl CallGuard for Enforcement {
     }
 }
 
+/// A call being checked, with the rule that decided it (if one did), for its audit lines.
+struct AuditCall<'c, 'a> {
+    call: GuardedCall<'a>,
+    rule: Option<&'c RuleDecision>,
+}
+
+impl<'a> std::ops::Deref for AuditCall<'_, 'a> {
+    type Target = GuardedCall<'a>;
+
+    fn deref(&self) -> &GuardedCall<'a> {
+        &self.call
+    }
+}
+
+impl<'c> AuditCall<'c, '_> {
+    /// The call's `tool_call` line with `outcome`.
+    fn event<'e>(&'e self, principal: Option<&'e str>, outcome: AuditOutcome) -> AuditEvent<'e> {
+        let event = AuditEvent::tool_call(
+            self.call.execution_id,
+            principal,
+            self.call.tool,
+            self.call.input,
+            outcome,
+            Duration::ZERO,
+        )
+        .original_tool(self.call.original_name)
+        .call_id(self.call.call_id);
+        match self.rule {
+            Some(rule) => event.rule(&rule.rule, rule.action),
+            None => event,
+        }
+    }
+}
+
 /// A call that passed the checks; [`AuditedCall::finish`] audits how it ended.
 #[derive(Debug)]
 #[must_use = "a call's audit line is written by `finish`"]
@@ -489,6 +566,8 @@ pub struct AuditedCall {
     tool: String,
     original_tool: String,
     call_id: String,
+    /// The rule that decided the call, and its action.
+    rule: Option<(String, RuleAction)>,
     input: Option<InputDigest>,
     started: Instant,
 }
@@ -518,6 +597,9 @@ impl AuditedCall {
         )
         .original_tool(&self.original_tool)
         .call_id(&self.call_id);
+        if let Some((rule, action)) = &self.rule {
+            event = event.rule(rule, *action);
+        }
         if let Err(e) = result {
             event = event.error(&e.message);
         }
@@ -536,7 +618,7 @@ impl Drop for AuditedCall {
         let (Some(input), Some(audit)) = (self.input.take(), self.audit.as_ref()) else {
             return;
         };
-        let event = AuditEvent::tool_call_digested(
+        let mut event = AuditEvent::tool_call_digested(
             &self.execution_id,
             self.principal.as_deref(),
             &self.tool,
@@ -547,6 +629,9 @@ impl Drop for AuditedCall {
         .original_tool(&self.original_tool)
         .call_id(&self.call_id)
         .error("the execution ended before the call did");
+        if let Some((rule, action)) = &self.rule {
+            event = event.rule(rule, *action);
+        }
         if let Err(e) = audit.record(&event) {
             tracing::error!(tool = %self.tool, "cannot audit a cancelled call: {e}");
         }
@@ -604,6 +689,188 @@ mod tests {
     fn refused(r: Result<AuditedCall, GuardError>) -> ToolError {
         match r {
             Err(GuardError::Refused(e)) => e,
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("admitted"),
+        }
+    }
+
+    /// The issue's rule: payments over 100 wait for finance; huge ones are blocked.
+    fn payments_policy() -> Policy {
+        Policy::builder()
+            .role("finance", ["executions:approve"])
+            .principal("alice", [] as [&str; 0], [] as [&str; 0])
+            .principal("carol", ["finance"], [] as [&str; 0])
+            .rule(
+                "pay.send",
+                Some("input.amount > 1000000"),
+                RuleAction::Block,
+                [] as [&str; 0],
+                Some("payments over a million are made by hand"),
+            )
+            .rule(
+                "pay.send",
+                Some("input.amount > 100"),
+                RuleAction::Approve,
+                ["finance"],
+                Some("payments over 100"),
+            )
+            .rule("pay.refund", None, RuleAction::Allow, [] as [&str; 0], None)
+            .build()
+            .unwrap()
+    }
+
+    /// Records what it was asked and answers `answer`.
+    struct Recording(std::sync::Mutex<Vec<ApprovalRequest>>, Approval, bool);
+
+    impl Approver for Recording {
+        fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval> {
+            self.0.lock().unwrap().push(request);
+            let answer = self.1.clone();
+            Box::pin(async move { answer })
+        }
+
+        fn tells_who_answers(&self) -> bool {
+            self.2
+        }
+    }
+
+    #[tokio::test]
+    async fn rules_on_the_input_allow_small_calls_ask_for_large_ones_and_block_huge_ones() {
+        let file = audit_file();
+        let audit = Arc::new(AuditLog::open(&file, false).unwrap());
+        let policy = payments_policy();
+        let alice = policy.principal(Some("alice")).unwrap();
+        let asked = Arc::new(Recording(Default::default(), Approval::Approved, true));
+        let guard = Enforcement::new(alice, Arc::new(RateLimits::in_memory()))
+            .with_policy(policy)
+            .with_audit(audit)
+            .with_approver(asked.clone());
+        // The tool itself requires approval: no rule matches a small payment, so it asks.
+        let send = tool(&[], None, false);
+        let small = json!({"amount": 1, "to": "bob"});
+        guard
+            .admit_call(GuardedCall::new("e1", "pay.send", &send, &small))
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        assert!(
+            asked.0.lock().unwrap().is_empty(),
+            "a small payment asks nobody"
+        );
+
+        let large = json!({"amount": 500, "to": "bob"});
+        guard
+            .admit_call(GuardedCall::new("e1", "pay.send", &send, &large))
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        {
+            let requests = asked.0.lock().unwrap();
+            assert_eq!(requests.len(), 1);
+            assert_eq!(requests[0].rule.as_deref(), Some("rules[1]"));
+            assert_eq!(requests[0].reason.as_deref(), Some("payments over 100"));
+            assert_eq!(requests[0].approvers, ["finance"]);
+        }
+
+        let huge = json!({"amount": 2000000, "to": "bob"});
+        let e = refused(
+            guard
+                .admit_call(GuardedCall::new("e1", "pay.send", &send, &huge))
+                .await,
+        );
+        assert_eq!(
+            e.message,
+            "pay.send: blocked by policy rules[0]: payments over a million are made by hand"
+        );
+        assert_eq!(e.reason.as_deref(), Some("blocked"));
+
+        // `allow` lets a call run that its tool would have held for approval.
+        let refund = tool(&[], None, true);
+        guard
+            .admit_call(GuardedCall::new("e1", "pay.refund", &refund, &small))
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
+        assert_eq!(asked.0.lock().unwrap().len(), 1);
+
+        // A missing field fails closed.
+        let e = refused(
+            guard
+                .admit_call(GuardedCall::new(
+                    "e1",
+                    "pay.send",
+                    &send,
+                    &json!({"to": "x"}),
+                ))
+                .await,
+        );
+        assert_eq!(e.reason.as_deref(), Some("blocked"));
+        assert!(e.message.contains("no field `amount`"), "{}", e.message);
+
+        let lines = read_lines(&file);
+        let rules: Vec<(String, String, String)> = lines
+            .iter()
+            .map(|l| {
+                (
+                    l["event"].as_str().unwrap().to_string(),
+                    l["rule"]["name"].as_str().unwrap_or("-").to_string(),
+                    l["rule"]["action"].as_str().unwrap_or("-").to_string(),
+                )
+            })
+            .collect();
+        let s = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+        assert_eq!(
+            rules,
+            [
+                s("tool_call_started", "-", "-"),
+                s("tool_call", "-", "-"),
+                s("tool_call_started", "rules[1]", "approve"),
+                s("tool_call", "rules[1]", "approve"),
+                s("tool_call", "rules[0]", "block"),
+                s("tool_call_started", "rules[2]", "allow"),
+                s("tool_call", "rules[2]", "allow"),
+                s("tool_call", "rules[0]", "block"),
+            ]
+        );
+        assert_eq!(lines[4]["outcome"], "blocked");
+        let _ = std::fs::remove_file(&file);
+    }
+
+    #[tokio::test]
+    async fn a_rule_with_approvers_is_not_asked_of_whoever_is_at_hand() {
+        let policy = payments_policy();
+        let alice = policy.principal(Some("alice")).unwrap();
+        let terminal = Arc::new(Recording(Default::default(), Approval::Approved, false));
+        let guard = Enforcement::new(alice, Arc::new(RateLimits::in_memory()))
+            .with_policy(policy)
+            .with_approver(terminal.clone());
+        let send = tool(&[], None, false);
+        let large = json!({"amount": 500});
+        let e = refused(
+            guard
+                .admit_call(GuardedCall::new("e1", "pay.send", &send, &large))
+                .await,
+        );
+        assert!(terminal.0.lock().unwrap().is_empty());
+        assert_eq!(e.reason.as_deref(), Some("approval_required"));
+        assert!(
+            e.message
+                .starts_with("pay.send: approval required from finance (policy rules[1])"),
+            "{}",
+            e.message
+        );
+        // A durable execution pauses instead, naming the rule and its approvers.
+        let mut call = GuardedCall::new("e1", "pay.send", &send, &large);
+        call.can_pause = true;
+        match guard.admit_call(call).await {
+            Err(GuardError::Pause(asked)) => {
+                assert_eq!(asked.rule.as_deref(), Some("rules[1]"));
+                assert_eq!(asked.reason.as_deref(), Some("payments over 100"));
+                assert_eq!(asked.approvers, ["finance"]);
+            }
             Err(e) => panic!("{e}"),
             Ok(_) => panic!("admitted"),
         }

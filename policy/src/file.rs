@@ -15,6 +15,8 @@
 //! approvals: { permission: "executions:approve", self_approval: false }   # optional; who may
 //!                                   # approve a paused execution's call, and whether the
 //!                                   # principal that started it may
+//! rules:                            # optional; rules on a call's arguments (see `rules.rs`)
+//!   - { tool: "pay.send", when: "input.amount > 100", action: approve, approvers: [finance] }
 //! ```
 //!
 //! - A grant is exact (`weather:read`), a prefix ending in `:*` (`docs:*`), or `*`.
@@ -33,6 +35,7 @@ use execbox_host::yaml::{self, base_dir, did_you_mean};
 use serde::Deserialize;
 
 use super::grants::Grants;
+use super::rules::{RuleDef, Rules};
 use super::{Inner, Policy, PolicyError, StoreLocation};
 
 /// The policy file version this host reads.
@@ -61,6 +64,8 @@ pub(super) struct PolicyDef {
     pub(super) audit: Option<AuditDef>,
     #[serde(default)]
     pub(super) approvals: Option<ApprovalsDef>,
+    #[serde(default)]
+    pub(super) rules: Vec<RuleDef>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -186,7 +191,13 @@ impl PolicyDef {
                     ));
                 }
             }
-            principals.insert(name.clone(), Arc::new(grants));
+            principals.insert(
+                name.clone(),
+                (
+                    Arc::new(grants),
+                    def.roles.iter().cloned().collect::<Arc<[String]>>(),
+                ),
+            );
         }
         let default_grants = Grants::parse(self.default_permissions.iter().map(String::as_str))
             .map_err(|m| invalid("default_permissions".into(), m))?;
@@ -213,7 +224,11 @@ impl PolicyDef {
             .unwrap_or_else(|| DEFAULT_APPROVE_PERMISSION.to_string());
         Grants::parse([approve_permission.as_str()])
             .map_err(|m| invalid("approvals.permission".into(), m))?;
+        let role_names = roles.keys().copied().collect();
+        let principal_names = self.principals.keys().map(String::as_str).collect();
+        let rules = Rules::compile(&self.rules, path, &role_names, &principal_names)?;
         Ok(Policy(Arc::new(Inner {
+            rules,
             approve_permission,
             self_approval: approvals.self_approval,
             principals,

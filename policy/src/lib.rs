@@ -39,6 +39,7 @@ mod limits;
 mod location;
 mod observed;
 mod pg_store;
+mod rules;
 mod shown;
 mod state;
 
@@ -56,6 +57,7 @@ pub use file::DEFAULT_APPROVE_PERMISSION;
 pub use limits::RateLimits;
 pub use location::StoreLocation;
 pub use observed::ObservedResults;
+pub use rules::{RuleAction, RuleDecision, MAX_RULE_COST, MAX_WHEN_CHARS};
 pub use shown::{escape_for_display, shown_input, MAX_SHOWN_INPUT_CHARS};
 
 use execbox_host::yaml::{did_you_mean, YamlError};
@@ -195,12 +197,26 @@ impl fmt::Display for Known<'_> {
 pub struct Principal {
     name: Option<Arc<str>>,
     grants: Arc<Grants>,
+    roles: Arc<[String]>,
 }
 
 impl Principal {
     /// The principal's name; `None` for an execution without one.
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
+    }
+
+    /// The roles the policy gives the principal, as its file lists them.
+    pub fn roles(&self) -> &[String] {
+        &self.roles
+    }
+
+    /// Whether the principal is one of `approvers` (principal names or roles, as a policy
+    /// rule's `approvers` lists them).
+    pub fn is_one_of(&self, approvers: &[String]) -> bool {
+        approvers
+            .iter()
+            .any(|a| self.name.as_deref() == Some(a.as_str()) || self.roles.iter().any(|r| r == a))
     }
 
     /// Whether the principal holds `permission`.
@@ -219,6 +235,7 @@ impl Principal {
         Principal {
             name: None,
             grants: Arc::new(Grants::default()),
+            roles: Arc::new([]),
         }
     }
 
@@ -228,6 +245,7 @@ impl Principal {
         Principal {
             name: None,
             grants: Arc::new(Grants::all()),
+            roles: Arc::new([]),
         }
     }
 
@@ -260,7 +278,10 @@ pub struct Policy(Arc<Inner>);
 
 #[derive(Debug, Default)]
 struct Inner {
-    principals: BTreeMap<String, Arc<Grants>>,
+    /// Each principal's grants and roles.
+    principals: BTreeMap<String, (Arc<Grants>, Arc<[String]>)>,
+    /// Rules on calls' arguments, in order.
+    rules: rules::Rules,
     default_grants: Arc<Grants>,
     require_principal: bool,
     /// SHA-256 of a bearer token → principal name.
@@ -294,11 +315,13 @@ impl Policy {
             None => Ok(Principal {
                 name: None,
                 grants: self.0.default_grants.clone(),
+                roles: Arc::new([]),
             }),
             Some(name) => match self.0.principals.get(name) {
-                Some(grants) => Ok(Principal {
+                Some((grants, roles)) => Ok(Principal {
                     name: Some(Arc::from(name)),
                     grants: grants.clone(),
+                    roles: roles.clone(),
                 }),
                 None => Err(PolicyError::UnknownPrincipal {
                     name: name.to_string(),
@@ -334,6 +357,7 @@ impl Policy {
         self.0
             .principals
             .values()
+            .map(|(grants, _)| grants)
             .chain(std::iter::once(&self.0.default_grants))
             .flat_map(|grants| grants.exact())
             .collect()
@@ -376,6 +400,16 @@ impl Policy {
         } else {
             &self.0.approve_permission
         }
+    }
+
+    /// The rules on calls' arguments (`rules:`), in order.
+    pub(crate) fn rules(&self) -> &rules::Rules {
+        &self.0.rules
+    }
+
+    /// Whether the policy has rules on calls' arguments.
+    pub fn has_rules(&self) -> bool {
+        !self.0.rules.is_empty()
     }
 
     /// Whether the principal that started an execution may approve its calls
@@ -474,6 +508,28 @@ impl PolicyBuilder {
         self.def.approvals = Some(file::ApprovalsDef {
             permission: Some(permission.into()),
             self_approval,
+        });
+        self
+    }
+
+    /// Adds a rule on calls' arguments (after those added before; the first that matches a
+    /// call decides it): `tool` a tool or glob (`pay.*`), `when` a CEL condition (`None`:
+    /// every call of those tools), `approvers` for [`RuleAction::Approve`].
+    pub fn rule(
+        mut self,
+        tool: impl Into<String>,
+        when: Option<&str>,
+        action: RuleAction,
+        approvers: impl IntoIterator<Item = impl Into<String>>,
+        reason: Option<&str>,
+    ) -> Self {
+        self.def.rules.push(rules::RuleDef {
+            name: None,
+            tool: tool.into(),
+            when: when.map(|w| execbox_host::yaml::unplaced(w.to_string())),
+            action,
+            approvers: strings(approvers),
+            reason: reason.map(str::to_string),
         });
         self
     }
