@@ -1,18 +1,20 @@
-//! The front door as a layer over an axum `Router`: Host, Origin, bearer token, body size and
-//! body read time, in that order, each refusal in the one error shape.
+//! The front door as a layer over an axum `Router`: Host, Origin, bearer token (or, under the
+//! path of cookie sessions, the session), body size and body read time, in that order, each
+//! refusal in the one error shape.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http_body_util::Limited;
 use tower_http::timeout::TimeoutBody;
 
+use crate::session::{Session, Sessions};
 use crate::{bearer, same_secret, Hosts, Origins, Refusal};
 
 /// Who a bearer token belongs to: `Some(caller)` admits the request as that caller.
@@ -31,6 +33,22 @@ pub struct FrontDoor<C> {
     tokens: Option<TokenCheck<C>>,
     max_body_bytes: usize,
     body_timeout: Duration,
+    cookies: Option<CookieAuth<C>>,
+}
+
+/// A path whose callers are the sessions' ([`FrontDoor::cookie_sessions`]).
+struct CookieAuth<C> {
+    sessions: Sessions<C>,
+    public: Vec<String>,
+}
+
+impl<C> Clone for CookieAuth<C> {
+    fn clone(&self) -> Self {
+        CookieAuth {
+            sessions: self.sessions.clone(),
+            public: self.public.clone(),
+        }
+    }
 }
 
 impl<C> Clone for FrontDoor<C> {
@@ -41,6 +59,7 @@ impl<C> Clone for FrontDoor<C> {
             tokens: self.tokens.clone(),
             max_body_bytes: self.max_body_bytes,
             body_timeout: self.body_timeout,
+            cookies: self.cookies.clone(),
         }
     }
 }
@@ -53,6 +72,7 @@ impl<C> std::fmt::Debug for FrontDoor<C> {
             .field("tokens", &self.tokens.as_ref().map(|_| "<required>"))
             .field("max_body_bytes", &self.max_body_bytes)
             .field("body_timeout", &self.body_timeout)
+            .field("cookies", &self.cookies.as_ref().map(|c| &c.sessions))
             .finish()
     }
 }
@@ -66,6 +86,7 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
             tokens: None,
             max_body_bytes: 1024 * 1024,
             body_timeout: Duration::from_secs(30),
+            cookies: None,
         }
     }
 
@@ -104,6 +125,25 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
         self
     }
 
+    /// Requests under `sessions`' path are a browser page's: their caller is the session
+    /// their cookie names (the `Authorization` header is not read there), the paths in
+    /// `public` (the page itself, its assets, its sign-in) need none, and what changes
+    /// something needs the server's own `Origin` and the session's CSRF token (see
+    /// [`Sessions`]). Host, body size and body time are checked as everywhere. A handler
+    /// behind it finds the [`Session`](crate::Session) among the request's extensions, and
+    /// [`Caller`] as the session's caller; a public path has neither.
+    pub fn cookie_sessions(
+        mut self,
+        sessions: Sessions<C>,
+        public: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.cookies = Some(CookieAuth {
+            sessions,
+            public: public.into_iter().map(Into::into).collect(),
+        });
+        self
+    }
+
     /// `router` behind the door: nothing reaches its handlers unchecked.
     pub fn guard<S: Clone + Send + Sync + 'static>(self, router: Router<S>) -> Router<S> {
         let max = self.max_body_bytes;
@@ -114,28 +154,28 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
 
     /// The door's decision on a request's target and headers: the caller, or the refusal.
     /// Who is asking is settled (Host, Origin, token) before anything about the body, so a
-    /// request without a token is never read further.
+    /// request without a token is never read further. A request under the path of
+    /// [`FrontDoor::cookie_sessions`] is decided by [`FrontDoor::admit`], which needs its
+    /// method: here it is taken as a `GET`, and a public path (no caller) is refused.
     pub fn decide(
         &self,
         uri: &axum::http::Uri,
         headers: &axum::http::HeaderMap,
     ) -> Result<Caller<C>, Refusal> {
-        let one = |name: header::HeaderName| -> Result<Option<&str>, Refusal> {
-            let mut values = headers.get_all(&name).iter();
-            let Some(value) = values.next() else {
-                return Ok(None);
-            };
-            if values.next().is_some() {
-                return Err(Refusal::bad_request(format!(
-                    "the request has more than one {name} header"
-                )));
-            }
-            value
-                .to_str()
-                .map(Some)
-                .map_err(|_| Refusal::bad_request(format!("the {name} header is not text")))
-        };
-        let host = one(header::HOST)?
+        self.admit(&Method::GET, uri, headers)?
+            .caller
+            .ok_or_else(|| Refusal::forbidden("a public page has no caller"))
+    }
+
+    /// The door's decision on a request: who it is from (and its session, under the path of
+    /// [`FrontDoor::cookie_sessions`]), or the refusal.
+    pub fn admit(
+        &self,
+        method: &Method,
+        uri: &axum::http::Uri,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<Admitted<C>, Refusal> {
+        let host = one(headers, header::HOST)?
             .ok_or_else(|| Refusal::bad_request("the request has no Host header"))?;
         // An absolute-form target names the host the request is for: it must be ours too.
         for host in std::iter::once(host).chain(uri.authority().map(|a| a.as_str())) {
@@ -145,7 +185,20 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
                 )));
             }
         }
-        if let Some(origin) = one(header::ORIGIN)? {
+        if let Some(cookies) = self
+            .cookies
+            .as_ref()
+            .filter(|c| c.sessions.covers(uri.path()))
+        {
+            let public = cookies.public.iter().any(|p| p == uri.path());
+            let session = cookies.sessions.admit(method, public, host, headers)?;
+            self.check_length(headers)?;
+            return Ok(Admitted {
+                caller: session.as_ref().map(|s| Caller(Some(s.caller.clone()))),
+                session,
+            });
+        }
+        if let Some(origin) = one(headers, header::ORIGIN)? {
             if !self.origins.allows(origin) {
                 return Err(Refusal::forbidden(format!(
                     "requests from the browser origin {origin:?} are refused; start the server \
@@ -177,7 +230,16 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
                 }
             }
         };
-        if let Some(content_length) = one(header::CONTENT_LENGTH)? {
+        self.check_length(headers)?;
+        Ok(Admitted {
+            caller: Some(caller),
+            session: None,
+        })
+    }
+
+    /// `413` for a body announced past the limit.
+    fn check_length(&self, headers: &axum::http::HeaderMap) -> Result<(), Refusal> {
+        if let Some(content_length) = one(headers, header::CONTENT_LENGTH)? {
             match content_length.trim().parse::<u64>() {
                 Ok(n) if n > self.max_body_bytes as u64 => {
                     return Err(Refusal::too_large(self.max_body_bytes))
@@ -186,8 +248,36 @@ impl<C: Clone + Send + Sync + 'static> FrontDoor<C> {
                 Err(_) => return Err(Refusal::bad_request("Content-Length is not a number")),
             }
         }
-        Ok(caller)
+        Ok(())
     }
+}
+
+/// The one value of header `name`, if any; more than one, or one that is not text, is a
+/// `400`.
+fn one(headers: &axum::http::HeaderMap, name: header::HeaderName) -> Result<Option<&str>, Refusal> {
+    let mut values = headers.get_all(&name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(Refusal::bad_request(format!(
+            "the request has more than one {name} header"
+        )));
+    }
+    value
+        .to_str()
+        .map(Some)
+        .map_err(|_| Refusal::bad_request(format!("the {name} header is not text")))
+}
+
+/// Who the door let in: the caller (`None` only for a public path of
+/// [`FrontDoor::cookie_sessions`]) and, under that path, the session.
+#[derive(Clone, Debug)]
+pub struct Admitted<C> {
+    /// The caller, as handlers find it in [`Caller`].
+    pub caller: Option<Caller<C>>,
+    /// The session of a request under [`FrontDoor::cookie_sessions`]'s path.
+    pub session: Option<Session<C>>,
 }
 
 impl<C: Clone + Send + Sync + 'static> Default for FrontDoor<C> {
@@ -210,8 +300,8 @@ async fn check<C: Clone + Send + Sync + 'static>(
     request: Request,
     next: Next,
 ) -> Response {
-    let caller = match door.decide(request.uri(), request.headers()) {
-        Ok(caller) => caller,
+    let admitted = match door.admit(request.method(), request.uri(), request.headers()) {
+        Ok(admitted) => admitted,
         Err(refusal) => {
             tracing::debug!(
                 status = refusal.status,
@@ -229,7 +319,12 @@ async fn check<C: Clone + Send + Sync + 'static>(
     // The limit holds whatever the transfer coding (a chunked body announces no length).
     let mut request =
         request.map(|body| Body::new(Limited::new(TimeoutBody::new(timeout, body), max)));
-    request.extensions_mut().insert(caller);
+    if let Some(caller) = admitted.caller {
+        request.extensions_mut().insert(caller);
+    }
+    if let Some(session) = admitted.session {
+        request.extensions_mut().insert(session);
+    }
     next.run(request).await
 }
 

@@ -26,6 +26,10 @@
 //! - **Long requests** (feature `server`, [`long_requests`]): event streams and long polls,
 //!   at most [`ServeOptions::max_long_requests_per_caller`] per caller, and never the last
 //!   quarter of the connection slots, kept for short requests (`429`).
+//! - **Cookie sessions** (feature `server`, [`Sessions`], [`FrontDoor::cookie_sessions`]): a
+//!   browser page signs in once with a bearer token and is then known by an HttpOnly,
+//!   SameSite=Strict session cookie on its own path; what it changes needs the server's own
+//!   `Origin` and the session's CSRF token ([`CSRF_HEADER`]), else `403`.
 //! - **Exposure** ([`check_exposure`]): no server listens beyond loopback without a bearer
 //!   token; one rule, one message.
 //! - **One error shape** ([`Refusal`]): `{"error": {"code", "message"}}` with
@@ -46,6 +50,8 @@ mod layer;
 mod long;
 #[cfg(feature = "server")]
 mod serve;
+#[cfg(feature = "server")]
+mod session;
 
 pub use allowlist::{AllowlistError, Hosts, Origins};
 #[cfg(unix)]
@@ -57,8 +63,13 @@ pub use slots::{Busy, ConnectionSlots, Evict, Full, Slot};
 pub use token::{bearer, same_secret};
 
 #[cfg(feature = "server")]
-pub use layer::{refusal_response, Caller, FrontDoor, TokenCheck};
+pub use layer::{refusal_response, Admitted, Caller, FrontDoor, TokenCheck};
 #[cfg(feature = "server")]
 pub use long::{long_requests, CallerKey, DEFAULT_MAX_LONG_REQUESTS_PER_CALLER};
 #[cfg(feature = "server")]
 pub use serve::{serve, ServeOptions, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+#[cfg(feature = "server")]
+pub use session::{
+    needs_secure_cookie, Session, Sessions, CSRF_HEADER, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL,
+    SESSION_COOKIE,
+};
