@@ -12,13 +12,16 @@
 //!   ([`ExecutionRecord`], [`ExecutionStatus`]), waits for them ([`ExecutionOutcome`]), stops
 //!   them (a whole tree with [`CapabilityManager::stop_all_for_parent`]) and publishes
 //!   [`ExecutionEvent`]s.
-//! - with the `serve` feature, [`capabilities_router`] is the HTTP API over a manager.
+//! - with the `serve` feature, [`capabilities_router`] is the HTTP API over a manager, with
+//!   the approval console at `/console`.
 //!
 //! Module graph: `records` and `outcome` are leaves, `programs` reads `records`; `config` ← `registry`; `store`;
 //! `external_executor` and `script_executor` (one executor each); `manager` uses them all;
-//! `serve` uses `manager`.
+//! `serve` uses `manager`, and mounts `console` (which reads `manager` and `store`).
 
 mod config;
+#[cfg(feature = "serve")]
+mod console;
 mod external_executor;
 mod manager;
 mod outcome;
@@ -31,6 +34,8 @@ mod serve;
 mod store;
 
 pub use config::{DEFAULT_CAPABILITY_TIMEOUT_MS, MAX_CAPABILITY_TIMEOUT_MS};
+#[cfg(feature = "serve")]
+pub use console::CONTENT_SECURITY_POLICY;
 pub use external_executor::{MAX_EXECUTOR_STDERR_BYTES, MAX_EXECUTOR_STDOUT_BYTES, STOP_GRACE};
 pub use manager::{
     CallRef, CapabilityManager, Decision, ManagerOptions, DEFAULT_MAX_DEPTH, DEFAULT_MAX_LIVE,

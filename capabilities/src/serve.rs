@@ -14,6 +14,7 @@
 //! | `POST /v1/executions/{id}/deny` `{call, inputSha256?, reason?}` | `200`, the execution, failed `APPROVAL_DENIED`; `409` as for `/approve` |
 //! | `POST /v1/executions/stop?parentId=` | `200 {stopped: [...]}`: its children, each with its tree stopped |
 //! | `GET /v1/events` | Server-Sent Events: `event: started` (`completed`, `failed`, `timeout`, `stopped`), `data:` the event as JSON |
+//! | `/console` | the approval console, a page signed in to with a bearer token (`console/mod.rs`, docs/console.md) |
 //!
 //! Errors are `{error: {code, message}}` with the capability codes: `400 INVALID_REQUEST`,
 //! `403 PERMISSION_DENIED`, `404 CAPABILITY_NOT_FOUND` and `EXECUTION_NOT_FOUND`,
@@ -71,6 +72,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::Instrument as _;
 
+use super::console;
 use super::manager::{CallRef, CapabilityManager, Decision};
 use super::records::{
     CapabilityError, CapabilityErrorCode, ExecutionFilter, ExecutionStatus, StartRequest,
@@ -213,7 +215,10 @@ struct AppState {
 /// The API over `manager`, behind `door` (build it with [`serve_door`]): nothing reaches a
 /// handler unchecked. Serve it with [`execbox_http::serve`].
 pub fn capabilities_router(manager: CapabilityManager, door: FrontDoor<Principal>) -> Router {
-    let state = AppState { manager };
+    let sessions = console::sessions();
+    let state = AppState {
+        manager: manager.clone(),
+    };
     let router = Router::new()
         .route("/v1/capabilities", get(list_capabilities))
         .route("/v1/executors", get(list_executors))
@@ -231,6 +236,13 @@ pub fn capabilities_router(manager: CapabilityManager, door: FrontDoor<Principal
             "/v1/events",
             execbox_http::long_requests(get(events), caller_key),
         )
+        // The console's decisions and waits are the API's, its session's principal the caller.
+        .route("/console/executions/{id}/approve", post(approve))
+        .route("/console/executions/{id}/deny", post(deny))
+        .route(
+            "/console/executions/{id}/wait",
+            execbox_http::long_requests(get(wait), caller_key),
+        )
         .fallback(|| async {
             ApiError(
                 StatusCode::NOT_FOUND,
@@ -241,8 +253,11 @@ pub fn capabilities_router(manager: CapabilityManager, door: FrontDoor<Principal
             )
         })
         .with_state(state)
+        .merge(console::router(manager, sessions.clone(), caller_key))
+        .layer(axum::middleware::from_fn(console::security_headers))
         .layer(axum::middleware::from_fn(traced));
-    door.guard(router)
+    door.cookie_sessions(sessions, console::PUBLIC)
+        .guard(router)
 }
 
 /// Runs a request that passed the door in an `execbox.http.request` span, whose parent is the

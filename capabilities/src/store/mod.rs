@@ -337,7 +337,7 @@ impl ExecutionStore {
 
     /// The replay ledger of an execution awaiting approval (`None` for any other: a ledger
     /// lives only while its execution can resume).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "serve"))]
     pub(crate) async fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
         match &self.backend {
             Backend::Sqlite(s) => s.ledger(id),

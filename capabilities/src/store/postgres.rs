@@ -618,7 +618,7 @@ impl PgStore {
             .map_err(fail)
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "serve"))]
     pub(crate) async fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
         let id = id.to_string();
         self.pg

@@ -580,7 +580,7 @@ impl SqliteStore {
     }
 
     /// The ledger of an execution awaiting approval.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "serve"))]
     pub(crate) fn ledger(&self, id: &str) -> Result<Option<String>, CapabilityError> {
         self.lock()
             .query_row(
