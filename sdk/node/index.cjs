@@ -420,8 +420,8 @@ function approvalWarning(err) {
 }
 
 /**
- * The approver the native side calls as (id, tool, inputJson, principal, executionId, inputSha256) on the
- * main thread. It never throws: only `true` (or a Promise of it) approves, every other outcome
+ * The approver the native side calls as (id, tool, inputJson, principal, executionId, inputSha256,
+ * rule, reason, approvers) on the main thread. It never throws: only `true` (or a Promise of it) approves, every other outcome
  * denies, and the answer goes back through `completeApproval`.
  */
 function makeApprover(approve) {
@@ -432,7 +432,7 @@ function makeApprover(approve) {
       // The table refused the answer; the execution's time limit ends the wait.
     }
   };
-  return (id, tool, inputJson, principal, executionId, inputSha256) => {
+  return (id, tool, inputJson, principal, executionId, inputSha256, rule, reason, approvers) => {
     try {
       const request = {
         tool,
@@ -440,6 +440,9 @@ function makeApprover(approve) {
         principal: principal ?? null,
         executionId,
         inputSha256,
+        rule: rule ?? null,
+        reason: reason ?? null,
+        approvers: Array.isArray(approvers) ? approvers : [],
       };
       const decision = approve(request);
       if (decision !== null && typeof decision === "object" && typeof decision.then === "function") {

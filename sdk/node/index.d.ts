@@ -284,20 +284,34 @@ export interface ApprovalRequest {
    * names it, so a yes given for one input never lets another run.
    */
   inputSha256: string;
+  /**
+   * The policy rule that sent the call for approval (`rules:` in the policy file, see
+   * docs/policy.md): `"rules[1]"`, with its `name` when it has one; `null` when the tool's own
+   * `requiresApproval` asked.
+   */
+  rule: string | null;
+  /** The rule's `reason`, to show with the question; `null` without one. */
+  reason: string | null;
+  /**
+   * The roles or principals the rule names as its approvers: only they may answer, so an
+   * approver that asks someone must check who answers. Empty: whoever the policy lets approve.
+   */
+  approvers: string[];
 }
 
 /** Options of a {@link Policy}. */
 export interface PolicyOptions {
   /**
-   * A policy file (principals, roles, permissions, `state`, `audit`; see docs/policy.md).
-   * Without one every tool is permitted and rate limits are counted in memory.
+   * A policy file (principals, roles, permissions, `rules`, `state`, `audit`; see
+   * docs/policy.md). Without one every tool is permitted and rate limits are counted in memory.
    */
   path?: string | URL;
   /** Who runs: a principal of the policy file (needs `path`). */
   principal?: string;
   /**
-   * Decides each call of a tool that requires approval. Only `true` (or a Promise of `true`)
-   * lets the call run; `false`, anything else, a throw or a rejection denies it
+   * Decides each call of a tool that requires approval, and each call a rule of the policy
+   * file sends for approval (`action: approve`). Only `true` (or a Promise of `true`) lets
+   * the call run; `false`, anything else, a throw or a rejection denies it
    * (`reason: "approval_denied"`; a throw or rejection is also a process warning). It runs on
    * the main thread and never blocks it; it may take its time, but the execution's time limit
    * still runs. Without `approve`, such calls reject with `reason: "approval_required"`.

@@ -15,8 +15,21 @@ use napi_derive::napi;
 use crate::pending::Pending;
 
 /// The approver's arguments: the question's id, the tool (`namespace.name`), the input as
-/// JSON, the principal (`null` for none), the execution's id and the input's SHA-256.
-type ApproveArgs = FnArgs<(i64, String, String, Option<String>, String, String)>;
+/// JSON, the principal (`null` for none), the execution's id, the input's SHA-256, and the
+/// policy rule that asked (`rules[N]`, `null` when the tool's own `requires_approval` did),
+/// its reason (or `null`) and the roles or principals it names as approvers (who alone may
+/// answer; empty: the policy's approvers).
+type ApproveArgs = FnArgs<(
+    i64,
+    String,
+    String,
+    Option<String>,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Vec<String>,
+)>;
 
 /// The JavaScript approver, weak like the tool dispatcher: an execution in flight keeps the
 /// event loop alive, an idle policy does not.
@@ -36,8 +49,9 @@ pub struct NativePolicy {
 impl NativePolicy {
     /// `path`: the policy file (none: every tool is permitted, rate limits are counted in
     /// memory); `approver`: called as
-    /// `approver(id, tool, inputJson, principal, executionId, inputSha256)`
-    /// for each call of a tool that requires approval, answered with [`complete_approval`]
+    /// `approver(id, tool, inputJson, principal, executionId, inputSha256, rule, reason, approvers)`
+    /// for each call of a tool that requires approval or that a policy rule sends for
+    /// approval, answered with [`complete_approval`]
     /// (none: such calls are refused). Fails with the policy's words (a bad file, an unknown
     /// principal).
     #[napi(constructor)]
@@ -99,6 +113,9 @@ impl Approver for JsApproverHandle {
                 request.principal,
                 request.execution_id,
                 request.input_sha256,
+                request.rule,
+                request.reason,
+                request.approvers,
             );
             let status = approver.call(FnArgs::from(args), ThreadsafeFunctionCallMode::NonBlocking);
             if status != Status::Ok {

@@ -118,6 +118,10 @@ test("an approver decides each call, and a denial never runs the tool", async ()
   const digest = createHash("sha256").update(JSON.stringify({ to: "x@evil.test" })).digest("hex");
   assert.equal(asked[1].inputSha256, digest);
   assert.notEqual(asked[0].inputSha256, digest);
+  // Asked by the tool's own requiresApproval, not by a rule of a policy file.
+  assert.equal(asked[1].rule, null);
+  assert.equal(asked[1].reason, null);
+  assert.deepEqual(asked[1].approvers, []);
 });
 
 test("without an approver approval is required; a throwing approver says no", async () => {
@@ -188,4 +192,168 @@ test("a bad rate limit or a non-Policy value is a TypeError naming it", async ()
   assert.throws(() => new Sandbox({ policy: {} }), TypeError);
   assert.throws(() => new Policy({ approve: true }), /approve must be a function/);
   assert.throws(() => new Policy({ principal: "alice" }), Error);
+});
+
+// Rules on a call's arguments (`rules:` in the policy file, docs/policy.md): the first that
+// matches decides; none matching leaves the tool's own requiresApproval.
+const PAYMENT_RULES =
+  "version: 1\n" +
+  'roles: { finance: { permissions: ["executions:approve"] } }\n' +
+  "principals: { alice: {}, carol: { roles: [finance] } }\n" +
+  "rules:\n" +
+  '  - tool: "pay.send"\n' +
+  '    when: "input.amount > 1000000"\n' +
+  "    action: block\n" +
+  '    reason: "payments over a million are made by hand"\n' +
+  '  - tool: "pay.send"\n' +
+  '    when: "input.amount > 100"\n' +
+  "    action: approve\n" +
+  '    reason: "payments over 100"\n' +
+  '  - tool: "pay.refund"\n' +
+  "    action: allow\n";
+
+const PAYMENT_SCHEMA = {
+  type: "object",
+  properties: { amount: { type: "number" }, to: { type: "string" } },
+  required: ["to"],
+};
+
+/** pay.send and pay.refund (which requires approval), recording what they did in `sent`. */
+function payments(sent) {
+  return {
+    pay: {
+      send: {
+        handler: ({ amount, to }) => {
+          sent.push(["send", amount, to]);
+          return "sent";
+        },
+        inputSchema: PAYMENT_SCHEMA,
+      },
+      refund: {
+        handler: ({ amount, to }) => {
+          sent.push(["refund", amount, to]);
+          return "refunded";
+        },
+        inputSchema: PAYMENT_SCHEMA,
+        requiresApproval: true,
+      },
+    },
+  };
+}
+
+/** A Policy of `rules` written to a temp dir, run as alice, whose approver records and answers `answer`. */
+function paymentPolicy(t, asked, answer, rules = PAYMENT_RULES) {
+  const file = join(tempDir(t), "policy.yaml");
+  writeFileSync(file, rules);
+  return new Policy({
+    path: file,
+    principal: "alice",
+    approve: (request) => {
+      asked.push(request);
+      return answer;
+    },
+  });
+}
+
+test("a payment no rule matches runs without asking", async (t) => {
+  const sent = [];
+  const asked = [];
+  const policy = paymentPolicy(t, asked, false);
+  const ran = await run("return await pay.send({ amount: 50, to: 'bob' })", { tools: payments(sent), policy });
+  assert.equal(ran.value, "sent", JSON.stringify(ran.error));
+  assert.deepEqual(sent, [["send", 50, "bob"]]);
+  assert.deepEqual(asked, []);
+});
+
+test("a rule sends a large payment for approval with its name and reason", async (t) => {
+  const sent = [];
+  const asked = [];
+  const tools = payments(sent);
+  const yes = paymentPolicy(t, asked, true);
+  const ran = await run("return await pay.send({ amount: 500, to: 'bob' })", { tools, policy: yes });
+  assert.equal(ran.value, "sent", JSON.stringify(ran.error));
+  assert.equal(asked.length, 1);
+  const [request] = asked;
+  assert.equal(request.tool, "pay.send");
+  assert.deepEqual(request.input, { amount: 500, to: "bob" });
+  assert.equal(request.principal, "alice");
+  assert.equal(request.rule, "rules[1]");
+  assert.equal(request.reason, "payments over 100");
+  assert.deepEqual(request.approvers, []);
+
+  const no = paymentPolicy(t, asked, false);
+  const [code, reason, message] = (
+    await run(caught("pay.send({ amount: 700, to: 'mallory' })"), { tools, policy: no })
+  ).value;
+  assert.equal(code, "tool_error");
+  assert.equal(reason, "approval_denied");
+  assert.match(message, /pay\.send/);
+  assert.equal(asked.length, 2);
+  assert.equal(asked[1].rule, "rules[1]");
+  assert.deepEqual(sent, [["send", 500, "bob"]]);
+});
+
+test("a rule naming approvers passes them to the approver", async (t) => {
+  const rules = PAYMENT_RULES.replace(
+    '    reason: "payments over 100"\n',
+    '    reason: "payments over 100"\n    approvers: [finance, carol]\n',
+  );
+  assert.match(rules, /approvers: \[finance, carol\]/);
+  const sent = [];
+  const asked = [];
+  const policy = paymentPolicy(t, asked, true, rules);
+  const ran = await run("return await pay.send({ amount: 500, to: 'bob' })", { tools: payments(sent), policy });
+  assert.equal(ran.value, "sent", JSON.stringify(ran.error));
+  assert.deepEqual(
+    asked.map((r) => [r.rule, r.reason, r.approvers]),
+    [["rules[1]", "payments over 100", ["finance", "carol"]]],
+  );
+});
+
+test("a rule blocks a huge payment without asking", async (t) => {
+  const sent = [];
+  const asked = [];
+  const tools = payments(sent);
+  const policy = paymentPolicy(t, asked, true);
+  const [code, reason, message] = (
+    await run(caught("pay.send({ amount: 5000000, to: 'bob' })"), { tools, policy })
+  ).value;
+  assert.equal(code, "tool_error");
+  assert.equal(reason, "blocked");
+  assert.equal(message, "pay.send: blocked by policy rules[0]: payments over a million are made by hand");
+  // Uncaught, the result's error says the same.
+  const { error } = await run("return await pay.send({ amount: 5000000, to: 'bob' })", { tools, policy });
+  assert.equal(error.reason, "blocked");
+  assert.match(error.message, /payments over a million are made by hand/);
+  // A condition that cannot be evaluated (no amount) blocks too: it never lets a call through.
+  const missing = (await run(caught("pay.send({ to: 'bob' })"), { tools, policy })).value;
+  assert.equal(missing[1], "blocked");
+  assert.match(missing[2], /rules\[0\]/);
+  assert.deepEqual(sent, []);
+  assert.deepEqual(asked, []);
+});
+
+test("an allow rule runs a tool that requires approval without asking", async (t) => {
+  const sent = [];
+  const asked = [];
+  const tools = payments(sent);
+  const policy = paymentPolicy(t, asked, false);
+  const ran = await run("return await pay.refund({ amount: 5000, to: 'bob' })", { tools, policy });
+  assert.equal(ran.value, "refunded", JSON.stringify(ran.error));
+  assert.deepEqual(sent, [["refund", 5000, "bob"]]);
+  assert.deepEqual(asked, []);
+  // Without the rule, the tool's own requiresApproval asks (and this approver says no).
+  const plain = new Policy({
+    approve: (request) => {
+      asked.push(request);
+      return false;
+    },
+  });
+  const [code, reason] = (await run(caught("pay.refund({ amount: 5, to: 'bob' })"), { tools, policy: plain })).value;
+  assert.equal(code, "tool_error");
+  assert.equal(reason, "approval_denied");
+  assert.deepEqual(
+    asked.map((r) => [r.tool, r.rule]),
+    [["pay.refund", null]],
+  );
 });

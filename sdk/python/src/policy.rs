@@ -27,8 +27,11 @@ impl NativePolicy {
 #[pymethods]
 impl NativePolicy {
     /// `path`: the policy file (none: every tool is permitted, rate limits are counted in
-    /// memory); `approve`: `approve(tool, input_json, principal, execution_id, input_sha256) -> bool`,
-    /// called for each call of a tool that requires approval (none: such calls are refused).
+    /// memory); `approve`:
+    /// `approve(tool, input_json, principal, execution_id, input_sha256, rule, reason, approvers) -> bool`,
+    /// called for each call of a tool that requires approval or that a policy rule sends for
+    /// approval (`rule`, `reason`: the rule's, or `None`; `approvers`: the roles or principals
+    /// the rule names, who alone may answer) (none: such calls are refused).
     #[new]
     #[pyo3(signature = (path=None, principal=None, audit_log=None, state=None, approve=None))]
     fn new(
@@ -99,6 +102,9 @@ impl Approver for PythonApprover {
                             request.principal,
                             request.execution_id,
                             request.input_sha256,
+                            request.rule,
+                            request.reason,
+                            request.approvers,
                         ),
                     );
                     match answer.and_then(|a| a.extract::<bool>(py)) {

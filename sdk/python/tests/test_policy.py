@@ -83,6 +83,8 @@ def test_an_approver_decides_each_call_and_a_denial_never_runs_the_tool():
     canonical = json.dumps(asked[1].input, sort_keys=True, separators=(",", ":"))
     assert asked[1].input_sha256 == hashlib.sha256(canonical.encode()).hexdigest()
     assert asked[0].input_sha256 != asked[1].input_sha256
+    # Asked by the tool's own requires_approval, not by a rule of a policy file.
+    assert (asked[1].rule, asked[1].reason, asked[1].approvers) == (None, None, [])
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -155,3 +157,139 @@ def test_slow_approvers_left_waiting_are_bounded_and_an_honest_sync_call_still_r
             break
         threading.Event().wait(0.02)
     assert execbox.run("return await mail.send({})", tools, policy=policy).value == "sent"
+
+
+PAYMENT_RULES = """\
+version: 1
+roles: { finance: { permissions: ["executions:approve"] } }
+principals: { alice: {}, carol: { roles: [finance] } }
+rules:
+  - tool: "pay.send"
+    when: "input.amount > 1000000"
+    action: block
+    reason: "payments over a million are made by hand"
+  - tool: "pay.send"
+    when: "input.amount > 100"
+    action: approve
+    reason: "payments over 100"
+  - tool: "pay.refund"
+    action: allow
+"""
+
+PAYMENT_SCHEMA = {
+    "type": "object",
+    "properties": {"amount": {"type": "number"}, "to": {"type": "string"}},
+    "required": ["to"],
+}
+
+
+def payments(sent):
+    def send(input):
+        sent.append(("send", input["amount"], input["to"]))
+        return "sent"
+
+    def refund(input):
+        sent.append(("refund", input["amount"], input["to"]))
+        return "refunded"
+
+    return {
+        "pay": {
+            "send": execbox.Tool(send, input_schema=PAYMENT_SCHEMA),
+            "refund": execbox.Tool(refund, input_schema=PAYMENT_SCHEMA, requires_approval=True),
+        }
+    }
+
+
+def payment_policy(tmp_path, asked, answer, rules=PAYMENT_RULES):
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(rules)
+
+    def approve(request: execbox.ApprovalRequest) -> bool:
+        asked.append(request)
+        return answer
+
+    return execbox.Policy(policy_file, principal="alice", approve=approve)
+
+
+def test_a_payment_no_rule_matches_runs_without_asking(tmp_path):
+    sent, asked = [], []
+    policy = payment_policy(tmp_path, asked, answer=False)
+    ran = execbox.run("return await pay.send({ amount: 50, to: 'bob' })", payments(sent), policy=policy)
+    assert ran.value == "sent", ran.error
+    assert sent == [("send", 50, "bob")]
+    assert asked == []
+
+
+def test_a_rule_sends_a_large_payment_for_approval_with_its_name_and_reason(tmp_path):
+    sent, asked = [], []
+    tools = payments(sent)
+    yes = payment_policy(tmp_path, asked, answer=True)
+    ran = execbox.run("return await pay.send({ amount: 500, to: 'bob' })", tools, policy=yes)
+    assert ran.value == "sent", ran.error
+    assert len(asked) == 1
+    request = asked[0]
+    assert (request.tool, request.input) == ("pay.send", {"amount": 500, "to": "bob"})
+    assert request.principal == "alice"
+    assert (request.rule, request.reason, request.approvers) == ("rules[1]", "payments over 100", [])
+
+    no = payment_policy(tmp_path, asked, answer=False)
+    code, reason, message, _ = execbox.run(
+        CATCH % "pay.send({ amount: 700, to: 'mallory' })", tools, policy=no
+    ).value
+    assert (code, reason) == ("tool_error", "approval_denied")
+    assert "pay.send" in message
+    assert len(asked) == 2 and asked[1].rule == "rules[1]"
+    assert sent == [("send", 500, "bob")]
+
+
+def test_a_rule_naming_approvers_passes_them_to_the_approver(tmp_path):
+    rules = PAYMENT_RULES.replace(
+        '    reason: "payments over 100"\n',
+        '    reason: "payments over 100"\n    approvers: [finance, carol]\n',
+    )
+    assert "approvers: [finance, carol]" in rules
+    sent, asked = [], []
+    policy = payment_policy(tmp_path, asked, answer=True, rules=rules)
+    ran = execbox.run("return await pay.send({ amount: 500, to: 'bob' })", payments(sent), policy=policy)
+    assert ran.value == "sent", ran.error
+    assert [(r.rule, r.reason, r.approvers) for r in asked] == [
+        ("rules[1]", "payments over 100", ["finance", "carol"])
+    ]
+
+
+def test_a_rule_blocks_a_huge_payment_without_asking(tmp_path):
+    sent, asked = [], []
+    tools = payments(sent)
+    policy = payment_policy(tmp_path, asked, answer=True)
+    code, reason, message, _ = execbox.run(
+        CATCH % "pay.send({ amount: 5000000, to: 'bob' })", tools, policy=policy
+    ).value
+    assert (code, reason) == ("tool_error", "blocked")
+    assert message == (
+        "pay.send: blocked by policy rules[0]: payments over a million are made by hand"
+    )
+    # Uncaught, the result's error says the same.
+    error = execbox.run("return await pay.send({ amount: 5000000, to: 'bob' })", tools, policy=policy).error
+    assert error is not None and error.reason == "blocked"
+    assert "payments over a million are made by hand" in error.message
+    # A condition that cannot be evaluated (no amount) blocks too: it never lets a call through.
+    code, reason, message, _ = execbox.run(CATCH % "pay.send({ to: 'bob' })", tools, policy=policy).value
+    assert (code, reason) == ("tool_error", "blocked")
+    assert "rules[0]" in message
+    assert sent == []
+    assert asked == []
+
+
+def test_an_allow_rule_runs_a_tool_that_requires_approval_without_asking(tmp_path):
+    sent, asked = [], []
+    tools = payments(sent)
+    policy = payment_policy(tmp_path, asked, answer=False)
+    ran = execbox.run("return await pay.refund({ amount: 5000, to: 'bob' })", tools, policy=policy)
+    assert ran.value == "refunded", ran.error
+    assert sent == [("refund", 5000, "bob")]
+    assert asked == []
+    # Without the rule, the tool's own requires_approval asks (and this approver says no).
+    plain = execbox.Policy(approve=lambda request: asked.append(request) or False)
+    code, reason, _, _ = execbox.run(CATCH % "pay.refund({ amount: 5, to: 'bob' })", tools, policy=plain).value
+    assert (code, reason) == ("tool_error", "approval_denied")
+    assert [(r.tool, r.rule) for r in asked] == [("pay.refund", None)]

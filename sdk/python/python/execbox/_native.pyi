@@ -24,7 +24,12 @@ class NativePolicy:
         principal: Optional[str] = None,
         audit_log: Optional[str] = None,
         state: Optional[str] = None,
-        approve: Optional[Callable[[str, str, Optional[str], str], bool]] = None,
+        approve: Optional[
+            Callable[
+                [str, str, Optional[str], str, str, Optional[str], Optional[str], List[str]],
+                bool,
+            ]
+        ] = None,
     ) -> None: ...
 
 class Running:
