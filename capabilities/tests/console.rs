@@ -12,7 +12,8 @@ use execbox_capabilities::{
     ManagerOptions, Registry, RegistryRoots, CONTENT_SECURITY_POLICY,
 };
 use execbox_host::{
-    Executor, Ledger, LedgerCall, PausedCall, PausedProgram, ProcessExecutor, RunnerCommand,
+    ApprovalAsk, Executor, Ledger, LedgerCall, PausedCall, PausedProgram, ProcessExecutor,
+    RunnerCommand,
 };
 use execbox_policy::{Enforcement, Policy};
 use serde_json::{json, Value};
@@ -58,6 +59,9 @@ async fn console(name: &str) -> Console {
         .token_sha256("ops", sha256_hex("ops-token"))
         .principal("ops2", Vec::<String>::new(), ["executions:approve"])
         .token_sha256("ops2", sha256_hex("ops2-token"))
+        .role("finance", ["executions:approve"])
+        .principal("fin", ["finance"], Vec::<String>::new())
+        .token_sha256("fin", sha256_hex("fin-token"))
         .build()
         .unwrap();
     let executor: Arc<dyn Executor> =
@@ -91,6 +95,11 @@ async fn console(name: &str) -> Console {
 /// Keeps a program of alice's paused at its second call (`mail.send`, the first having run):
 /// its execution id.
 async fn paused(console: &Console, to: &str) -> String {
+    paused_asking(console, to, ApprovalAsk::default()).await
+}
+
+/// The same, the call asked as `asked` says (a policy rule, its reason, its approvers).
+async fn paused_asking(console: &Console, to: &str, asked: ApprovalAsk) -> String {
     let mut ledger = Ledger::new();
     ledger.calls.push(
         serde_json::from_value::<LedgerCall>(json!({
@@ -103,7 +112,7 @@ async fn paused(console: &Console, to: &str) -> String {
         serde_json::from_value::<LedgerCall>(json!({"tool": "mail.send", "input": input.clone()}))
             .unwrap(),
     );
-    let call = PausedCall::new(1, "mail.send", input);
+    let call = PausedCall::new(1, "mail.send", input).asked(asked);
     let program = KeptProgram {
         name: "execute_code".into(),
         front_end: "mcp".into(),

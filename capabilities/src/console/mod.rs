@@ -305,30 +305,26 @@ struct Pending {
     permission: String,
     rule: Option<String>,
     reason: Option<String>,
+    /// The roles or principals the rule names as its approvers (the principal is one).
     approvers: Vec<String>,
-    /// The rule names approvers and the principal is not one of them by name: it may be by
-    /// a role, which the server's decision settles.
-    approvers_unsure: bool,
     since_ms: u64,
 }
 
-/// Whether `me` may decide the call `record` waits on, as far as the console can tell:
-/// it holds the call's permission, the execution is not its own unless self-approval is
-/// allowed, and when the rule names approvers, it is one by name, or else maybe by a role
-/// (`Some(true)`: unsure; the server's decision settles it).
-fn may_decide(me: &Principal, record: &ExecutionRecord) -> Option<bool> {
-    let pending = record.pending_approval.as_ref()?;
-    if !me.holds(&pending.permission) {
-        return None;
-    }
+/// Whether `me` may decide the call `record` waits on, as the server's decision checks it
+/// (`CapabilityManager::decide`): one of the approvers the policy rule that asked names (by
+/// name or by one of its roles, `Principal::is_one_of`), or, when it names none, a holder of
+/// the call's approve permission; and not the one who started it, unless self-approval is
+/// allowed.
+fn may_decide(me: &Principal, record: &ExecutionRecord) -> bool {
+    let Some(pending) = record.pending_approval.as_ref() else {
+        return false;
+    };
+    let approver = match pending.approvers.is_empty() {
+        true => me.holds(&pending.permission),
+        false => me.is_one_of(&pending.approvers),
+    };
     let own = me.name().is_some() && me.name() == record.principal.as_deref();
-    if own && !pending.self_approval {
-        return None;
-    }
-    let named = me
-        .name()
-        .is_some_and(|n| pending.approvers.iter().any(|a| a == n));
-    Some(!pending.approvers.is_empty() && !named)
+    approver && (pending.self_approval || !own)
 }
 
 /// The calls `me` may decide now, newest first.
@@ -346,9 +342,9 @@ async fn entries(state: &ConsoleState, me: &Principal) -> Vec<Entry> {
         let Ok(record) = state.manager.get(&summary.execution_id).await else {
             continue;
         };
-        let Some(unsure) = may_decide(me, &record) else {
+        if !may_decide(me, &record) {
             continue;
-        };
+        }
         let Some(pending) = record.pending_approval.clone() else {
             continue;
         };
@@ -375,7 +371,6 @@ async fn entries(state: &ConsoleState, me: &Principal) -> Vec<Entry> {
                     .iter()
                     .map(|a| escape_for_display(a))
                     .collect(),
-                approvers_unsure: unsure,
                 since_ms: pending.since_ms,
             },
         });

@@ -177,9 +177,7 @@
     if (pending.approvers && pending.approvers.length) {
       const approvers = q(".approvers");
       approvers.hidden = false;
-      let text = `approvers: ${pending.approvers.join(", ")}`;
-      if (pending.approversUnsure) text += " (you may be one by a role; the server decides)";
-      setText(approvers, text);
+      setText(approvers, `approvers: ${pending.approvers.join(", ")}`);
     }
     setText(q(".pending-input"), pending.input);
     setText(q(".digest"), `input SHA-256 ${pending.inputSha256}`);
