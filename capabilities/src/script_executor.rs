@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execbox_host::{
-    CallGuard, ExecuteRequest, Executor, Ledger, ToolSet, ToolsFile, REPLAY_DIVERGED,
+    CallGuard, ExecuteRequest, Executor, Ledger, MayAsk, ToolSet, ToolsFile, REPLAY_DIVERGED,
 };
 use execbox_protocol::ErrorCode;
 use serde_json::Value;
@@ -146,6 +146,7 @@ async fn execute(
         true => format!("the paused `{name}` program"),
         false => format!("capability `{name}`"),
     };
+    let may_ask = tools.may_ask(run.guard.as_ref());
     let mut request = ExecuteRequest::new(code)
         .tools(tools)
         .timeout(run.timeout)
@@ -155,7 +156,7 @@ async fn execute(
     match run.durable {
         Durability::None => {}
         Durability::IfApprovalNeeded => {
-            if tools.any_requires_approval() {
+            if may_ask != MayAsk::No {
                 request = request.durable(Ledger::new(), None);
             }
         }

@@ -154,7 +154,7 @@ async fn visible(
         .and_then(Principal::name)
         .is_some_and(|me| record.decisions.iter().any(|d| d.by.as_deref() == Some(me)));
     let decides = (record.status == ExecutionStatus::AwaitingApproval || decided_by_caller)
-        && approves(state, caller);
+        && decides_for(state, caller, &record);
     if sees(caller, record.principal.as_deref()) || decides {
         Ok(record)
     } else {
@@ -508,6 +508,25 @@ async fn decide_call(
     Ok(Json(record).into_response())
 }
 
+/// Whether the caller is one who decides the call `record` waits on (or waited on): one of
+/// the approvers the policy rule that asked names, or, when it names none, a holder of the
+/// approve permission.
+fn decides_for(
+    state: &AppState,
+    caller: &Caller,
+    record: &super::records::ExecutionRecord,
+) -> bool {
+    let approvers = record
+        .pending_approval
+        .as_ref()
+        .map_or(&[][..], |p| p.approvers.as_slice());
+    match (&caller.0, approvers.is_empty()) {
+        (None, _) => true,
+        (Some(p), false) => p.is_one_of(approvers),
+        (Some(_), true) => approves(state, caller),
+    }
+}
+
 /// Whether the caller holds the approve permission (and so sees paused executions of
 /// everyone).
 fn approves(state: &AppState, caller: &Caller) -> bool {
@@ -548,10 +567,11 @@ async fn list_executions(
         .map(|s| s.parse::<ExecutionStatus>())
         .transpose()
         .map_err(invalid)?;
-    // An approver sees every execution that waits for a decision.
-    let principal = match status {
-        Some(ExecutionStatus::AwaitingApproval) if approves(&state, &caller) => None,
-        _ => scope(&caller),
+    // An approver sees every execution that waits for its decision.
+    let awaiting = status == Some(ExecutionStatus::AwaitingApproval);
+    let principal = match scope(&caller) {
+        Some(_) if awaiting => None,
+        scope => scope,
     };
     let filter = ExecutionFilter {
         status,
@@ -560,7 +580,12 @@ async fn list_executions(
         principal,
         limit: q.limit,
     };
-    let executions = state.manager.list(&filter).await?;
+    let mut executions = state.manager.list(&filter).await?;
+    if awaiting && filter.principal.is_none() {
+        executions.retain(|r| {
+            sees(&caller, r.principal.as_deref()) || decides_for(&state, &caller, r)
+        });
+    }
     Ok(Json(json!({"executions": executions})).into_response())
 }
 

@@ -14,6 +14,8 @@ mod logs;
 mod replica_stops;
 #[path = "serve/replicas.rs"]
 mod replicas;
+#[path = "serve/rules.rs"]
+mod rules;
 
 use std::time::Duration;
 

@@ -190,6 +190,19 @@ pub trait CallGuard: Send + Sync {
     /// Whether a tool with these requirements exists for executions under this guard.
     fn may_call(&self, requirements: &ToolRequirements) -> bool;
 
+    /// Who may have to approve a call of `tool` (`provider.tool`; `original_name` the tool's
+    /// own name) before its input is known: what decides whether an execution records a
+    /// ledger so that it can pause ([`crate::ExecuteRequest::durable`]). An answer may err
+    /// towards asking; by default the tool's own `requires_approval`.
+    fn may_ask(&self, tool: &str, original_name: &str, requirements: &ToolRequirements) -> MayAsk {
+        let _ = (tool, original_name);
+        if requirements.requires_approval {
+            MayAsk::Anyone
+        } else {
+            MayAsk::No
+        }
+    }
+
     /// The principal executions under this guard run as, when it names one: an attribute of
     /// their trace spans ([`trace`](crate::trace)), never a decision.
     fn principal(&self) -> Option<&str> {
@@ -214,6 +227,19 @@ pub trait CallGuard: Send + Sync {
         let _ = end;
         Ok(())
     }
+}
+
+/// Whether a call of a tool may wait for an approval, before its input is known
+/// ([`CallGuard::may_ask`]); ordered from least to most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MayAsk {
+    /// It never waits for an approval.
+    No,
+    /// It may wait for an approver: whoever the embedding asks may answer.
+    Anyone,
+    /// It may wait for approvers a policy names: only they may answer, so the execution must
+    /// be able to wait for them durably.
+    Named,
 }
 
 /// The refusal of a call that needs a guard in an execution that has none; `hint` says how

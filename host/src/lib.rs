@@ -88,7 +88,8 @@ pub use connection::{
 pub use eager::spawn_eager;
 pub use executor::{ExecuteFuture, ExecuteRequest, ExecuteResult, Executor, Unawaited};
 pub use guard::{
-    Admission, Admitted, ApprovalAsk, CallGuard, ExecutionEnd, GuardError, GuardFuture, GuardedCall,
+    Admission, Admitted, ApprovalAsk, CallGuard, ExecutionEnd, GuardError, GuardFuture,
+    GuardedCall, MayAsk,
 };
 #[cfg(feature = "inprocess")]
 pub use inprocess::InProcessExecutor;

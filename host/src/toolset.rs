@@ -52,7 +52,7 @@ use serde_json::{Map, Value};
 use tracing::Instrument as _;
 
 use crate::declarations::{provider_declaration, requirement_remarks, ToolDeclaration};
-use crate::guard::{unguarded, CallGuard, GuardError, GuardedCall};
+use crate::guard::{unguarded, CallGuard, GuardError, GuardedCall, MayAsk};
 use crate::json::{
     drop_value, parse_json, value_depth, with_deep_stack, ParseJsonError, SHALLOW_DEPTH,
 };
@@ -538,6 +538,25 @@ impl ToolSet {
             .values()
             .flat_map(|tools| tools.values())
             .any(|tool| tool.tool.requirements().requires_approval)
+    }
+
+    /// Whether a call of a tool of the set may wait for an approval under `guard` (its rules
+    /// may ask for calls of tools that do not require approval themselves): the most any
+    /// tool may.
+    pub fn may_ask(&self, guard: &dyn CallGuard) -> MayAsk {
+        self.0
+            .lookup
+            .iter()
+            .flat_map(|(provider, tools)| tools.iter().map(move |(name, t)| (provider, name, t)))
+            .map(|(provider, name, tool)| {
+                guard.may_ask(
+                    &format!("{provider}.{name}"),
+                    tool.tool.name(),
+                    tool.tool.requirements(),
+                )
+            })
+            .max()
+            .unwrap_or(MayAsk::No)
     }
 
     /// Whether the set has no providers.

@@ -27,6 +27,12 @@ impl ElicitationApprover {
 }
 
 impl Approver for ElicitationApprover {
+    /// The client's user answers, whoever that is: a rule's named approvers are not asked
+    /// this way.
+    fn tells_who_answers(&self) -> bool {
+        false
+    }
+
     fn approve(&self, request: ApprovalRequest) -> BoxFuture<Approval> {
         let peer = self.peer.clone();
         Box::pin(async move {
@@ -109,8 +115,13 @@ fn question(request: &ApprovalRequest) -> String {
         Some(principal) => format!(" (running as {})", escape(principal)),
         None => String::new(),
     };
+    let why = match (&request.rule, &request.reason) {
+        (Some(rule), Some(reason)) => format!("\nPolicy {} asks: {}", escape(rule), escape(reason)),
+        (Some(rule), None) => format!("\nPolicy {} asks for approval.", escape(rule)),
+        _ => String::new(),
+    };
     format!(
-        "A program{who} wants to call {} with this input:\n{shown}\nApprove this call?",
+        "A program{who} wants to call {} with this input:\n{shown}{why}\nApprove this call?",
         escape(&request.tool)
     )
 }

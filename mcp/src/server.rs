@@ -41,7 +41,7 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
 use tracing::Instrument as _;
 
-use execbox_host::{trace, Decision, ExecuteRequest, Executor, Ledger, PausedProgram};
+use execbox_host::{trace, Decision, ExecuteRequest, Executor, Ledger, MayAsk, PausedProgram};
 use execbox_protocol::RuntimeOptions;
 
 use execbox_policy::{ApprovalRequest, AuditEvent, Enforcement};
@@ -342,14 +342,16 @@ impl CodeModeServer {
         };
         self.0.upstreams.settled().await;
         let catalog = self.catalog();
-        // A client that cannot be asked at all: with somewhere to keep it, a program that
-        // may reach a call needing approval pauses there durably.
+        // A client that cannot be asked at all, or a call only approvers a policy rule names
+        // may decide: with somewhere to keep it, a program that may reach such a call
+        // pauses there durably.
+        let may_ask = catalog.tools().may_ask(enforcement);
         let keeps = match &self.0.options.pauses {
             Some(pauses)
                 if durable.is_none()
                     && !in_rounds
-                    && !can_elicit(context)
-                    && catalog.tools().any_requires_approval() =>
+                    && (may_ask == MayAsk::Named
+                        || (may_ask == MayAsk::Anyone && !can_elicit(context))) =>
             {
                 Some(pauses.clone())
             }
@@ -411,6 +413,14 @@ impl CodeModeServer {
         };
         let request = request.guard(Arc::new(guard));
         let result = self.0.executor.execute(request).instrument(span).await;
+        // In rounds, a call for named approvers is kept for them, not asked of the client.
+        let keeps = keeps.or_else(|| {
+            result
+                .paused
+                .as_ref()
+                .filter(|call| !call.asked.approvers.is_empty())
+                .and(self.0.options.pauses.clone())
+        });
         if let (Some(call), Some(ledger), Some(pauses)) =
             (result.paused.clone(), result.ledger.clone(), keeps)
         {
@@ -439,12 +449,26 @@ impl CodeModeServer {
             };
         }
         if let (Some(call), Some(ledger)) = (result.paused.clone(), result.ledger.clone()) {
+            if !call.asked.approvers.is_empty() {
+                // The rule reserves the decision for named approvers; the client's user is
+                // not known to be one, and nothing here keeps the program for them.
+                return input_error(&format!(
+                    "{} needs approval from {} (policy {}), who are not asked here; the call \
+                     did not run. Serve without --no-pause so that the program waits for \
+                     their decision",
+                    call.tool,
+                    call.asked.approvers.join(", "),
+                    call.asked.rule.as_deref().unwrap_or("rule")
+                ))
+                .into();
+            }
             let asked = ApprovalRequest::new(
                 id.clone(),
                 principal.as_deref(),
                 call.tool.clone(),
                 call.input.clone(),
-            );
+            )
+            .asked_by(&call.asked);
             let parked = approval_form(&asked)
                 .and_then(|form| Parked::new(id, principal, code, ledger, call, form));
             return match parked {

@@ -36,7 +36,7 @@ use super::rules::RuledCall;
 use super::{Policy, PolicyError, Principal, RuleAction, RuleDecision, StoreLocation};
 use execbox_host::{
     Admission, Admitted, ApprovalAsk, CallGuard, ExecutionEnd, GuardError, GuardFuture,
-    GuardedCall, RateLimit, ToolError, ToolRequirements,
+    GuardedCall, MayAsk, RateLimit, ToolError, ToolRequirements,
 };
 
 /// What the policy flags of a front end say (`--policy --principal --audit-log --state
@@ -476,6 +476,21 @@ fn fatal(error: PolicyError) -> GuardError {
 impl CallGuard for Enforcement {
     fn may_call(&self, requirements: &ToolRequirements) -> bool {
         self.may_call_tool(requirements)
+    }
+
+    fn may_ask(&self, tool: &str, original_name: &str, requirements: &ToolRequirements) -> MayAsk {
+        let requires = requirements.requires_approval;
+        let may = match self.policy.as_ref().filter(|p| p.has_rules()) {
+            Some(policy) => policy.rules().may_ask(tool, original_name, requires),
+            None if requires => MayAsk::Anyone,
+            None => MayAsk::No,
+        };
+        // Everything is approved already: nothing waits.
+        if self.approve_all {
+            MayAsk::No
+        } else {
+            may
+        }
     }
 
     fn principal(&self) -> Option<&str> {

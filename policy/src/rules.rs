@@ -29,6 +29,7 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 use cel::objects::Key;
 use cel::{Context, Env, ExecutionError, Program, Value as CelValue};
 use execbox_host::yaml::{did_you_mean, Spanned, YamlError};
+use execbox_host::MayAsk;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -216,6 +217,41 @@ impl Rules {
     /// Whether there are no rules.
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Who may have to approve a call of `tool` (`provider.tool`, `original_name` its own
+    /// name), whatever its input: each rule that names it and may ask counts (an
+    /// over-estimate: a rule before it might decide first), and so does the tool's own
+    /// `requires_approval` unless a rule without a condition decides every call before.
+    pub(crate) fn may_ask(
+        &self,
+        tool: &str,
+        original_name: &str,
+        requires_approval: bool,
+    ) -> MayAsk {
+        let mut most = MayAsk::No;
+        for rule in &self.0 {
+            let names = rule.tool.matches(tool)
+                || tool
+                    .split_once('.')
+                    .is_some_and(|(p, _)| rule.tool.matches(&format!("{p}.{original_name}")));
+            if !names {
+                continue;
+            }
+            if rule.action == RuleAction::Approve {
+                most = most.max(match rule.approvers.is_empty() {
+                    true => MayAsk::Anyone,
+                    false => MayAsk::Named,
+                });
+            }
+            if rule.when.is_none() {
+                return most;
+            }
+        }
+        if requires_approval {
+            most = most.max(MayAsk::Anyone);
+        }
+        most
     }
 
     /// The decision of the first rule that matches `call`, if one does.
@@ -957,6 +993,25 @@ mod tests {
         }
         assert!(!known_function("startWith"));
         assert!(!known_function("exec"));
+    }
+
+    #[test]
+    fn may_ask_counts_every_rule_that_may_ask_until_one_decides_every_call() {
+        let policy = policy(
+            r#"  - { tool: "pay.refund", action: allow }
+  - { tool: "pay.*", when: "input.amount > 100", action: approve, approvers: [finance] }
+  - { tool: "mail.*", when: "input.to == 'x'", action: approve }
+  - { tool: "mail.send", action: block }
+"#,
+        )
+        .unwrap();
+        let rules = policy.rules();
+        assert_eq!(rules.may_ask("pay.refund", "refund", true), MayAsk::No);
+        assert_eq!(rules.may_ask("pay.send", "send", false), MayAsk::Named);
+        assert_eq!(rules.may_ask("mail.send", "send", true), MayAsk::Anyone);
+        assert_eq!(rules.may_ask("mail.draft", "draft", false), MayAsk::Anyone);
+        assert_eq!(rules.may_ask("fs.read", "read", false), MayAsk::No);
+        assert_eq!(rules.may_ask("fs.read", "read", true), MayAsk::Anyone);
     }
 
     #[test]

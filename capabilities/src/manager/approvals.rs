@@ -87,9 +87,9 @@ impl CapabilityManager {
                 .map_or(DEFAULT_APPROVE_PERMISSION, |p| p.approve_permission())
                 .to_string(),
             self_approval: policy.is_none_or(|p| p.allows_self_approval()),
-            rule: None,
-            reason: None,
-            approvers: Vec::new(),
+            rule: call.asked.rule.clone(),
+            reason: call.asked.reason.clone(),
+            approvers: call.asked.approvers.clone(),
             since_ms: now_ms(),
         };
         match self.0.store.pause(id, &pending, &text, logs).await {
@@ -485,9 +485,11 @@ impl CapabilityManager {
         Ok(ended)
     }
 
-    /// Whether `approver` may decide the call of `record`: it holds the approve permission,
-    /// and did not start the execution (unless the policy allows that). Without a policy,
-    /// anyone may.
+    /// Whether `approver` may decide the call of `record`: it is one of the approvers the
+    /// policy rule that asked names (a principal or one of its roles), or, when the rule
+    /// names none (or the tool's own `requires_approval` asked), it holds the approve
+    /// permission; and it did not start the execution (unless the policy allows that).
+    /// Without a policy, anyone may.
     fn may_decide(
         &self,
         id: &str,
@@ -502,7 +504,28 @@ impl CapabilityManager {
             Some(name) => format!("principal `{name}`"),
             None => "a caller without a principal".to_string(),
         };
-        if !approver.is_some_and(|p| p.holds(permission)) {
+        let approvers = record
+            .pending_approval
+            .as_ref()
+            .map_or(&[][..], |p| p.approvers.as_slice());
+        if !approvers.is_empty() {
+            if !approver.is_some_and(|p| p.is_one_of(approvers)) {
+                let rule = record
+                    .pending_approval
+                    .as_ref()
+                    .and_then(|p| p.rule.as_deref())
+                    .unwrap_or("rule");
+                return Err(format!(
+                    "the call execution `{id}` waits on may be decided by {} only (policy {rule}), \
+                     and {who} is none of them; one of them must decide",
+                    approvers
+                        .iter()
+                        .map(|a| format!("`{a}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        } else if !approver.is_some_and(|p| p.holds(permission)) {
             return Err(format!(
                 "deciding the call execution `{id}` waits on needs the permission \
                  `{permission}`, which {who} does not hold; an approver holding it must decide \
