@@ -556,3 +556,37 @@ async fn the_page_has_a_strict_content_security_policy_and_no_inline_script() {
     let events = request(console.addr, "GET", "/console/events", &[], None).await;
     assert_eq!(events.status, 403, "{}", events.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_a_rule_asks_of_a_role_is_listed_for_that_role_only_with_the_rule() {
+    let console = console("roles").await;
+    let asked = ApprovalAsk::by_rule(
+        "big-payments",
+        Some("payments over 100 need finance".into()),
+        vec!["finance".into()],
+    );
+    let id = paused_asking(&console, "bob@example.com", asked).await;
+    let list = |cookie: String| {
+        let addr = console.addr;
+        async move {
+            request(
+                addr,
+                "GET",
+                "/console/pending",
+                &[("Cookie", &cookie)],
+                None,
+            )
+            .await
+            .json()
+        }
+    };
+    let ops = sign_in(&console, "ops-token").await;
+    assert_eq!(list(ops.cookie).await["entries"], json!([]));
+    let fin = sign_in(&console, "fin-token").await;
+    let listed = list(fin.cookie).await;
+    let pending = &listed["entries"][0]["pending"];
+    assert_eq!(listed["entries"][0]["executionId"], id.as_str());
+    assert_eq!(pending["rule"], "big-payments");
+    assert_eq!(pending["reason"], "payments over 100 need finance");
+    assert_eq!(pending["approvers"], json!(["finance"]));
+}

@@ -480,6 +480,17 @@ mod tests {
     }
 
     #[test]
+    fn an_expired_session_is_nothing() {
+        let sessions = Sessions::new("/console").ttl(Duration::ZERO);
+        let s = sessions.open(1).unwrap();
+        assert!(sessions.find(&s.id).is_none());
+        assert!(sessions.is_empty());
+        let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={}", s.id))]);
+        let refused = sessions.admit(&Method::GET, false, "h", &h).unwrap_err();
+        assert!(refused.message.contains("sign in"), "{refused}");
+    }
+
+    #[test]
     fn secure_unless_a_loopback_name() {
         for (host, secure) in [
             ("localhost:8080", false),

@@ -79,7 +79,7 @@
     $("who").hidden = false;
     form.hidden = true;
     consoleBox.hidden = false;
-    say(info.approves ? "" : "This principal holds no approve permission: nothing will wait for it.");
+    say(info.approves ? "" : "This principal holds no approve permission: only calls a policy rule asks of it by name or role will appear.");
     listen();
   }
 
