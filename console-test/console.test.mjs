@@ -1,7 +1,7 @@
 // The approval console of `execbox serve` in a real browser (Debian's chromium through
 // playwright-core): the release `execbox` serves a project whose `pay` capability calls
-// `notes.add`, then `mail.send`, which needs approval (a policy rule on `input.amount > 100`,
-// and the tool's own `requires_approval`); a requester starts executions through the API, and
+// `notes.add`, then `mail.send`, which needs approval when a policy rule says so
+// (`input.amount > 100`, asked of the role `finance`); a requester starts executions through the API, and
 // an approver signs in to /console, sees each pending call appear live, approves one, denies
 // another with a reason, sees a second context's decision of a decided call refused, and
 // hostile text in the program and the tool input stays text.
@@ -59,11 +59,7 @@ function project() {
       notes: { tools: { add: { command: "/bin/sh", args: ["-c", "cat >/dev/null; echo '{\"noted\": true}'"] } } },
       mail: {
         tools: {
-          send: {
-            command: "/bin/sh",
-            args: ["-c", "cat >/dev/null; echo '{\"sent\": 7}'"],
-            requires_approval: true,
-          },
+          send: { command: "/bin/sh", args: ["-c", "cat >/dev/null; echo '{\"sent\": 7}'"] },
         },
       },
     },
@@ -71,11 +67,14 @@ function project() {
   writeFileSync(join(cap, "tools.yaml"), JSON.stringify(tools));
   const policy =
     "version: 1\n" +
+    "roles:\n" +
+    "  finance: { permissions: ['executions:approve'] }\n" +
     "principals:\n" +
     `  requester: { token_sha256: [${sha256("requester-token")}] }\n` +
-    `  approver: { permissions: ['executions:approve'], token_sha256: [${sha256("approver-token")}] }\n` +
+    `  approver: { roles: [finance], token_sha256: [${sha256("approver-token")}] }\n` +
+    `  bystander: { permissions: ['executions:approve'], token_sha256: [${sha256("bystander-token")}] }\n` +
     "rules:\n" +
-    '  - { name: big-payments, tool: "mail.send", when: "input.amount > 100", action: approve, reason: "payments over 100 need a second person" }\n';
+    '  - { name: big-payments, tool: "mail.send", when: "input.amount > 100", action: approve, approvers: [finance], reason: "payments over 100 need a second person" }\n';
   writeFileSync(join(dir, "policy.yaml"), policy);
 }
 
@@ -180,6 +179,39 @@ test("a bad token is refused and the page keeps no token", async () => {
   await context.close();
 });
 
+test("a call no rule asks about runs at once, and one asked of finance is not shown to others", async () => {
+  const small = await start({ to: "erin@example.com", amount: 50, note: "small" });
+  const outcome = await (
+    await fetch(`${url}/v1/executions/${small}/wait?timeoutMs=60000`, {
+      headers: { Authorization: "Bearer requester-token" },
+    })
+  ).json();
+  assert.equal(outcome.status, "completed", JSON.stringify(outcome));
+
+  // A holder of the approve permission who is not in finance sees nothing of a big one.
+  const big = await start({ to: "frank@example.com", amount: 400, note: "big" });
+  const paused = await (
+    await fetch(`${url}/v1/executions/${big}/wait?timeoutMs=60000`, {
+      headers: { Authorization: "Bearer requester-token" },
+    })
+  ).json();
+  assert.equal(paused.status, "awaiting_approval", JSON.stringify(paused));
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${url}/console`);
+  await page.getByTestId("token").fill("bystander-token");
+  await page.getByTestId("sign-in").click();
+  await page.locator("#empty").waitFor({ state: "visible" });
+  assert.equal(await page.getByTestId("pending-call").count(), 0);
+  // Stop it, so that the approver's list starts empty.
+  const stopped = await fetch(`${url}/v1/executions/${big}/stop`, {
+    method: "POST",
+    headers: { Authorization: "Bearer requester-token" },
+  });
+  assert.equal(stopped.status, 200);
+  await context.close();
+});
+
 test("the approver sees a pending call live, approves it and sees the outcome", async () => {
   const { context, page } = await signedIn();
   // The cookie: HttpOnly, SameSite=Strict, on /console only; the page script cannot read it.
@@ -203,10 +235,9 @@ test("the approver sees a pending call live, approves it and sees the outcome", 
   const source = await entry.locator(".source").textContent();
   assert.ok(source.includes(XSS_SOURCE), source);
   assert.match(await entry.locator(".ran").textContent(), /notes\.add[\s\S]*"noted": true/);
-  const rule = entry.locator(".rule");
-  if (await rule.isVisible()) {
-    assert.match(await rule.textContent(), /big-payments/);
-  }
+  // The rule that asked, why, and of whom.
+  assert.match(await entry.locator(".rule").textContent(), /big-payments.*because: payments over 100 need a second person/);
+  assert.match(await entry.locator(".approvers").textContent(), /approvers: finance/);
   // The hostile text stayed text: no element was made of it, no script ran.
   assert.equal(await page.locator("img").count(), 0);
   assert.equal(await page.locator("script").count(), 1);
