@@ -465,7 +465,21 @@ async fn a_decision_needs_the_cookie_the_own_origin_and_the_csrf_header_and_deci
     assert_eq!(denied.json()["status"], "failed");
     assert_eq!(denied.json()["decisions"][0]["by"], "ops");
 
-    // Another approver approving the same call afterwards is refused.
+    // The same approver approving the call it denied is refused, and changes nothing.
+    let again = decide(
+        &console,
+        &id,
+        "approve",
+        &[
+            ("Cookie", &ops.cookie),
+            ("Origin", &origin),
+            ("x-execbox-csrf", &ops.csrf),
+        ],
+        json!({"call": 2, "inputSha256": digest}),
+    )
+    .await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    // Another approver, for whom it no longer waits, finds nothing to decide.
     let ops2 = sign_in(&console, "ops2-token").await;
     let second = decide(
         &console,
@@ -479,16 +493,10 @@ async fn a_decision_needs_the_cookie_the_own_origin_and_the_csrf_header_and_deci
         json!({"call": 2, "inputSha256": digest}),
     )
     .await;
-    assert!(
-        second.status == 409 || second.status == 404,
-        "{} {}",
-        second.status,
-        second.body
-    );
-    assert_eq!(
-        console.manager.get(&id).await.unwrap().status.to_string(),
-        "failed"
-    );
+    assert_eq!(second.status, 404, "{}", second.body);
+    let record = console.manager.get(&id).await.unwrap();
+    assert_eq!(record.status.to_string(), "failed");
+    assert_eq!(record.decisions.len(), 1);
 
     // The bearer-token API is as it was.
     let api = request(
@@ -589,4 +597,51 @@ async fn a_call_a_rule_asks_of_a_role_is_listed_for_that_role_only_with_the_rule
     assert_eq!(pending["rule"], "big-payments");
     assert_eq!(pending["reason"], "payments over 100 need finance");
     assert_eq!(pending["approvers"], json!(["finance"]));
+}
+
+/// The first `event: pending` of `/console/events` for `cookie`: its entries.
+async fn first_pending_event(addr: SocketAddr, cookie: &str) -> Value {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "GET /console/events HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    let read = async {
+        let mut buffer = [0u8; 8192];
+        loop {
+            let n = stream.read(&mut buffer).await.unwrap();
+            assert!(
+                n > 0,
+                "the stream ended: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buffer[..n]);
+            let text = String::from_utf8_lossy(&seen);
+            if let Some(at) = text.find("event: pending\n") {
+                let rest = &text[at..];
+                if let Some(line) = rest.lines().find_map(|l| l.strip_prefix("data: ")) {
+                    if rest.contains("\n\n") {
+                        return serde_json::from_str::<Value>(line).unwrap();
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .expect("an `event: pending` within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_sends_each_principal_the_calls_it_may_decide() {
+    let console = console("events").await;
+    let id = paused(&console, "bob@example.com").await;
+    let ops = sign_in(&console, "ops-token").await;
+    let listed = first_pending_event(console.addr, &ops.cookie).await;
+    assert_eq!(listed["entries"][0]["executionId"], id.as_str(), "{listed}");
+    assert_eq!(listed["entries"][0]["pending"]["call"], 2);
+    let alice = sign_in(&console, "alice-token").await;
+    let hers = first_pending_event(console.addr, &alice.cookie).await;
+    assert_eq!(hers["entries"], json!([]), "{hers}");
 }
