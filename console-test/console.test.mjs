@@ -372,7 +372,7 @@ test("a decision without the cookie, or from a foreign Origin, is refused", asyn
   await context.close();
 });
 
-test("the page is readable on a phone: nothing wider than the screen", async () => {
+test("the page is readable on a phone, and signing out ends the session", async () => {
   const context = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
   const page = await context.newPage();
   await page.goto(`${url}/console`);
@@ -387,5 +387,15 @@ test("the page is readable on a phone: nothing wider than the screen", async () 
   assert.ok(widths.page <= widths.screen, JSON.stringify(widths));
   const approve = await page.getByTestId("approve").first().boundingBox();
   assert.ok(approve.height >= 36, "a button big enough to tap");
+
+  // Signing out ends the session on the server and clears the cookie.
+  const [cookie] = await context.cookies();
+  await page.getByTestId("sign-out").click();
+  await page.getByTestId("sign-in").waitFor({ state: "visible" });
+  assert.deepEqual(await context.cookies(), []);
+  const after = await fetch(`${url}/console/session`, {
+    headers: { Cookie: `${cookie.name}=${cookie.value}` },
+  });
+  assert.equal(after.status, 403);
   await context.close();
 });
