@@ -1062,6 +1062,59 @@ fn a_paused_run_is_reported_waiting_with_the_command_that_decides_it() {
     );
 }
 
+#[test]
+fn a_policy_rule_on_the_amount_runs_a_small_payment_and_pauses_a_large_one() {
+    let roots = Roots::new("rules-cli");
+    let dir = roots.project.capability(
+        "pay",
+        &script_yaml("pay", "tools: tools.yaml\n"),
+        &[(
+            "index.js",
+            "const small = await pay.send({ amount: params.small });\n\
+             const large = await pay.send({ amount: params.large });\n\
+             return [small, large];",
+        )],
+    );
+    std::fs::write(
+        dir.join("tools.yaml"),
+        "version: 1\nproviders:\n  pay:\n    tools:\n      send:\n        command: /bin/sh\n        args: [\"-c\", \"cat >/dev/null; echo '{\\\"sent\\\": true}'\"]\n",
+    )
+    .unwrap();
+    let policy = roots.temp.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\nrules:\n  - { tool: pay.send, when: \"input.amount > 100\", action: approve, reason: \"payments over 100\" }\n",
+    )
+    .unwrap();
+    let project = roots.project_dir();
+    let run = |params: &str| {
+        support::cli::command(&[
+            "capabilities",
+            "run",
+            "pay",
+            "--params",
+            params,
+            "--policy",
+            policy.to_str().unwrap(),
+            "--project",
+            project.to_str().unwrap(),
+        ])
+        .env("EXECBOX_HOME", &roots.global.0)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+    };
+    let out = run(r#"{"small": 1, "large": 2}"#);
+    assert!(out.status.success(), "{}", support::cli::text(&out.stderr));
+    let out = run(r#"{"small": 1, "large": 500}"#);
+    let stderr = support::cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("awaiting_approval: call 2 (pay.send) needs approval, and has not run"),
+        "{stderr}"
+    );
+}
+
 /// `git ARGS` in `dir`, which must succeed; its stdout.
 fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")

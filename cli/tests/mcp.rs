@@ -86,6 +86,7 @@ fn main() {
         a_client_leaving_after_initialize_reports_no_upstream_we_stopped_as_dead,
         a_policy_hides_and_refuses_the_tools_a_principal_lacks,
         approvals_are_asked_of_the_client_user_and_rate_limits_apply,
+        rules_on_the_input_ask_the_user_for_large_sums_and_keep_the_largest_for_finance,
         without_elicitation_a_call_needing_approval_is_refused,
         approvals_travel_in_the_answer_on_mcp_2026_07_28,
         a_program_nobody_can_approve_now_waits_for_an_operator,
@@ -1261,6 +1262,74 @@ async fn a_policy_hides_and_refuses_the_tools_a_principal_lacks(h: Harness) -> R
     check!(
         add["principal"] == "adder" && add["outcome"] == "ok",
         "{add}"
+    );
+    mcp.stop().await?;
+    Ok(())
+}
+
+/// Policy rules on `alpha.add`'s input: sums from 100 are asked of the client's user (with the
+/// rule's reason), sums from 1000 wait durably for `finance`, who are not the user, and a
+/// small sum runs without a question.
+async fn rules_on_the_input_ask_the_user_for_large_sums_and_keep_the_largest_for_finance(
+    h: Harness,
+) -> Result<(), String> {
+    let config = h.config(json!({ "alpha": h.upstream("alpha") }));
+    let policy = h.write(
+        "policy.yaml",
+        r#"version: 1
+roles: { finance: { permissions: ["executions:approve"] } }
+principals: { carol: { roles: [finance] } }
+default_permissions: ["alpha:*"]
+rules:
+  - { tool: "alpha.add", when: "input.a >= 1000", action: approve, approvers: [finance], reason: "large sums" }
+  - { tool: "alpha.add", when: "input.a >= 100", action: approve, reason: "sums from 100" }
+"#,
+    );
+    let db = h.dir.join("state.db");
+    let flags = [
+        "--config",
+        config.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+    ];
+    let mcp = h.start_approving(&flags, Some(true)).await?;
+    let sum = mcp.value("(await alpha.add({ a: 2, b: 3 })).sum").await?;
+    check!(sum == json!(5), "{sum}");
+    check!(
+        mcp.events.questions.lock().unwrap().is_empty(),
+        "asked for a small sum"
+    );
+    let sum = mcp.value("(await alpha.add({ a: 200, b: 3 })).sum").await?;
+    check!(sum == json!(203), "{sum}");
+    let questions = mcp.events.questions.lock().unwrap().clone();
+    check!(
+        questions.len() == 1
+            && questions[0].contains("\"a\": 200")
+            && questions[0].contains("Policy rules[1] asks: sums from 100"),
+        "{questions:?}"
+    );
+    let adds = h.marks().matches("called add").count();
+    let paused = mcp.exec("(await alpha.add({ a: 5000, b: 3 })).sum").await?;
+    let s = &paused.structured;
+    check!(
+        !paused.is_error && s["status"] == json!("awaiting_approval"),
+        "{}",
+        paused.text
+    );
+    check!(
+        s["waitingFor"]["input"] == json!({"a": 5000, "b": 3}),
+        "{s}"
+    );
+    check!(
+        mcp.events.questions.lock().unwrap().len() == 1,
+        "the user was asked a question reserved for finance"
+    );
+    check!(
+        h.marks().matches("called add").count() == adds,
+        "the upstream was called: {}",
+        h.marks()
     );
     mcp.stop().await?;
     Ok(())

@@ -308,3 +308,78 @@ fn the_terminal_approval_prompt_shows_invisible_characters_escaped() {
     let got: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(got["body"], body.as_str());
 }
+
+/// A tools file with `pay.send {to, amount}`, which needs no approval of its own and echoes
+/// its input, and a policy whose rules ask for payments over 100 and block those over a
+/// million.
+fn pay_files(dir: &Path) -> (PathBuf, PathBuf) {
+    let tools = dir.join("tools.yaml");
+    let yaml = json!({
+        "version": 1,
+        "providers": {"pay": {"tools": {"send": {
+            "command": "python3",
+            "args": ["-c", "import json, sys; print(json.dumps(json.load(sys.stdin)['input']))"],
+        }}}}
+    });
+    std::fs::write(&tools, yaml.to_string()).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        r#"version: 1
+rules:
+  - { tool: "pay.send", when: "input.amount > 1000000", action: block, reason: "made by hand" }
+  - { tool: "pay.send", when: "input.amount > 100", action: approve, reason: "payments over 100" }
+"#,
+    )
+    .unwrap();
+    (tools, policy)
+}
+
+#[test]
+fn a_rule_on_the_amount_asks_the_terminal_for_large_payments_only() {
+    let dir = TempDir::new("rules-terminal");
+    let (tools, policy) = pay_files(dir.path());
+    let code = "const small = await pay.send({ to: 'bob', amount: 1 });\n\
+                const large = await pay.send({ to: 'bob', amount: 500 });\n\
+                ({ small, large })";
+    let args = [
+        "run",
+        "-",
+        "--tools",
+        tools.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+    ];
+    let (shown, status, out) = run_on_a_terminal(&args, code, "y\n");
+    // The first question is the large payment's, with the rule that asked and its reason.
+    assert!(shown.contains("\"amount\": 500"), "{shown:?}");
+    assert!(!shown.contains("\"amount\": 1\r\n"), "{shown:?}");
+    assert!(
+        shown.contains("policy rules[1] asks: payments over 100"),
+        "{shown:?}"
+    );
+    assert_eq!(status, Some(0), "{out}");
+    let result: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(result["small"]["amount"], 1, "{out}");
+    assert_eq!(result["large"]["amount"], 500, "{out}");
+
+    // Without a terminal, nobody can be asked: the small payment runs, the large one is
+    // refused; a huge one is blocked by its rule.
+    let code = "const small = await pay.send({ to: 'bob', amount: 1 });\n\
+                const large = await pay.send({ to: 'bob', amount: 500 }).catch((e) => e.reason);\n\
+                const huge = await pay.send({ to: 'bob', amount: 5000000 }).catch((e) => [e.reason, e.message]);\n\
+                ({ small, large, huge })";
+    let (status, out, err) = run(&args, code, None);
+    assert_eq!(status, Some(0), "{out}{err}");
+    let result: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(result["small"]["amount"], 1, "{out}");
+    assert_eq!(result["large"], "approval_required", "{out}");
+    assert_eq!(
+        result["huge"],
+        json!([
+            "blocked",
+            "pay.send: blocked by policy rules[0]: made by hand"
+        ]),
+        "{out}"
+    );
+}
