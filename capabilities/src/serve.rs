@@ -582,9 +582,8 @@ async fn list_executions(
     };
     let mut executions = state.manager.list(&filter).await?;
     if awaiting && filter.principal.is_none() {
-        executions.retain(|r| {
-            sees(&caller, r.principal.as_deref()) || decides_for(&state, &caller, r)
-        });
+        executions
+            .retain(|r| sees(&caller, r.principal.as_deref()) || decides_for(&state, &caller, r));
     }
     Ok(Json(json!({"executions": executions})).into_response())
 }
