@@ -858,6 +858,21 @@ mod tests {
     }
 
     #[test]
+    fn the_functions_the_docs_show_work() {
+        let policy = policy(
+            r#"  - tool: "*"
+    when: "now.getHours('Europe/Paris') >= 0 && !('finance' in principal.roles) && input.to.matches('^b') && input.items.exists_one(i, i > 2) && has(input.to) && !has(input.cc) && duration('1h') > duration('1m') && now > timestamp('2027-01-01T00:00:00Z') - duration('87600h') && input.n + 1 == 3 && input.x * 2.0 == 3.0"
+    action: block
+"#,
+        )
+        .unwrap();
+        let input = json!({"to": "bob", "items": [1, 2, 3], "n": 2, "x": 1.5});
+        let d = decide(&policy, "pay.send", input).unwrap();
+        assert_eq!(d.action, RuleAction::Block);
+        assert_eq!(d.reason, None, "the condition held, it did not fail");
+    }
+
+    #[test]
     fn a_condition_that_fails_at_run_time_blocks_and_says_why() {
         let policy =
             policy("  - { tool: \"pay.send\", when: \"input.amount > 100\", action: approve }\n")
