@@ -44,7 +44,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::manager::CapabilityManager;
-use crate::records::{ExecutionFilter, ExecutionRecord, ExecutionStatus};
+use crate::records::{ExecutionFilter, ExecutionStatus};
 
 /// Where the console lives; its session cookie is sent here only.
 pub(crate) const PATH: &str = "/console";
@@ -310,23 +310,6 @@ struct Pending {
     since_ms: u64,
 }
 
-/// Whether `me` may decide the call `record` waits on, as the server's decision checks it
-/// (`CapabilityManager::decide`): one of the approvers the policy rule that asked names (by
-/// name or by one of its roles, `Principal::is_one_of`), or, when it names none, a holder of
-/// the call's approve permission; and not the one who started it, unless self-approval is
-/// allowed.
-fn may_decide(me: &Principal, record: &ExecutionRecord) -> bool {
-    let Some(pending) = record.pending_approval.as_ref() else {
-        return false;
-    };
-    let approver = match pending.approvers.is_empty() {
-        true => me.holds(&pending.permission),
-        false => me.is_one_of(&pending.approvers),
-    };
-    let own = me.name().is_some() && me.name() == record.principal.as_deref();
-    approver && (pending.self_approval || !own)
-}
-
 /// The calls `me` may decide now, newest first.
 async fn entries(state: &ConsoleState, me: &Principal) -> Vec<Entry> {
     let filter = ExecutionFilter {
@@ -342,7 +325,13 @@ async fn entries(state: &ConsoleState, me: &Principal) -> Vec<Entry> {
         let Ok(record) = state.manager.get(&summary.execution_id).await else {
             continue;
         };
-        if !may_decide(me, &record) {
+        // The server's own check of a decision: the console lists what it would accept.
+        let may = record.pending_approval.is_some()
+            && state
+                .manager
+                .may_decide(&record.execution_id, &record, Some(me))
+                .is_ok();
+        if !may {
             continue;
         }
         let Some(pending) = record.pending_approval.clone() else {

@@ -490,7 +490,7 @@ impl CapabilityManager {
     /// names none (or the tool's own `requires_approval` asked), it holds the approve
     /// permission; and it did not start the execution (unless the policy allows that).
     /// Without a policy, anyone may.
-    fn may_decide(
+    pub(crate) fn may_decide(
         &self,
         id: &str,
         record: &ExecutionRecord,
