@@ -98,6 +98,21 @@ async fn call(
     json_of(request.send().await.unwrap()).await
 }
 
+/// Starts capability `name` as bob; its execution id.
+async fn start(client: &reqwest::Client, server: &Server, name: &str) -> String {
+    let (status, started) = call(
+        client,
+        server,
+        "bob-token",
+        reqwest::Method::POST,
+        "/v1/executions",
+        Some(json!({"capability": name})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    started["executionId"].as_str().unwrap().to_string()
+}
+
 async fn settled(client: &reqwest::Client, server: &Server, id: &str) -> Value {
     let path = format!("/v1/executions/{id}/wait?timeoutMs=60000");
     let (status, outcome) = call(
@@ -120,17 +135,7 @@ async fn a_rule_on_the_amount_runs_small_payments_and_pauses_large_ones_for_its_
     let policy = policy(&roots);
     let server = serve(&roots, &["--policy", &policy]);
     let client = client();
-    let (status, started) = call(
-        &client,
-        &server,
-        "bob-token",
-        Method::POST,
-        "/v1/executions",
-        Some(json!({"capability": "pay"})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let id = started["executionId"].as_str().unwrap().to_string();
+    let id = start(&client, &server, "pay").await;
     let paused = settled(&client, &server, &id).await;
     assert_eq!(paused["status"], "awaiting_approval", "{paused}");
     // The small payment ran without asking anyone; the large one waits, naming its rule.
@@ -190,22 +195,11 @@ async fn a_rule_on_the_amount_runs_small_payments_and_pauses_large_ones_for_its_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_rule_refuses_the_call_with_reason_blocked() {
-    use reqwest::Method;
     let roots = project("rules-block");
     let policy = policy(&roots);
     let server = serve(&roots, &["--policy", &policy]);
     let client = client();
-    let (status, started) = call(
-        &client,
-        &server,
-        "bob-token",
-        Method::POST,
-        "/v1/executions",
-        Some(json!({"capability": "huge"})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
-    let id = started["executionId"].as_str().unwrap().to_string();
+    let id = start(&client, &server, "huge").await;
     let done = settled(&client, &server, &id).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["reason"], "blocked", "{done}");
