@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use execbox_host::yaml::{self, base_dir, did_you_mean};
+use execbox_host::yaml::{self, base_dir, did_you_mean, Spanned};
 use serde::Deserialize;
 
 use super::grants::Grants;
@@ -65,7 +65,7 @@ pub(super) struct PolicyDef {
     #[serde(default)]
     pub(super) approvals: Option<ApprovalsDef>,
     #[serde(default)]
-    pub(super) rules: Vec<RuleDef>,
+    pub(super) rules: Vec<Spanned<RuleDef>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

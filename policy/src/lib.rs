@@ -523,14 +523,16 @@ impl PolicyBuilder {
         approvers: impl IntoIterator<Item = impl Into<String>>,
         reason: Option<&str>,
     ) -> Self {
-        self.def.rules.push(rules::RuleDef {
-            name: None,
-            tool: tool.into(),
-            when: when.map(|w| execbox_host::yaml::unplaced(w.to_string())),
-            action,
-            approvers: strings(approvers),
-            reason: reason.map(str::to_string),
-        });
+        self.def
+            .rules
+            .push(execbox_host::yaml::unplaced(rules::RuleDef {
+                name: None,
+                tool: tool.into(),
+                when: when.map(|w| execbox_host::yaml::unplaced(w.to_string())),
+                action,
+                approvers: strings(approvers),
+                reason: reason.map(str::to_string),
+            }));
         self
     }
 

@@ -147,19 +147,25 @@ impl Rules {
     /// Compiles the rules of a policy file; `roles` and `principals` are the names an
     /// approver may be.
     pub(super) fn compile(
-        defs: &[RuleDef],
+        defs: &[Spanned<RuleDef>],
         path: &Path,
         roles: &HashSet<&str>,
         principals: &HashSet<&str>,
     ) -> Result<Rules, PolicyError> {
         let mut rules = Vec::with_capacity(defs.len());
         let mut names = HashSet::new();
-        for (i, def) in defs.iter().enumerate() {
+        for (i, spanned) in defs.iter().enumerate() {
+            let def = &spanned.value;
             let at = format!("rules[{i}]");
-            let invalid = |field: &str, message: String| PolicyError::Invalid {
-                path: path.to_path_buf(),
-                at: format!("{at}.{field}"),
-                message,
+            let (line, column) = (spanned.referenced.line(), spanned.referenced.column());
+            let invalid = |field: &str, message: String| {
+                PolicyError::File(YamlError::Invalid {
+                    path: path.to_path_buf(),
+                    line: (line > 0).then_some(line),
+                    column: (column > 0).then_some(column),
+                    at: format!("{at}.{field}"),
+                    message,
+                })
             };
             let label = match &def.name {
                 Some(name) if name.trim().is_empty() => {
@@ -949,7 +955,7 @@ mod tests {
             ),
             (
                 "  - { tool: pay.send, action: approve, approvers: [fnance] }\n",
-                "policy.yaml: rules[0].approvers: `fnance` is neither a role nor a principal of this policy; did you mean `finance`?",
+                "policy.yaml:8:5: rules[0].approvers: `fnance` is neither a role nor a principal of this policy; did you mean `finance`?",
             ),
             (
                 "  - { tool: pay.send, action: block, approvers: [finance] }\n",
