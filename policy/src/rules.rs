@@ -28,6 +28,7 @@ use std::sync::{Arc, OnceLock};
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 use cel::objects::Key;
 use cel::{Context, Env, ExecutionError, Program, Value as CelValue};
+use execbox_host::json::{with_deep_stack, SHALLOW_DEPTH};
 use execbox_host::yaml::{did_you_mean, Spanned, YamlError};
 use execbox_host::MayAsk;
 use serde::Deserialize;
@@ -262,15 +263,33 @@ impl Rules {
 
     /// The decision of the first rule that matches `call`, if one does.
     pub(crate) fn decide(&self, call: &RuledCall<'_>) -> Option<RuleDecision> {
-        let mut bound: Option<Bound> = None;
-        for rule in &self.0 {
+        self.decide_from(0, call, None)
+    }
+
+    /// [`Rules::decide`] from rule `start` on, with the input's bounds when measured. An
+    /// input nested deeper than [`SHALLOW_DEPTH`] is converted, evaluated and dropped on a
+    /// thread with a deep stack (each step recurses once per level).
+    fn decide_from(
+        &self,
+        start: usize,
+        call: &RuledCall<'_>,
+        mut bound: Option<Bound>,
+    ) -> Option<RuleDecision> {
+        for (i, rule) in self.0.iter().enumerate().skip(start) {
             if !rule.tool.matches(call.tool) && !rule.tool.matches_original(call) {
                 continue;
             }
             let Some(when) = &rule.when else {
                 return Some(rule.decision());
             };
-            let bound = bound.get_or_insert_with(|| Bound::new(call));
+            if bound.is_none() {
+                let measured = Bound::new(call);
+                if measured.depth > SHALLOW_DEPTH {
+                    return with_deep_stack(|| self.decide_from(i, call, Some(measured)));
+                }
+                bound = Some(measured);
+            }
+            let bound = bound.as_mut().expect("measured above");
             match when.evaluate(call, bound) {
                 Ok(true) => return Some(rule.decision()),
                 Ok(false) => continue,
@@ -341,16 +360,7 @@ impl Condition {
                 "brackets nest deeper than {MAX_WHEN_NESTING} levels; write it flatter"
             )));
         }
-        let program = env().compile(text).map_err(|errors| {
-            let first = errors.errors.first();
-            match first {
-                Some(e) => invalid(format!(
-                    "is not a CEL expression: {} (line {}, column {} of the expression)",
-                    e.msg, e.pos.0, e.pos.1
-                )),
-                None => invalid("is not a CEL expression".into()),
-            }
-        })?;
+        let program = parse(text).map_err(invalid)?;
         let mut walk = Walk {
             program: &program,
             scope: Vec::new(),
@@ -394,6 +404,96 @@ impl Condition {
                 type_name(&other)
             )),
             Err(e) => Err(runtime_error(&e)),
+        }
+    }
+}
+
+/// Parses a condition on a thread of its own with a stack deep enough for the longest
+/// condition (the parser recurses once per operator: 4,096 `!` in a row need about 20 MiB),
+/// and refuses one whose tree is deeper than [`MAX_WHEN_DEPTH`], which evaluating it
+/// (recursive too) could not take on a caller's stack; such a tree is dropped there as well.
+fn parse(text: &str) -> Result<Program, String> {
+    let text = text.to_string();
+    let parsed = std::thread::Builder::new()
+        .name("execbox-rule-parse".into())
+        .stack_size(PARSE_STACK_BYTES)
+        .spawn(move || {
+            let program = env()
+                .compile(&text)
+                .map_err(|errors| match errors.errors.first() {
+                    Some(e) => format!(
+                        "is not a CEL expression: {} (line {}, column {} of the expression)",
+                        e.msg, e.pos.0, e.pos.1
+                    ),
+                    None => "is not a CEL expression".to_string(),
+                })?;
+            let depth = depth(program.expression());
+            if depth > MAX_WHEN_DEPTH {
+                return Err(format!(
+                    "nests {depth} operations deep, above the {MAX_WHEN_DEPTH} a condition may; \
+                     write it flatter (several rules, or `in` over a list)"
+                ));
+            }
+            Ok(program)
+        })
+        .map_err(|e| format!("cannot be parsed now: no thread for the parser ({e})"))?;
+    parsed
+        .join()
+        .unwrap_or_else(|_| Err("could not be parsed: the parser failed".to_string()))
+}
+
+/// The stack of the parser's thread.
+const PARSE_STACK_BYTES: usize = 64 << 20;
+
+/// How deep a condition's tree may be: evaluation recurses once per level.
+const MAX_WHEN_DEPTH: usize = 100;
+
+/// The depth of an expression tree, without recursion.
+fn depth(root: &IdedExpr) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(root, 1usize)];
+    while let Some((node, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match &node.expr {
+            Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => {}
+            Expr::Call(call) => {
+                stack.extend(call.target.iter().map(|t| (&**t, d + 1)));
+                stack.extend(call.args.iter().map(|a| (a, d + 1)));
+            }
+            Expr::Select(select) => stack.push((&select.operand, d + 1)),
+            Expr::List(list) => stack.extend(list.elements.iter().map(|e| (e, d + 1))),
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    entry_children(&entry.expr, d + 1, &mut stack);
+                }
+            }
+            Expr::Struct(s) => {
+                for entry in &s.entries {
+                    entry_children(&entry.expr, d + 1, &mut stack);
+                }
+            }
+            Expr::Comprehension(c) => {
+                for child in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    stack.push((child, d + 1));
+                }
+            }
+        }
+    }
+    deepest
+}
+
+fn entry_children<'a>(entry: &'a EntryExpr, d: usize, stack: &mut Vec<(&'a IdedExpr, usize)>) {
+    match entry {
+        EntryExpr::StructField(field) => stack.push((&field.value, d)),
+        EntryExpr::MapEntry(e) => {
+            stack.push((&e.key, d));
+            stack.push((&e.value, d));
         }
     }
 }
@@ -592,6 +692,7 @@ fn known_function(name: &str) -> bool {
 
 /// The variables of one call, converted once for all the rules that evaluate it.
 struct Bound {
+    depth: usize,
     largest_collection: u64,
     largest_string: u64,
     context: Option<Context<'static, 'static>>,
@@ -599,19 +700,20 @@ struct Bound {
 
 impl Bound {
     fn new(call: &RuledCall<'_>) -> Bound {
-        let (mut largest_collection, mut largest_string) = (0u64, 0u64);
-        let mut stack = vec![call.input];
-        while let Some(value) = stack.pop() {
+        let (mut largest_collection, mut largest_string, mut depth) = (0u64, 0u64, 0usize);
+        let mut stack = vec![(call.input, 1usize)];
+        while let Some((value, d)) = stack.pop() {
+            depth = depth.max(d);
             match value {
                 Value::Array(items) => {
                     largest_collection = largest_collection.max(items.len() as u64);
-                    stack.extend(items);
+                    stack.extend(items.iter().map(|v| (v, d + 1)));
                 }
                 Value::Object(map) => {
                     largest_collection = largest_collection.max(map.len() as u64);
                     for (k, v) in map {
                         largest_string = largest_string.max(k.len() as u64);
-                        stack.push(v);
+                        stack.push((v, d + 1));
                     }
                 }
                 Value::String(s) => largest_string = largest_string.max(s.len() as u64),
@@ -619,6 +721,7 @@ impl Bound {
             }
         }
         Bound {
+            depth,
             largest_collection,
             largest_string,
             context: None,
@@ -990,6 +1093,51 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(got.contains("above the 4096 a condition may have"), "{got}");
+    }
+
+    #[test]
+    fn long_chains_of_operators_load_or_are_refused_without_overflowing_the_stack() {
+        for when in [
+            format!("{}true", "!".repeat(4000)),
+            format!("{}1 == 1", "-".repeat(4000)),
+            format!("input{} == 1", ".a".repeat(2000)),
+            format!("1{} == 1", " + 1".repeat(1000)),
+            format!("true{}", " && true".repeat(500)),
+        ] {
+            let text = format!("  - {{ tool: pay.send, when: \"{when}\", action: block }}\n");
+            if let Err(e) = policy(&text) {
+                let e = e.to_string();
+                assert!(e.contains("operations deep, above the 100"), "{e}");
+            }
+        }
+        let e = policy(&format!(
+            "  - {{ tool: pay.send, when: \"input{} == 1\", action: block }}\n",
+            ".a".repeat(2000)
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("operations deep, above the 100"), "{e}");
+    }
+
+    #[test]
+    fn an_input_nested_as_deep_as_the_protocol_allows_is_evaluated() {
+        let policy = policy(
+            "  - { tool: pay.send, when: \"has(input.a) && input.a == input.a\", action: block }\n",
+        )
+        .unwrap();
+        let mut nested = json!(1);
+        for _ in 0..execbox_protocol::MAX_NESTING_DEPTH - 2 {
+            nested = json!([nested]);
+        }
+        let input = json!({ "a": nested });
+        let d = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || decide(&policy, "pay.send", input))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        assert_eq!((d.action, d.reason), (RuleAction::Block, None));
     }
 
     #[test]
