@@ -190,12 +190,18 @@ pub trait CallGuard: Send + Sync {
     /// Whether a tool with these requirements exists for executions under this guard.
     fn may_call(&self, requirements: &ToolRequirements) -> bool;
 
-    /// Who may have to approve a call of `tool` (`provider.tool`; `original_name` the tool's
-    /// own name) before its input is known: what decides whether an execution records a
-    /// ledger so that it can pause ([`crate::ExecuteRequest::durable`]). An answer may err
-    /// towards asking; by default the tool's own `requires_approval`.
-    fn may_ask(&self, tool: &str, original_name: &str, requirements: &ToolRequirements) -> MayAsk {
-        let _ = (tool, original_name);
+    /// Who may have to approve a call of `provider.name` (`original_name` the tool's own
+    /// name) before its input is known: what decides whether an execution records a ledger
+    /// so that it can pause ([`crate::ExecuteRequest::durable`]). An answer may err towards
+    /// asking; by default the tool's own `requires_approval`.
+    fn may_ask(
+        &self,
+        provider: &str,
+        name: &str,
+        original_name: &str,
+        requirements: &ToolRequirements,
+    ) -> MayAsk {
+        let _ = (provider, name, original_name);
         if requirements.requires_approval {
             MayAsk::Anyone
         } else {

@@ -549,11 +549,7 @@ impl ToolSet {
             .iter()
             .flat_map(|(provider, tools)| tools.iter().map(move |(name, t)| (provider, name, t)))
             .map(|(provider, name, tool)| {
-                guard.may_ask(
-                    &format!("{provider}.{name}"),
-                    tool.tool.name(),
-                    tool.tool.requirements(),
-                )
+                guard.may_ask(provider, name, tool.tool.name(), tool.tool.requirements())
             })
             .max()
             .unwrap_or(MayAsk::No)

@@ -478,10 +478,19 @@ impl CallGuard for Enforcement {
         self.may_call_tool(requirements)
     }
 
-    fn may_ask(&self, tool: &str, original_name: &str, requirements: &ToolRequirements) -> MayAsk {
+    fn may_ask(
+        &self,
+        provider: &str,
+        name: &str,
+        original_name: &str,
+        requirements: &ToolRequirements,
+    ) -> MayAsk {
         let requires = requirements.requires_approval;
         let may = match self.policy.as_ref().filter(|p| p.has_rules()) {
-            Some(policy) => policy.rules().may_ask(tool, original_name, requires),
+            Some(policy) => {
+                let tool = format!("{provider}.{name}");
+                policy.rules().may_ask(&tool, original_name, requires)
+            }
             None if requires => MayAsk::Anyone,
             None => MayAsk::No,
         };
