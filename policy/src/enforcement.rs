@@ -263,7 +263,7 @@ impl Enforcement {
                     .with_reason(REASON_PERMISSION_DENIED),
             ));
         }
-        let ruled = self.rule_for(&call);
+        let ruled = self.rule_for(&call).await;
         let call = AuditCall {
             call,
             rule: ruled.as_ref(),
@@ -392,15 +392,47 @@ impl Enforcement {
         })
     }
 
-    /// The decision of the policy's first rule that matches the call, if one does.
-    fn rule_for(&self, call: &GuardedCall<'_>) -> Option<RuleDecision> {
+    /// The decision of the policy's first rule that matches the call, if one does. Cheap
+    /// conditions are evaluated here; one that may cost more than [`INLINE_RULE_COST`] on
+    /// this input runs on a blocking thread, so that no runtime worker waits on it.
+    async fn rule_for(&self, call: &GuardedCall<'_>) -> Option<RuleDecision> {
         let policy = self.policy.as_ref().filter(|p| p.has_rules())?;
-        policy.rules().decide(&RuledCall {
+        let ruled = RuledCall {
             tool: call.tool,
             original_name: call.original_name,
             input: call.input,
             principal: &self.principal,
+        };
+        if policy.rules().estimated_cost(&ruled) <= INLINE_RULE_COST {
+            return policy.rules().decide(&ruled);
+        }
+        let (policy, principal) = (policy.clone(), self.principal.clone());
+        let (tool, original_name, input) = (
+            call.tool.to_owned(),
+            call.original_name.to_owned(),
+            call.input.clone(),
+        );
+        let decided = tokio::task::spawn_blocking(move || {
+            let decision = policy.rules().decide(&RuledCall {
+                tool: &tool,
+                original_name: &original_name,
+                input: &input,
+                principal: &principal,
+            });
+            execbox_host::json::drop_value(input);
+            decision
         })
+        .await;
+        match decided {
+            Ok(decision) => decision,
+            // Fail closed: a rule that could not be evaluated never lets a call through.
+            Err(e) => Some(RuleDecision {
+                rule: "rules".to_string(),
+                action: RuleAction::Block,
+                reason: Some(format!("the policy's rules could not be evaluated ({e})")),
+                approvers: Vec::new(),
+            }),
+        }
     }
 
     /// Whether the principal holds every permission a tool requires, itself or by an alias.
@@ -456,6 +488,10 @@ const REASON_PERMISSION_DENIED: &str = "permission_denied";
 /// `error.reason` of a call refused by the tool's rate limit; `error.retryAfterMs` says when
 /// the same call may be admitted.
 const REASON_RATE_LIMITED: &str = "rate_limited";
+/// The most a call's rules may cost (see [`crate::MAX_RULE_COST`]) to be evaluated on the
+/// caller's thread: about a millisecond.
+const INLINE_RULE_COST: u64 = 10_000;
+
 /// `error.reason` of a call a policy rule blocks.
 const REASON_BLOCKED: &str = "blocked";
 /// `error.reason` of a call that needs approval when nobody could be asked.
@@ -861,6 +897,48 @@ mod tests {
         );
         assert_eq!(lines[4]["outcome"], "blocked");
         let _ = std::fs::remove_file(&file);
+    }
+
+    #[tokio::test]
+    async fn a_costly_condition_is_evaluated_off_the_runtime_and_still_decides() {
+        let policy = Policy::builder()
+            .rule(
+                "pay.send",
+                Some("input.items.exists(x, input.items.exists(y, x + y == 397))"),
+                RuleAction::Block,
+                [] as [&str; 0],
+                Some("pairs"),
+            )
+            .build()
+            .unwrap();
+        let guard = Enforcement::new(
+            policy.principal(None).unwrap(),
+            Arc::new(RateLimits::in_memory()),
+        )
+        .with_policy(policy.clone());
+        let items: Vec<u32> = (0..200).collect();
+        let input = json!({ "items": items });
+        let ruled = RuledCall {
+            tool: "pay.send",
+            original_name: "send",
+            input: &input,
+            principal: guard.principal(),
+        };
+        assert!(policy.rules().estimated_cost(&ruled) > INLINE_RULE_COST);
+        let send = tool(&[], None, false);
+        let e = refused(
+            guard
+                .admit_call(GuardedCall::new("e1", "pay.send", &send, &input))
+                .await,
+        );
+        assert_eq!(e.reason.as_deref(), Some("blocked"));
+        let small = json!({ "items": [1, 2] });
+        guard
+            .admit_call(GuardedCall::new("e1", "pay.send", &send, &small))
+            .await
+            .unwrap()
+            .finish(Ok(()))
+            .unwrap();
     }
 
     #[tokio::test]

@@ -192,6 +192,15 @@ impl Rules {
                 ));
             }
             for approver in &def.approvers {
+                if roles.contains(approver.as_str()) && principals.contains(approver.as_str()) {
+                    return Err(invalid(
+                        "approvers",
+                        format!(
+                            "`{approver}` is both a role and a principal of this policy, and \
+                             approvers name either; rename one of them"
+                        ),
+                    ));
+                }
                 if !roles.contains(approver.as_str()) && !principals.contains(approver.as_str()) {
                     let known = roles.iter().chain(principals.iter()).copied();
                     let suggestion = did_you_mean(approver, known)
@@ -257,6 +266,25 @@ impl Rules {
         }
         if requires_approval {
             most = most.max(MayAsk::Anyone);
+        }
+        most
+    }
+
+    /// The most evaluating the conditions that match `call` may cost (see
+    /// [`MAX_RULE_COST`]): what tells a caller on an async runtime whether to evaluate them
+    /// where it is or on a thread that may block.
+    pub(crate) fn estimated_cost(&self, call: &RuledCall<'_>) -> u64 {
+        let mut bound: Option<Bound> = None;
+        let mut most = 0;
+        for rule in &self.0 {
+            if !rule.tool.matches(call.tool) && !rule.tool.matches_original(call) {
+                continue;
+            }
+            let Some(when) = &rule.when else {
+                break;
+            };
+            let bound = bound.get_or_insert_with(|| Bound::new(call));
+            most = most.max(when.cost_on(bound));
         }
         most
     }
@@ -378,10 +406,15 @@ impl Condition {
         })
     }
 
+    /// What evaluating it on an input of these bounds may cost.
+    fn cost_on(&self, bound: &Bound) -> u64 {
+        let n = bound.largest_collection.max(self.literal_len);
+        weighted(&self.cost, n, bound.largest_string)
+    }
+
     /// `Ok(true)` when the condition holds for the call; `Err` says why it cannot be told.
     fn evaluate(&self, call: &RuledCall<'_>, bound: &mut Bound) -> Result<bool, String> {
-        let n = bound.largest_collection.max(self.literal_len);
-        let cost = weighted(&self.cost, n, bound.largest_string);
+        let cost = self.cost_on(bound);
         if cost > MAX_RULE_COST {
             return Err(format!(
                 "it would cost {} on this input (its largest list or map has {} elements, its \
@@ -1138,6 +1171,18 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((d.action, d.reason), (RuleAction::Block, None));
+    }
+
+    #[test]
+    fn a_name_both_a_role_and_a_principal_cannot_be_an_approver() {
+        let text = "version: 1\nroles:\n  finance: {}\nprincipals:\n  finance: {}\nrules:\n  - { tool: pay.send, action: approve, approvers: [finance] }\n";
+        let e = Policy::parse(text, Path::new("policy.yaml"), Path::new("/etc"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`finance` is both a role and a principal of this policy"),
+            "{e}"
+        );
     }
 
     #[test]
