@@ -387,6 +387,11 @@ pub struct PendingApproval {
     /// `permission`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvers: Vec<String>,
+    /// It paused under a policy: only under a policy may it be decided and resumed (without
+    /// one, nothing would check who decides, nor apply the policy's rules to the rest of
+    /// the program).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub under_policy: bool,
     /// When it paused, Unix milliseconds.
     pub since_ms: u64,
 }

@@ -145,24 +145,33 @@ async fn visible(
     caller: &Caller,
     id: &str,
 ) -> Result<super::records::ExecutionRecord, ApiError> {
-    let record = state.manager.get(id).await?;
-    // An approver sees every execution that waits for a decision, as it lists them, and
+    let unseen = || -> ApiError {
+        CapabilityError::new(
+            CapabilityErrorCode::ExecutionNotFound,
+            format!("no execution `{id}` of yours; GET /v1/executions lists them"),
+        )
+        .into()
+    };
+    // One answer whether it does not exist or is not the caller's to see: no oracle.
+    let record = match state.manager.get(id).await {
+        Ok(record) => record,
+        Err(e) if e.code == CapabilityErrorCode::ExecutionNotFound => return Err(unseen()),
+        Err(e) => return Err(e.into()),
+    };
+    // An approver sees every execution that waits for its decision, as it lists them, and
     // those it decided (so that a retried decision is answered).
     let decided_by_caller = caller
         .0
         .as_ref()
         .and_then(Principal::name)
         .is_some_and(|me| record.decisions.iter().any(|d| d.by.as_deref() == Some(me)));
-    let decides = (record.status == ExecutionStatus::AwaitingApproval || decided_by_caller)
-        && decides_for(state, caller, &record);
+    let decides = (record.status == ExecutionStatus::AwaitingApproval
+        && decides_for(state, caller, &record))
+        || decided_by_caller;
     if sees(caller, record.principal.as_deref()) || decides {
         Ok(record)
     } else {
-        Err(CapabilityError::new(
-            CapabilityErrorCode::ExecutionNotFound,
-            format!("no execution `{id}` of yours; GET /v1/executions lists them"),
-        )
-        .into())
+        Err(unseen())
     }
 }
 

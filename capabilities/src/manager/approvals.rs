@@ -90,6 +90,7 @@ impl CapabilityManager {
             rule: call.asked.rule.clone(),
             reason: call.asked.reason.clone(),
             approvers: call.asked.approvers.clone(),
+            under_policy: policy.is_some(),
             since_ms: now_ms(),
         };
         match self.0.store.pause(id, &pending, &text, logs).await {
@@ -497,6 +498,18 @@ impl CapabilityManager {
         approver: Option<&Principal>,
     ) -> Result<(), String> {
         let Some(policy) = self.policy() else {
+            let pending = record.pending_approval.as_ref();
+            if pending.is_some_and(|p| p.under_policy) {
+                let by = match pending.and_then(|p| p.rule.as_deref()) {
+                    Some(rule) => format!(" (its call was held by policy {rule})"),
+                    None => String::new(),
+                };
+                return Err(format!(
+                    "execution `{id}` paused under a policy{by}; decide it under that policy \
+                     (--policy FILE), as a principal who may decide it, so that the decision \
+                     is checked and the rest of the program runs under the same rules"
+                ));
+            }
             return Ok(());
         };
         let permission = policy.approve_permission();
@@ -534,10 +547,13 @@ impl CapabilityManager {
         }
         let name = approver.and_then(Principal::name);
         if !policy.allows_self_approval() && name.is_some() && name == record.principal.as_deref() {
+            let others = match approvers.is_empty() {
+                true => format!("another principal holding `{permission}`"),
+                false => format!("another of {}", approvers.join(", ")),
+            };
             return Err(format!(
-                "{who} started execution `{id}` and may not decide its own call; another \
-                 principal holding `{permission}` must (or allow it with \
-                 `approvals: {{self_approval: true}}` in the policy)"
+                "{who} started execution `{id}` and may not decide its own call; {others} \
+                 must (or allow it with `approvals: {{self_approval: true}}` in the policy)"
             ));
         }
         Ok(())

@@ -1201,6 +1201,7 @@ mod tests {
             rule: None,
             reason: None,
             approvers: Vec::new(),
+            under_policy: false,
             since_ms: 1_700_000_000_000,
         }
     }

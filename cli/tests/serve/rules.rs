@@ -172,6 +172,44 @@ async fn a_rule_on_the_amount_runs_small_payments_and_pauses_large_ones_for_its_
     assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
     assert_eq!(sent(&roots).len(), 1);
 
+    // From a shell: without the policy nothing could check who decides, so nobody may; with
+    // it, ops is refused and only finance may.
+    let project = roots.project_dir();
+    let db = roots.temp.join("state.db");
+    let cli = |extra: &[&str]| {
+        let mut args = vec![
+            "executions",
+            "approve",
+            id.as_str(),
+            "--call",
+            "2",
+            "--project",
+            project.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = crate::support::cli::command(&args)
+            .env("EXECBOX_HOME", &roots.global.0)
+            .output()
+            .unwrap();
+        (out.status.code(), crate::support::cli::text(&out.stderr))
+    };
+    let (code, stderr) = cli(&[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("paused under a policy (its call was held by policy rules[1])")
+            && stderr.contains("--policy FILE"),
+        "{stderr}"
+    );
+    let (code, stderr) = cli(&["--policy", &policy, "--principal", "ops"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("may be decided by `finance` only (policy rules[1])"),
+        "{stderr}"
+    );
+    assert_eq!(sent(&roots).len(), 1);
+
     let (status, approved) = call(
         &client,
         &server,
