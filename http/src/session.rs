@@ -4,7 +4,11 @@
 //!
 //! A [`Sessions`] store is in memory: a session id is 256 random bits (`ring`'s system
 //! random), kept only as its SHA-256, with an expiry ([`Sessions::ttl`], 8 hours by default)
-//! and a bound on their number ([`Sessions::max_sessions`], the oldest goes first past it).
+//! and bounds on their number: [`Sessions::max_per_owner`] (8 by default) per principal, whose
+//! oldest goes first past it, and [`Sessions::max_sessions`] (1,024 by default) in all, past
+//! which a sign-in is refused (`503`) rather than end another principal's session.
+//! The cookie is `__Secure-execbox_session` when it is `Secure` (the `__Host-` prefix needs
+//! `Path=/`, and the cookie's path is narrower), `execbox_session` on a loopback name.
 //! [`FrontDoor::cookie_sessions`](crate::FrontDoor::cookie_sessions) puts a path under it:
 //! there the door takes the caller from the cookie, never from `Authorization`, and refuses
 //! with `403 FORBIDDEN`:
@@ -27,14 +31,22 @@ use crate::{same_secret, Refusal};
 /// The header a page sends its session's CSRF token in.
 pub const CSRF_HEADER: &str = "x-execbox-csrf";
 
-/// The session cookie's name.
+/// The session cookie's name when it is not `Secure` (a loopback name over plain HTTP).
 pub const SESSION_COOKIE: &str = "execbox_session";
+
+/// The session cookie's name when it is `Secure`: a browser keeps a `__Secure-` cookie only
+/// when it was set over HTTPS with `Secure`, so plain HTTP cannot plant one. (`__Host-` needs
+/// `Path=/`; the cookie is kept to its path.)
+pub const SECURE_SESSION_COOKIE: &str = "__Secure-execbox_session";
 
 /// The default lifetime of a session: 8 hours.
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 
 /// The default bound on the sessions kept at once.
 pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+
+/// The default bound on the sessions of one principal kept at once.
+pub const DEFAULT_MAX_SESSIONS_PER_OWNER: usize = 8;
 
 /// One signed-in session, as the door hands it to a handler (a request extension).
 #[derive(Clone)]
@@ -61,6 +73,7 @@ impl<C> std::fmt::Debug for Session<C> {
 }
 
 struct Entry<C> {
+    owner: String,
     caller: C,
     csrf: String,
     expires: Instant,
@@ -72,6 +85,7 @@ pub struct Sessions<C> {
     path: String,
     ttl: Duration,
     max: usize,
+    per_owner: usize,
 }
 
 impl<C> Clone for Sessions<C> {
@@ -81,6 +95,7 @@ impl<C> Clone for Sessions<C> {
             path: self.path.clone(),
             ttl: self.ttl,
             max: self.max,
+            per_owner: self.per_owner,
         }
     }
 }
@@ -91,6 +106,7 @@ impl<C> std::fmt::Debug for Sessions<C> {
             .field("path", &self.path)
             .field("ttl", &self.ttl)
             .field("max", &self.max)
+            .field("per_owner", &self.per_owner)
             .finish_non_exhaustive()
     }
 }
@@ -117,6 +133,7 @@ impl<C: Clone> Sessions<C> {
             path: path.into(),
             ttl: DEFAULT_SESSION_TTL,
             max: DEFAULT_MAX_SESSIONS,
+            per_owner: DEFAULT_MAX_SESSIONS_PER_OWNER,
         }
     }
 
@@ -126,9 +143,17 @@ impl<C: Clone> Sessions<C> {
         self
     }
 
-    /// The most sessions kept at once; a sign-in past it ends the oldest.
+    /// The most sessions kept at once; a sign-in past it is refused (`503`): it never ends
+    /// another principal's session.
     pub fn max_sessions(mut self, max: usize) -> Self {
         self.max = max.max(1);
+        self
+    }
+
+    /// The most sessions of one owner (principal) kept at once; its sign-in past it ends its
+    /// own oldest session.
+    pub fn max_per_owner(mut self, max: usize) -> Self {
+        self.per_owner = max.max(1);
         self
     }
 
@@ -144,8 +169,11 @@ impl<C: Clone> Sessions<C> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A new session of `caller`; `Err` only when the system has no randomness.
-    pub fn open(&self, caller: C) -> Result<Session<C>, Refusal> {
+    /// A new session of `caller`, whose owner (the principal's name) is `owner`: expired
+    /// sessions go first; past [`Sessions::max_per_owner`] the owner's own oldest session
+    /// ends; past [`Sessions::max_sessions`] the sign-in is refused (`503 UNAVAILABLE`)
+    /// rather than end anyone else's. `Err` too when the system has no randomness.
+    pub fn open(&self, owner: &str, caller: C) -> Result<Session<C>, Refusal> {
         let (Some(id), Some(csrf)) = (secret(), secret()) else {
             return Err(Refusal::forbidden(
                 "no session can be opened: the system gives no randomness",
@@ -155,16 +183,33 @@ impl<C: Clone> Sessions<C> {
         let expires = now + self.ttl;
         let mut all = self.lock();
         all.retain(|_, e| e.expires > now);
-        while all.len() >= self.max {
-            let oldest = all.iter().min_by_key(|(_, e)| e.expires).map(|(k, _)| *k);
+        loop {
+            let mine = all.iter().filter(|(_, e)| e.owner == owner);
+            if mine.clone().count() < self.per_owner {
+                break;
+            }
+            let oldest = mine.min_by_key(|(_, e)| e.expires).map(|(k, _)| *k);
             match oldest {
                 Some(k) => all.remove(&k),
                 None => break,
             };
         }
+        if all.len() >= self.max {
+            return Err(Refusal {
+                status: 503,
+                code: "UNAVAILABLE",
+                message: format!(
+                    "this server keeps at most {} sessions at once and all are in use; sign in \
+                     again when one has ended (sessions end at sign-out or after {} hours)",
+                    self.max,
+                    self.ttl.as_secs() / 3600
+                ),
+            });
+        }
         all.insert(
             digest(&id),
             Entry {
+                owner: owner.to_owned(),
                 caller: caller.clone(),
                 csrf: csrf.clone(),
                 expires,
@@ -225,9 +270,10 @@ impl<C: Clone> Sessions<C> {
     }
 
     fn cookie(&self, value: &str, max_age: u64, secure: bool) -> HeaderValue {
+        let name = cookie_name(secure);
         let secure = if secure { "; Secure" } else { "" };
         HeaderValue::from_str(&format!(
-            "{SESSION_COOKIE}={value}; Path={}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}",
+            "{name}={value}; Path={}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}",
             self.path
         ))
         .unwrap_or_else(|_| HeaderValue::from_static("invalid=1; Max-Age=0"))
@@ -276,7 +322,7 @@ impl<C: Clone> Sessions<C> {
         if public {
             return Ok(None);
         }
-        let session = cookie_value(headers)
+        let session = cookie_value(headers, cookie_name(secure_host(host)))
             .and_then(|id| self.find(id))
             .ok_or_else(|| {
                 Refusal::forbidden(format!(
@@ -317,15 +363,24 @@ fn same_origin(origin: &str, host: &str) -> bool {
     })
 }
 
+/// The session cookie's name: [`SECURE_SESSION_COOKIE`] when it is `Secure`.
+fn cookie_name(secure: bool) -> &'static str {
+    if secure {
+        SECURE_SESSION_COOKIE
+    } else {
+        SESSION_COOKIE
+    }
+}
+
 /// The session cookie's value among the request's cookies.
-fn cookie_value(headers: &HeaderMap) -> Option<&str> {
+fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, value)| value.trim())
         .filter(|v| !v.is_empty())
 }
@@ -335,12 +390,17 @@ fn cookie_value(headers: &HeaderMap) -> Option<&str> {
 /// which a browser reaches over plain HTTP on its own machine. The door serves plain HTTP, so
 /// anywhere else the console must be reached through HTTPS (a proxy that terminates TLS).
 pub fn needs_secure_cookie(headers: &HeaderMap) -> bool {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    secure_host(
+        headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default(),
+    )
+}
+
+/// Whether a session cookie for a request to `host` is `Secure` ([`needs_secure_cookie`]).
+fn secure_host(host: &str) -> bool {
+    let host = host.trim().to_ascii_lowercase();
     let name = match host.strip_prefix('[') {
         Some(rest) => rest.split(']').next().unwrap_or_default(),
         None => host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h),
@@ -363,16 +423,23 @@ mod tests {
     #[test]
     fn a_session_is_found_by_its_cookie_until_closed() {
         let sessions = Sessions::new("/console");
-        let s = sessions.open("ops".to_string()).unwrap();
+        let s = sessions.open("ops", "ops".to_string()).unwrap();
         assert_eq!(s.id.len(), 64);
         assert_ne!(s.id, s.csrf);
-        let cookie = format!("a=b; {SESSION_COOKIE}={}", s.id);
+        let cookie = format!("a=b; {SECURE_SESSION_COOKIE}={}", s.id);
         let h = headers(&[("cookie", &cookie)]);
         let found = sessions
             .admit(&Method::GET, false, "h", &h)
             .unwrap()
             .unwrap();
         assert_eq!(found.caller, "ops");
+        // Reached by a name other than loopback, the cookie is `__Secure-` only: one without
+        // the prefix (which plain HTTP could plant) is not read.
+        let plain = headers(&[("cookie", &format!("{SESSION_COOKIE}={}", s.id))]);
+        assert!(sessions.admit(&Method::GET, false, "h", &plain).is_err());
+        assert!(sessions
+            .admit(&Method::GET, false, "localhost:8080", &plain)
+            .is_ok());
         sessions.close(&s.id);
         assert!(sessions.admit(&Method::GET, false, "h", &h).is_err());
     }
@@ -380,7 +447,7 @@ mod tests {
     #[test]
     fn changes_need_the_own_origin_and_the_csrf_token() {
         let sessions = Sessions::new("/console");
-        let s = sessions.open(1u8).unwrap();
+        let s = sessions.open("one", 1u8).unwrap();
         let cookie = format!("{SESSION_COOKIE}={}", s.id);
         let post = |pairs: &[(&'static str, &str)]| {
             sessions.admit(&Method::POST, false, "127.0.0.1:8080", &headers(pairs))
@@ -410,15 +477,61 @@ mod tests {
     }
 
     #[test]
-    fn the_bound_ends_the_oldest_and_the_cookie_has_its_flags() {
+    fn a_principal_past_its_bound_ends_its_own_oldest_session_only() {
+        let sessions = Sessions::new("/console").max_per_owner(8);
+        let theirs = sessions.open("victim", 0).unwrap();
+        let mine: Vec<_> = (0..8).map(|i| sessions.open("me", i).unwrap()).collect();
+        // A ninth sign-in of `me` ends `me`'s oldest, and nobody else's.
+        let ninth = sessions.open("me", 8).unwrap();
+        assert_eq!(sessions.len(), 9);
+        assert!(sessions.find(&mine[0].id).is_none());
+        assert!(sessions.find(&mine[1].id).is_some());
+        assert!(sessions.find(&ninth.id).is_some());
+        assert!(sessions.find(&theirs.id).is_some());
+        for i in 9..40 {
+            sessions.open("me", i).unwrap();
+        }
+        assert_eq!(sessions.len(), 9);
+        assert!(sessions.find(&theirs.id).is_some());
+    }
+
+    #[test]
+    fn a_full_server_refuses_a_sign_in_rather_than_end_another_principals_session() {
         let sessions = Sessions::new("/console").max_sessions(2);
-        let first = sessions.open(1).unwrap();
-        let _ = sessions.open(2).unwrap();
-        let third = sessions.open(3).unwrap();
-        assert_eq!(sessions.len(), 2);
-        assert!(sessions.find(&first.id).is_none());
+        let a = sessions.open("a", 1).unwrap();
+        let b = sessions.open("b", 2).unwrap();
+        let refused = sessions.open("mallory", 3).unwrap_err();
+        assert_eq!(refused.status, 503, "{refused}");
+        assert_eq!(refused.code, "UNAVAILABLE");
+        assert!(refused.message.contains("at most 2 sessions"), "{refused}");
+        assert!(sessions.find(&a.id).is_some() && sessions.find(&b.id).is_some());
+        // `a`'s own sign-in past its own bound still ends its own oldest.
+        let sessions = sessions.max_per_owner(1);
+        let again = sessions.open("a", 4).unwrap();
+        assert!(sessions.find(&a.id).is_none() && sessions.find(&again.id).is_some());
+        // Expired sessions are purged first, so they never fill the bound.
+        let short = Sessions::new("/console")
+            .max_sessions(1)
+            .ttl(Duration::ZERO);
+        short.open("a", 1).unwrap();
+        short.open("b", 2).unwrap();
+    }
+
+    #[test]
+    fn the_cookie_has_its_flags() {
+        let sessions = Sessions::new("/console");
+        let third = sessions.open("three", 3).unwrap();
         let cookie = sessions.set_cookie(&third, true);
         let cookie = cookie.to_str().unwrap();
+        assert!(
+            cookie.starts_with(&format!("{SECURE_SESSION_COOKIE}={}", third.id)),
+            "{cookie}"
+        );
+        assert!(sessions
+            .clear_cookie(true)
+            .to_str()
+            .unwrap()
+            .starts_with("__Secure-execbox_session=;"));
         for flag in [
             "Path=/console",
             "HttpOnly",
@@ -428,11 +541,10 @@ mod tests {
         ] {
             assert!(cookie.contains(flag), "{cookie}");
         }
-        assert!(!sessions
-            .set_cookie(&third, false)
-            .to_str()
-            .unwrap()
-            .contains("Secure"));
+        let plain = sessions.set_cookie(&third, false);
+        let plain = plain.to_str().unwrap();
+        assert!(!plain.contains("Secure"), "{plain}");
+        assert!(plain.starts_with("execbox_session="), "{plain}");
         assert!(sessions.covers("/console") && sessions.covers("/console/x"));
         assert!(!sessions.covers("/consoles") && !sessions.covers("/v1/x"));
     }
@@ -443,7 +555,7 @@ mod tests {
         let door = crate::FrontDoor::new()
             .tokens(std::sync::Arc::new(|t: &str| (t == "tok").then_some("api")))
             .cookie_sessions(sessions.clone(), ["/console", "/console/sign-in"]);
-        let s = sessions.open("ops").unwrap();
+        let s = sessions.open("ops", "ops").unwrap();
         let cookie = format!("{SESSION_COOKIE}={}", s.id);
         let uri = |p: &str| p.parse::<axum::http::Uri>().unwrap();
         let admit = |method: Method, path: &str, pairs: &[(&'static str, &str)]| {
@@ -482,7 +594,7 @@ mod tests {
     #[test]
     fn an_expired_session_is_nothing() {
         let sessions = Sessions::new("/console").ttl(Duration::ZERO);
-        let s = sessions.open(1).unwrap();
+        let s = sessions.open("one", 1).unwrap();
         assert!(sessions.find(&s.id).is_none());
         assert!(sessions.is_empty());
         let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={}", s.id))]);
