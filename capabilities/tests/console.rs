@@ -645,3 +645,75 @@ async fn the_event_stream_sends_each_principal_the_calls_it_may_decide() {
     let hers = first_pending_event(console.addr, &alice.cookie).await;
     assert_eq!(hers["entries"], json!([]), "{hers}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_reserved_to_other_approvers_do_not_hide_ones_own() {
+    let console = console("starvation").await;
+    // Two calls ops may decide, then 55 newer ones only finance may.
+    let mut mine = Vec::new();
+    for i in 0..2 {
+        mine.push(paused(&console, &format!("ops{i}@example.com")).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    for i in 0..55 {
+        let asked = ApprovalAsk::by_rule("big", None, vec!["finance".into()]);
+        paused_asking(&console, &format!("fin{i}@example.com"), asked).await;
+    }
+    let ops = sign_in(&console, "ops-token").await;
+    let listed = request(
+        console.addr,
+        "GET",
+        "/console/pending",
+        &[("Cookie", &ops.cookie)],
+        None,
+    )
+    .await
+    .json();
+    let mut ids: Vec<&str> = listed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["executionId"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    mine.sort_unstable();
+    assert_eq!(ids, mine, "{listed}");
+    // And finance's approver sees the 50 newest of its own.
+    let fin = sign_in(&console, "fin-token").await;
+    let theirs = request(
+        console.addr,
+        "GET",
+        "/console/pending",
+        &[("Cookie", &fin.cookie)],
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(theirs["entries"].as_array().unwrap().len(), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_signing_in_again_and_again_ends_only_its_own_sessions() {
+    let console = console("per-principal").await;
+    let fin = sign_in(&console, "fin-token").await;
+    let first_ops = sign_in(&console, "ops-token").await;
+    for _ in 0..20 {
+        sign_in(&console, "ops-token").await;
+    }
+    let session = |cookie: String| {
+        let addr = console.addr;
+        async move {
+            request(
+                addr,
+                "GET",
+                "/console/session",
+                &[("Cookie", &cookie)],
+                None,
+            )
+            .await
+            .status
+        }
+    };
+    assert_eq!(session(fin.cookie).await, 200);
+    assert_eq!(session(first_ops.cookie).await, 403);
+}

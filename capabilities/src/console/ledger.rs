@@ -15,11 +15,15 @@ use crate::records::{CapabilityError, ExecutionRecord};
 /// The most characters of a call's input or answer shown (both ends past it).
 pub(crate) const SHOWN_VALUE_CHARS: usize = 2000;
 
+/// The most calls that already ran shown of one execution: the last ones, the number of
+/// the earlier ones besides.
+pub(crate) const MAX_SHOWN_CALLS: usize = 20;
+
 /// The most characters of a program's source shown (both ends past it).
 pub(crate) const SHOWN_SOURCE_CHARS: usize = 20_000;
 
 /// The program of a paused execution, as shown.
-#[derive(Serialize, PartialEq, Debug)]
+#[derive(Serialize, PartialEq, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Source {
     /// Where it comes from: `program` (the code it was started with), `entry` (a script
@@ -32,7 +36,7 @@ pub(crate) struct Source {
 }
 
 /// A call that ran before the pending one, as shown.
-#[derive(Serialize, PartialEq, Debug)]
+#[derive(Serialize, PartialEq, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RanCall {
     /// Its number, from 1.
@@ -109,29 +113,31 @@ pub(crate) async fn source(manager: &CapabilityManager, record: &ExecutionRecord
 }
 
 /// The calls execution `id` made before call `pending` (numbered from 1), with their answers,
-/// from its ledger; empty when the store keeps none (it is no longer paused).
+/// from its ledger, as [`shown_calls`]; none when the store keeps no ledger (it is no longer
+/// paused).
 pub(crate) async fn ran_calls(
     manager: &CapabilityManager,
     id: &str,
     pending: u32,
-) -> Result<Vec<RanCall>, CapabilityError> {
+) -> Result<(Vec<RanCall>, u32), CapabilityError> {
     let Some(text) = manager.store().ledger(id).await? else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     };
     let Ok(ledger) = serde_json::from_str::<Ledger>(&text) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     };
     Ok(shown_calls(&ledger, pending))
 }
 
-/// The calls of `ledger` before call `pending` (from 1), as shown.
-pub(crate) fn shown_calls(ledger: &Ledger, pending: u32) -> Vec<RanCall> {
-    let before = pending.saturating_sub(1) as usize;
-    ledger
-        .calls
+/// The last [`MAX_SHOWN_CALLS`] calls of `ledger` before call `pending` (from 1), as shown,
+/// and how many ran before them (not shown).
+pub(crate) fn shown_calls(ledger: &Ledger, pending: u32) -> (Vec<RanCall>, u32) {
+    let before = (pending.saturating_sub(1) as usize).min(ledger.calls.len());
+    let skipped = before.saturating_sub(MAX_SHOWN_CALLS);
+    let shown = ledger.calls[..before]
         .iter()
-        .take(before)
         .enumerate()
+        .skip(skipped)
         .map(|(i, call)| {
             let (answer, failed) = match &call.answer {
                 None => (None, false),
@@ -151,7 +157,8 @@ pub(crate) fn shown_calls(ledger: &Ledger, pending: u32) -> Vec<RanCall> {
                 failed,
             }
         })
-        .collect()
+        .collect();
+    (shown, skipped as u32)
 }
 
 #[cfg(test)]
@@ -179,11 +186,32 @@ mod tests {
             ]
         }))
         .unwrap();
-        let shown = shown_calls(&ledger, 3);
+        let (shown, earlier) = shown_calls(&ledger, 3);
+        assert_eq!(earlier, 0);
         assert_eq!(shown.len(), 2);
         assert_eq!(shown[0].tool, "notes.add");
         assert!(shown[0].answer.as_deref().unwrap().contains("\"ok\": true"));
         assert!(!shown[0].failed && shown[1].failed);
         assert!(shown[1].answer.as_deref().unwrap().contains("no"));
+    }
+
+    #[test]
+    fn only_the_last_calls_that_ran_are_shown_with_the_number_of_the_earlier() {
+        let calls: Vec<_> = (1..=30)
+            .map(|i| serde_json::json!({"tool": "notes.add", "input": {"n": i}, "answer": {"result": i}}))
+            .collect();
+        let ledger: Ledger =
+            serde_json::from_value(serde_json::json!({"randomSeed": 1, "calls": calls})).unwrap();
+        // Paused at call 26: 25 ran, the last 20 (6 to 25) are shown.
+        let (shown, earlier) = shown_calls(&ledger, 26);
+        assert_eq!(shown.len(), MAX_SHOWN_CALLS);
+        assert_eq!(earlier, 5);
+        assert_eq!(shown[0].call, 6);
+        assert_eq!(shown[19].call, 25);
+        assert!(shown[19].input.contains("25"), "{}", shown[19].input);
+        // A pending number past the ledger shows what the ledger has.
+        let (shown, earlier) = shown_calls(&ledger, 100);
+        assert_eq!((shown.len(), earlier), (20, 10));
+        assert_eq!(shown_calls(&ledger, 1).0.len(), 0);
     }
 }

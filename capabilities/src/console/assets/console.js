@@ -151,7 +151,14 @@
     }
 
     const ran = q(".ran");
-    setText(q(".ran-summary"), `Calls that already ran: ${entry.ran.length}`);
+    const earlier = entry.earlierCalls || 0;
+    setText(q(".ran-summary"), `Calls that already ran: ${entry.ran.length + earlier}`);
+    if (earlier > 0) {
+      const item = document.createElement("li");
+      item.className = "earlier";
+      setText(item, `${earlier} earlier ${earlier === 1 ? "call" : "calls"} not shown`);
+      ran.append(item);
+    }
     for (const call of entry.ran) {
       const item = document.createElement("li");
       const title = document.createElement("p");
