@@ -202,11 +202,7 @@ pub trait CallGuard: Send + Sync {
         requirements: &ToolRequirements,
     ) -> MayAsk {
         let _ = (provider, name, original_name);
-        if requirements.requires_approval {
-            MayAsk::Anyone
-        } else {
-            MayAsk::No
-        }
+        MayAsk::of(requirements)
     }
 
     /// The principal executions under this guard run as, when it names one: an attribute of
@@ -246,6 +242,18 @@ pub enum MayAsk {
     /// It may wait for approvers a policy names: only they may answer, so the execution must
     /// be able to wait for them durably.
     Named,
+}
+
+impl MayAsk {
+    /// What a tool's own requirements say: [`MayAsk::Anyone`] for one that requires
+    /// approval, else [`MayAsk::No`].
+    pub fn of(requirements: &ToolRequirements) -> MayAsk {
+        if requirements.requires_approval {
+            MayAsk::Anyone
+        } else {
+            MayAsk::No
+        }
+    }
 }
 
 /// The refusal of a call that needs a guard in an execution that has none; `hint` says how

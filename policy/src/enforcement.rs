@@ -521,14 +521,12 @@ impl CallGuard for Enforcement {
         original_name: &str,
         requirements: &ToolRequirements,
     ) -> MayAsk {
-        let requires = requirements.requires_approval;
         let may = match self.policy.as_ref().filter(|p| p.has_rules()) {
             Some(policy) => {
                 let tool = format!("{provider}.{name}");
-                policy.rules().may_ask(&tool, original_name, requires)
+                policy.rules().may_ask(&tool, original_name, requirements)
             }
-            None if requires => MayAsk::Anyone,
-            None => MayAsk::No,
+            None => MayAsk::of(requirements),
         };
         // Everything is approved already: nothing waits.
         if self.approve_all {

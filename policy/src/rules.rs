@@ -30,7 +30,7 @@ use cel::objects::Key;
 use cel::{Context, Env, ExecutionError, Program, Value as CelValue};
 use execbox_host::json::{with_deep_stack, SHALLOW_DEPTH};
 use execbox_host::yaml::{did_you_mean, Spanned, YamlError};
-use execbox_host::MayAsk;
+use execbox_host::{MayAsk, ToolRequirements};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -243,7 +243,7 @@ impl Rules {
         &self,
         tool: &str,
         original_name: &str,
-        requires_approval: bool,
+        requirements: &ToolRequirements,
     ) -> MayAsk {
         let mut most = MayAsk::No;
         for rule in &self.0 {
@@ -264,10 +264,7 @@ impl Rules {
                 return most;
             }
         }
-        if requires_approval {
-            most = most.max(MayAsk::Anyone);
-        }
-        most
+        most.max(MayAsk::of(requirements))
     }
 
     /// The most evaluating the conditions that match `call` may cost (see
@@ -1220,12 +1217,35 @@ mod tests {
         )
         .unwrap();
         let rules = policy.rules();
-        assert_eq!(rules.may_ask("pay.refund", "refund", true), MayAsk::No);
-        assert_eq!(rules.may_ask("pay.send", "send", false), MayAsk::Named);
-        assert_eq!(rules.may_ask("mail.send", "send", true), MayAsk::Anyone);
-        assert_eq!(rules.may_ask("mail.draft", "draft", false), MayAsk::Anyone);
-        assert_eq!(rules.may_ask("fs.read", "read", false), MayAsk::No);
-        assert_eq!(rules.may_ask("fs.read", "read", true), MayAsk::Anyone);
+        let requires = |approval: bool| {
+            let mut requirements = ToolRequirements::default();
+            requirements.requires_approval = approval;
+            requirements
+        };
+        assert_eq!(
+            rules.may_ask("pay.refund", "refund", &requires(true)),
+            MayAsk::No
+        );
+        assert_eq!(
+            rules.may_ask("pay.send", "send", &requires(false)),
+            MayAsk::Named
+        );
+        assert_eq!(
+            rules.may_ask("mail.send", "send", &requires(true)),
+            MayAsk::Anyone
+        );
+        assert_eq!(
+            rules.may_ask("mail.draft", "draft", &requires(false)),
+            MayAsk::Anyone
+        );
+        assert_eq!(
+            rules.may_ask("fs.read", "read", &requires(false)),
+            MayAsk::No
+        );
+        assert_eq!(
+            rules.may_ask("fs.read", "read", &requires(true)),
+            MayAsk::Anyone
+        );
     }
 
     #[test]
